@@ -1,0 +1,55 @@
+"""The budget envelope (DESIGN §10): soft limits that pause the run instead of ending it."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+__all__ = ["BUDGET_LIMITS", "Budget", "BudgetUsage"]
+
+#: The names used in ``Pause.reason == "budget_exceeded:<name>"``.
+BUDGET_LIMITS = ("turns", "tool_calls", "wall_clock")
+
+
+class Budget(msgspec.Struct, frozen=True, kw_only=True):
+    """Soft limits for a session; ``None`` means unlimited.
+
+    Attributes:
+        max_turns: steps (model requests) before the loop pauses.
+        max_tool_calls: tool calls before the loop pauses.
+        max_wall_seconds: seconds of the caller's clock (the replies' ``at``) before
+            the loop pauses. The engine never reads a clock itself.
+
+    When a limit is reached the loop yields ``Pause(reason="budget_exceeded:<limit>")``;
+    ``Resume(budget=...)`` resets the counters (optionally with new limits) and the run
+    continues exactly where it stopped. ``max_steps`` stays the hard ceiling.
+    """
+
+    max_turns: int | None = None
+    max_tool_calls: int | None = None
+    max_wall_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_tool_calls"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise ValueError(f"Budget.{name} must be a positive int or None, got {value!r}")
+        wall = self.max_wall_seconds
+        if wall is not None:
+            if type(wall) not in (int, float) or not math.isfinite(wall) or wall <= 0:
+                raise ValueError(
+                    f"Budget.max_wall_seconds must be a positive finite number or None, "
+                    f"got {wall!r}"
+                )
+            if type(wall) is int:
+                # Stored as float so a JSON round trip gives back the same value.
+                msgspec.structs.force_setattr(self, "max_wall_seconds", float(wall))
+
+
+class BudgetUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """What the session used since it started or was last resumed."""
+
+    turns: int = 0
+    tool_calls: int = 0
+    wall_seconds: float = 0.0

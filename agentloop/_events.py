@@ -1,0 +1,298 @@
+"""Events: the run's totally ordered, append-only record (DESIGN §7).
+
+Every event is a small frozen Struct with ``type`` (its dotted name, also the JSON
+tag), ``sequence`` (one counter for the whole run: 0, 1, 2, ... with no gaps),
+``at`` (the latest caller time the loop has seen, or ``None``) and ``step``.
+
+Events that record a reply (``model.chunk``, ``plan.draft``, ``tool.result``,
+``tool.error``, ``session.resume``, ``run.finished``) hold it verbatim, so the
+log alone can be fed back through the loop (see the ``replay`` package).
+
+Evolution rule for the log format: new fields get defaults, existing fields
+never change type, tags are never reused. Don't subclass these classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, Union, overload
+
+import msgspec
+
+from ._budget import Budget, BudgetUsage
+from ._messages import AssistantMessage, Message, ToolCall, ToolResultMessage
+from ._protocol import (
+    ModelChunk,
+    ModelFailure,
+    ModelResponse,
+    Reply,
+    Resume,
+    RunError,
+    ToolResult,
+    Usage,
+)
+from ._toolspec import ToolSpec
+
+__all__ = [
+    "EVENT_TYPES",
+    "BudgetWarnEvent",
+    "Event",
+    "EventLog",
+    "MessageAcceptedEvent",
+    "ModelChunkEvent",
+    "PlanCommitEvent",
+    "PlanDraftEvent",
+    "RunFinishedEvent",
+    "SessionCompleteEvent",
+    "SessionPauseEvent",
+    "SessionResumeEvent",
+    "SessionStartEvent",
+    "StepEndEvent",
+    "StepStartEvent",
+    "ToolCallEvent",
+    "ToolErrorEvent",
+    "ToolResultEvent",
+]
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    type: ClassVar[str]
+    sequence: int
+    at: float | None = None
+    step: int = 0
+
+
+class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
+    """First event of a run whose transcript validated; holds the run's configuration."""
+
+    type: ClassVar[str] = "session.start"
+    system: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    max_steps: int
+    budget: Budget | None = None
+    request_sequence_start: int = 0
+
+
+class MessageAcceptedEvent(_Event, frozen=True, kw_only=True, tag="message.accepted"):
+    """One message of the initial transcript, accepted into the run."""
+
+    type: ClassVar[str] = "message.accepted"
+    message: Message
+
+
+class StepStartEvent(_Event, frozen=True, kw_only=True, tag="step.start"):
+    """A step begins; ``request_id`` is the model request it will make."""
+
+    type: ClassVar[str] = "step.start"
+    request_id: str
+
+
+class ModelChunkEvent(_Event, frozen=True, kw_only=True, tag="model.chunk"):
+    """A valid streamed chunk (recorded input)."""
+
+    type: ClassVar[str] = "model.chunk"
+    chunk: ModelChunk
+
+
+class PlanDraftEvent(_Event, frozen=True, kw_only=True, tag="plan.draft"):
+    """The model's final response or failure, as received (recorded input)."""
+
+    type: ClassVar[str] = "plan.draft"
+    reply: ModelResponse | ModelFailure
+
+
+class PlanCommitEvent(_Event, frozen=True, kw_only=True, tag="plan.commit"):
+    """The assistant message appended to the transcript."""
+
+    type: ClassVar[str] = "plan.commit"
+    message: AssistantMessage
+
+
+class ToolCallEvent(_Event, frozen=True, kw_only=True, tag="tool.call"):
+    """A tool call starts (its final arguments, after hooks and approval)."""
+
+    type: ClassVar[str] = "tool.call"
+    call: ToolCall
+
+
+class ToolResultEvent(_Event, frozen=True, kw_only=True, tag="tool.result"):
+    """A successful tool result was appended.
+
+    ``reply`` is the caller's :class:`ToolResult` as received (recorded input), or
+    ``None`` when the loop made the result itself.
+    """
+
+    type: ClassVar[str] = "tool.result"
+    message: ToolResultMessage
+    reply: ToolResult | None = None
+
+
+class ToolErrorEvent(_Event, frozen=True, kw_only=True, tag="tool.error"):
+    """An error result was appended (from the tool, or made by the loop when
+    ``reply`` is ``None``: unknown tool, hook abort/skip, denied, truncated call)."""
+
+    type: ClassVar[str] = "tool.error"
+    message: ToolResultMessage
+    reply: ToolResult | None = None
+
+
+class StepEndEvent(_Event, frozen=True, kw_only=True, tag="step.end"):
+    """A step ended (its model request answered and every tool call it asked for done)."""
+
+    type: ClassVar[str] = "step.end"
+
+
+class BudgetWarnEvent(_Event, frozen=True, kw_only=True, tag="budget.warn"):
+    """A budget limit was reached; a ``session.pause`` follows."""
+
+    type: ClassVar[str] = "budget.warn"
+    limit: str
+    usage: BudgetUsage
+    budget: Budget
+
+
+class SessionPauseEvent(_Event, frozen=True, kw_only=True, tag="session.pause"):
+    """The loop yields a ``Pause`` with this reason and payload."""
+
+    type: ClassVar[str] = "session.pause"
+    reason: str
+    payload: Any = None
+
+
+class SessionResumeEvent(_Event, frozen=True, kw_only=True, tag="session.resume"):
+    """The loop received a ``Resume`` (recorded input)."""
+
+    type: ClassVar[str] = "session.resume"
+    reply: Resume
+
+
+class SessionCompleteEvent(_Event, frozen=True, kw_only=True, tag="session.complete"):
+    """The state machine reached DONE (any outcome)."""
+
+    type: ClassVar[str] = "session.complete"
+    status: str
+    reason: str = ""
+
+
+class RunFinishedEvent(_Event, frozen=True, kw_only=True, tag="run.finished"):
+    """Always the last event, exactly once: the ``RunResult`` without its messages.
+
+    ``reply`` holds the reply that ended the run when one did and no earlier event
+    recorded it: a ``Cancel``, an invalid chunk, or a misused reply.
+    """
+
+    type: ClassVar[str] = "run.finished"
+    status: str
+    final_text: str | None = None
+    steps: int = 0
+    max_steps: int = 0
+    error: RunError | None = None
+    usage: Usage = Usage()
+    reason: str = ""
+    reply: Reply | None = None
+
+
+Event = Union[
+    SessionStartEvent,
+    MessageAcceptedEvent,
+    StepStartEvent,
+    ModelChunkEvent,
+    PlanDraftEvent,
+    PlanCommitEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    ToolErrorEvent,
+    StepEndEvent,
+    BudgetWarnEvent,
+    SessionPauseEvent,
+    SessionResumeEvent,
+    SessionCompleteEvent,
+    RunFinishedEvent,
+]
+
+#: Every event type name, in the order the table in DESIGN §7 lists them.
+EVENT_TYPES: tuple[str, ...] = tuple(cls.type for cls in Event.__args__)  # type: ignore[attr-defined]
+
+
+class EventLog:
+    """The append-only log of one run.
+
+    The loop appends; anyone may read. Subscribers are called synchronously, in
+    subscription order, for every event as it is appended; an exception from a
+    subscriber propagates into the loop's caller (it is a bug in the subscriber).
+
+    >>> log = EventLog()
+    >>> len(log)
+    0
+    """
+
+    __slots__ = ("_events", "_subscribers")
+
+    def __init__(self) -> None:
+        self._events: list[Event] = []
+        self._subscribers: list[Callable[[Event], object]] = []
+
+    def subscribe(self, fn: Callable[[Event], object]) -> Callable[[], None]:
+        """Call ``fn(event)`` for each later event; returns a function that unsubscribes."""
+        if not callable(fn):
+            raise TypeError(f"subscriber must be callable, got {fn!r}")
+        self._subscribers.append(fn)
+
+        def unsubscribe() -> None:
+            if fn in self._subscribers:
+                self._subscribers.remove(fn)
+
+        return unsubscribe
+
+    @property
+    def events(self) -> Sequence[Event]:
+        """A read-only view of every event so far."""
+        return _ReadOnly(self._events)
+
+    def since(self, sequence: int) -> list[Event]:
+        """The events whose sequence is ``>= sequence`` (reading by offset)."""
+        if type(sequence) is not int or sequence < 0:
+            raise ValueError(f"sequence must be a non-negative int, got {sequence!r}")
+        return self._events[sequence:]
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._events)
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Event]: ...
+    def __getitem__(self, index: int | slice) -> Event | list[Event]:
+        return self._events[index]
+
+    def __repr__(self) -> str:
+        return f"<EventLog {len(self._events)} events>"
+
+    def _append(self, event: Event) -> None:
+        if event.sequence != len(self._events):  # pragma: no cover - engine bug
+            raise AssertionError(
+                f"event sequence {event.sequence} appended at offset {len(self._events)}"
+            )
+        self._events.append(event)
+        for fn in self._subscribers:
+            fn(event)
+
+
+class _ReadOnly(Sequence[Any]):
+    __slots__ = ("_items",)
+
+    def __init__(self, items: list[Any]) -> None:
+        self._items = items
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        return self._items[index]
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,191 @@
+"""The message IR: frozen, tagged msgspec Structs shared by the loop, the log and adapters.
+
+A transcript is a sequence of :data:`Message` values. Assistant messages hold
+:data:`Block` values; a :class:`ToolCall` block is answered later in the transcript by
+exactly one :class:`ToolResultMessage` with the same ``tool_call_id`` and
+``tool_name``. :func:`validate_transcript` checks exactly that.
+
+These classes are final: don't subclass them (the loop dispatches on exact type).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Union
+
+import msgspec
+
+__all__ = [
+    "AssistantMessage",
+    "Block",
+    "Message",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolCall",
+    "ToolResultMessage",
+    "UserMessage",
+    "close_dangling_calls",
+    "text_from_assistant",
+    "validate_transcript",
+]
+
+
+class TextBlock(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
+    """Visible text from the assistant."""
+
+    text: str
+
+
+class ThinkingBlock(msgspec.Struct, frozen=True, tag_field="type", tag="thinking"):
+    """Reasoning text a model exposes; ``signature`` is the provider's opaque token."""
+
+    text: str
+    signature: str | None = None
+
+
+class ToolCall(msgspec.Struct, frozen=True, tag_field="type", tag="tool_call"):
+    """The assistant asks for tool ``name`` with JSON-object ``arguments``.
+
+    ``arguments`` is a plain dict for convenience; treat it as read-only. The loop
+    hands hooks deep copies and never relies on a dict it gave away.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+Block = Union[TextBlock, ThinkingBlock, ToolCall]
+
+
+class UserMessage(msgspec.Struct, frozen=True, tag_field="role", tag="user"):
+    """A message from the user (or the application speaking for them)."""
+
+    id: str
+    content: str
+
+
+class AssistantMessage(msgspec.Struct, frozen=True, tag_field="role", tag="assistant"):
+    """A complete assistant message: text, thinking and tool-call blocks, in order."""
+
+    id: str
+    content: tuple[Block, ...]
+
+
+class ToolResultMessage(msgspec.Struct, frozen=True, tag_field="role", tag="tool_result"):
+    """The result of one tool call; ``is_error`` marks a recoverable error."""
+
+    id: str
+    tool_call_id: str
+    tool_name: str
+    content: str
+    is_error: bool = False
+
+
+Message = Union[UserMessage, AssistantMessage, ToolResultMessage]
+
+
+def text_from_assistant(message: AssistantMessage) -> str:
+    """Join the text blocks of an assistant message (thinking and tool calls are skipped).
+
+    >>> text_from_assistant(AssistantMessage("m1", (TextBlock("Hello, "), TextBlock("world"))))
+    'Hello, world'
+    """
+    return "".join(b.text for b in message.content if type(b) is TextBlock)
+
+
+def validate_transcript(messages: Iterable[Message]) -> None:
+    """Check that a transcript is complete and consistently linked.
+
+    Rules: message ids are unique; every tool call id is unique; every tool call is
+    answered by exactly one *later* tool result with the same id and tool name; no
+    tool result answers a call that does not precede it.
+
+    Raises:
+        ValueError: naming the first rule broken and the message index.
+    """
+    seen_ids: set[str] = set()
+    open_calls: dict[str, str] = {}
+    answered: set[str] = set()
+    for index, message in enumerate(messages):
+        kind = type(message)
+        if kind not in _MESSAGE_TYPES:
+            raise ValueError(
+                f"messages[{index}]: expected UserMessage, AssistantMessage or "
+                f"ToolResultMessage, got {kind.__name__}"
+            )
+        if message.id in seen_ids:
+            raise ValueError(f"messages[{index}]: duplicate message id {message.id!r}")
+        seen_ids.add(message.id)
+        if kind is AssistantMessage:
+            for block in message.content:  # type: ignore[union-attr]
+                if type(block) is ToolCall:
+                    if block.id in open_calls or block.id in answered:
+                        raise ValueError(
+                            f"messages[{index}]: duplicate tool call id {block.id!r}"
+                        )
+                    open_calls[block.id] = block.name
+        elif kind is ToolResultMessage:
+            call_id = message.tool_call_id  # type: ignore[union-attr]
+            name = open_calls.pop(call_id, None)
+            if name is None:
+                why = "is answered twice" if call_id in answered else "has no earlier call"
+                raise ValueError(f"messages[{index}]: tool result for {call_id!r} {why}")
+            if name != message.tool_name:  # type: ignore[union-attr]
+                raise ValueError(
+                    f"messages[{index}]: tool result for {call_id!r} names tool "
+                    f"{message.tool_name!r}, but the call was to {name!r}"  # type: ignore[union-attr]
+                )
+            answered.add(call_id)
+    if open_calls:
+        missing = ", ".join(repr(c) for c in open_calls)
+        raise ValueError(f"tool call(s) without a result: {missing}")
+
+
+def dangling_calls(messages: Sequence[Message]) -> list[ToolCall]:
+    """Tool calls in ``messages`` that no tool result answers, in transcript order."""
+    answered = {m.tool_call_id for m in messages if type(m) is ToolResultMessage}
+    return [
+        block
+        for m in messages
+        if type(m) is AssistantMessage
+        for block in m.content
+        if type(block) is ToolCall and block.id not in answered
+    ]
+
+
+def close_dangling_calls(
+    messages: Sequence[Message], *, content: str = "interrupted"
+) -> tuple[Message, ...]:
+    """Answer every unanswered tool call with an explicit error result.
+
+    A cancelled run keeps the assistant message whose tool call was interrupted but
+    invents no result for it. Before sending such a transcript to the next run,
+    call this to add ``ToolResultMessage(..., content="interrupted", is_error=True)``
+    for each such call, after the results its batch did get, on purpose and visibly.
+    """
+    answered = {m.tool_call_id for m in messages if type(m) is ToolResultMessage}
+    out: list[Message] = []
+    owed: list[ToolResultMessage] = []  # results owed by the last assistant message
+    for message in messages:
+        if owed and type(message) is not ToolResultMessage:
+            out.extend(owed)
+            owed = []
+        out.append(message)
+        if type(message) is AssistantMessage:
+            owed = [
+                ToolResultMessage(
+                    id=f"tool-result-{block.id}",
+                    tool_call_id=block.id,
+                    tool_name=block.name,
+                    content=content,
+                    is_error=True,
+                )
+                for block in message.content
+                if type(block) is ToolCall and block.id not in answered
+            ]
+    out.extend(owed)
+    return tuple(out)
+
+
+_MESSAGE_TYPES = (UserMessage, AssistantMessage, ToolResultMessage)

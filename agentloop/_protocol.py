@@ -1,0 +1,226 @@
+"""Effects the loop yields, replies the caller sends back, and the run's result.
+
+Effects (yielded by the generator) and replies (sent into it) are frozen Structs.
+Every reply carries ``at``: the caller's clock when the reply was made, or ``None``.
+The engine never reads a clock; time enters only here. Integer ``at`` values are
+stored as floats so a JSON round trip gives back exactly the same reply.
+
+Replies are tagged (``kind``) so the event log can record any of them and decode it
+back to the same type. They are final: don't subclass them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Union
+
+import msgspec
+
+from ._budget import Budget
+from ._messages import AssistantMessage, Block, Message, ToolCall
+from ._toolspec import ToolSpec
+
+__all__ = [
+    "STATUSES",
+    "STOP_REASONS",
+    "Cancel",
+    "Effect",
+    "ModelChunk",
+    "ModelFailure",
+    "ModelRequest",
+    "ModelResponse",
+    "Pause",
+    "Reply",
+    "Resume",
+    "RunError",
+    "RunResult",
+    "ToolRequest",
+    "ToolResult",
+    "UnrecognizedReply",
+    "Usage",
+]
+
+#: ``RunResult.status`` values.
+STATUSES = ("completed", "cancelled", "max_steps", "failed")
+#: ``ModelResponse.stop_reason`` values.
+STOP_REASONS = ("stop", "tool_call", "length", "error")
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """Token counts reported by a model (summed over a run in ``RunResult.usage``)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+# --------------------------------------------------------------------------- effects
+
+
+class ModelRequest(msgspec.Struct, frozen=True):
+    """Ask the model for the next assistant message.
+
+    Reply with zero or more :class:`ModelChunk`, then one :class:`ModelResponse` (or
+    one :class:`ModelFailure`). After each chunk the same request is yielded again.
+
+    ``messages`` is a read-only view of the run's transcript as it was when the
+    request was made (O(1) to create; no copy). ``tools`` are the run's tool specs.
+    """
+
+    id: str
+    step: int
+    messages: Sequence[Message]
+    tools: tuple[ToolSpec, ...]
+    system: str | None = None
+
+
+class ToolRequest(msgspec.Struct, frozen=True):
+    """Run one tool call and reply with a :class:`ToolResult` for ``call.id``."""
+
+    call: ToolCall
+    step: int
+
+
+class Pause(msgspec.Struct, frozen=True):
+    """The loop needs a decision: reply with :class:`Resume` (or :class:`Cancel`).
+
+    ``reason`` is ``"budget_exceeded:<turns|tool_calls|wall_clock>"``, ``"approval"``
+    (a tool that requires approval) or whatever a hook's ``PauseRequest`` said.
+    """
+
+    reason: str
+    payload: Any = None
+
+
+Effect = Union[ModelRequest, ToolRequest, Pause]
+
+
+# --------------------------------------------------------------------------- replies
+
+
+class ModelChunk(msgspec.Struct, frozen=True, tag_field="kind", tag="model_chunk"):
+    """One streamed piece of the model's answer: a text delta or a complete block."""
+
+    request_id: str
+    block: Block
+    at: float | None = None
+
+
+class ModelResponse(msgspec.Struct, frozen=True, tag_field="kind", tag="model_response"):
+    """The model's final answer for a request.
+
+    ``stop_reason`` is one of ``stop``, ``tool_call``, ``length``, ``error``.
+    """
+
+    request_id: str
+    id: str
+    content: tuple[Block, ...]
+    stop_reason: str
+    usage: Usage | None = None
+    at: float | None = None
+
+
+class ModelFailure(msgspec.Struct, frozen=True, tag_field="kind", tag="model_failure"):
+    """The model call failed; the run ends ``failed`` with ``code``.
+
+    ``code`` is ``MODEL_ERROR`` (provider/transport error) or ``MODEL_PROTOCOL_ERROR``
+    (the adapter received output it could not parse).
+    """
+
+    request_id: str
+    message: str
+    code: str = "MODEL_ERROR"
+    at: float | None = None
+
+
+class ToolResult(msgspec.Struct, frozen=True, tag_field="kind", tag="tool_result"):
+    """The outcome of a tool call; ``is_error`` marks a recoverable error."""
+
+    call_id: str
+    content: str
+    is_error: bool = False
+    at: float | None = None
+
+
+class Resume(msgspec.Struct, frozen=True, tag_field="kind", tag="resume"):
+    """Answer to a :class:`Pause`.
+
+    ``payload`` (plain JSON) carries the decision, e.g. ``{"approved": True}``;
+    ``budget`` replaces the run's budget (the counters reset either way).
+    """
+
+    payload: Any = None
+    budget: Budget | None = None
+    at: float | None = None
+
+
+class Cancel(msgspec.Struct, frozen=True, tag_field="kind", tag="cancel"):
+    """Stop the run now; it ends ``cancelled`` keeping only complete messages."""
+
+    reason: str = ""
+    at: float | None = None
+
+
+class UnrecognizedReply(msgspec.Struct, frozen=True, tag_field="kind", tag="unrecognized"):
+    """Stands in, in the log, for something sent that was not a well-formed reply.
+
+    The loop never expects you to send one. When ``send()`` receives an object that
+    is not a reply, or a reply whose fields have the wrong types, the loop records
+    this description in the failed ``run.finished`` event instead of the object
+    (which might not be encodable), so the log still replays.
+    """
+
+    description: str
+    at: float | None = None
+
+
+Reply = Union[
+    ModelChunk, ModelResponse, ModelFailure, ToolResult, Resume, Cancel, UnrecognizedReply
+]
+
+
+# --------------------------------------------------------------------------- result
+
+
+class RunError(msgspec.Struct, frozen=True):
+    """Why a run failed: one of the error codes and a message saying what and where."""
+
+    code: str
+    message: str
+
+
+class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How a run ended.
+
+    Attributes:
+        status: ``completed``, ``cancelled``, ``max_steps`` or ``failed``.
+        final_text: the text of the final assistant message when ``completed``.
+        messages: the transcript, complete messages only.
+        steps: model requests made.
+        max_steps: the run's ceiling.
+        error: set when ``failed``.
+        usage: token usage summed over the responses that reported it.
+        reason: why it ended: ``goal_met``, ``length``, ``no_more_steps``,
+            ``skipped_by_hook``, the cancel's reason, or the error code.
+    """
+
+    status: str
+    final_text: str | None
+    messages: tuple[Message, ...]
+    steps: int
+    max_steps: int
+    error: RunError | None = None
+    usage: Usage = Usage()
+    reason: str = ""
+
+    @property
+    def last_assistant(self) -> AssistantMessage | None:
+        """The last assistant message of the transcript, if any."""
+        for message in reversed(self.messages):
+            if type(message) is AssistantMessage:
+                return message
+        return None

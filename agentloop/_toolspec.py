@@ -1,0 +1,47 @@
+"""``ToolSpec``: what the model is told about a tool (name, description, JSON Schema)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+__all__ = ["ToolSpec"]
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    """A tool as the model sees it.
+
+    Attributes:
+        name: 1-64 characters of ``A-Z a-z 0-9 _ -`` (what every provider accepts).
+        description: shown to the model.
+        parameters: a JSON Schema for the arguments object.
+        requires_approval: the loop pauses (reason ``approval``) before each call and
+            acts on the ``Resume`` payload.
+    """
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    requires_approval: bool = False
+
+    def __post_init__(self) -> None:
+        if type(self.name) is not str or not _NAME.fullmatch(self.name):
+            raise ValueError(
+                f"ToolSpec.name must be 1-64 characters of A-Z a-z 0-9 _ -, got {self.name!r}"
+            )
+        if type(self.description) is not str:
+            raise TypeError(f"ToolSpec.description must be a str, got {self.description!r}")
+        if not isinstance(self.parameters, dict):
+            raise TypeError(
+                f"ToolSpec.parameters must be a JSON Schema dict, got {self.parameters!r}"
+            )
+        if type(self.requires_approval) is not bool:
+            raise TypeError(
+                f"ToolSpec.requires_approval must be a bool, got {self.requires_approval!r}"
+            )

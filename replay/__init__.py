@@ -1,0 +1,3 @@
+"""replay: read and write agentloop event logs, replay them without a model."""
+
+__all__: list[str] = []
