@@ -1,15 +1,1289 @@
-"""PLACEHOLDER: the engine is being written (agent_loop, AgentLoop)."""
+"""The agent loop: a synchronous generator that owns the rules and none of the I/O.
+
+Theory of operation
+-------------------
+:func:`agent_loop` checks its options *eagerly* (a bad option raises before any
+generator exists), snapshots the transcript and the tool specs, and returns an
+:class:`AgentLoop`: a ``Generator[Effect, Reply, RunResult]``. Driving it is a
+conversation::
+
+    loop = agent_loop([UserMessage("u1", "What is 20 + 22?")], tools=[add])
+    effect = next(loop)                      # ModelRequest("request-001", ...)
+    effect = loop.send(ModelChunk(...))      # the same ModelRequest again
+    effect = loop.send(ModelResponse(...))   # ToolRequest(call=ToolCall(...))
+    effect = loop.send(ToolResult(...))      # ModelRequest("request-002", ...)
+    loop.send(ModelResponse(...))            # raises StopIteration(RunResult)
+
+The caller performs every side effect (model, tools, clock, humans); the loop only
+validates, decides and records. Everything that enters it -- every reply, valid or
+not -- is written to the :class:`~agentloop.EventLog` before the loop yields again
+or finishes. With no clock, randomness or I/O inside, the same replies always give
+the same events, byte for byte: that is what makes a log replayable.
+
+The lifecycle is the table in ``_state.py``; ``_set`` is the only place here that
+changes state. Control flow inside the generator uses three private exceptions:
+``_Finish`` (the run ends: completed, max_steps, failed), ``_Cancelled`` (a
+``Cancel`` or ``close()``) and ``_Misuse`` (the caller broke the protocol; after the
+failed ``run.finished`` is logged, ``CallerProtocolError`` leaves ``send()``).
+
+Per step the cost is O(new content): ``ModelRequest.messages`` is a view of the
+append-only transcript (fixed length, no copy), ids are checked against sets kept
+up to date incrementally, and events hold only what is new.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import itertools
+import math
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn, overload
 
-__all__ = ["AgentLoop", "agent_loop"]
+import msgspec
+
+from ._budget import Budget, BudgetUsage
+from ._errors import (
+    CALLER_PROTOCOL_ERROR,
+    HOOK_ABORT,
+    HOOK_ERROR,
+    INVALID_TRANSCRIPT,
+    MODEL_ERROR,
+    MODEL_PROTOCOL_ERROR,
+    CallerProtocolError,
+)
+from ._events import (
+    BudgetWarnEvent,
+    EventLog,
+    MessageAcceptedEvent,
+    ModelChunkEvent,
+    PlanCommitEvent,
+    PlanDraftEvent,
+    RunFinishedEvent,
+    SessionCompleteEvent,
+    SessionPauseEvent,
+    SessionResumeEvent,
+    SessionStartEvent,
+    StepEndEvent,
+    StepStartEvent,
+    ToolCallEvent,
+    ToolErrorEvent,
+    ToolResultEvent,
+)
+from ._hooks import SKIP, HookAbort, HookRegistry, PauseRequest
+from ._limits import (
+    MAX_AGENT_STEPS,
+    MAX_ASSISTANT_BLOCKS,
+    MAX_CHUNKS_PER_STEP,
+    MAX_INITIAL_MESSAGES,
+    MAX_STEP_TEXT_CODE_POINTS,
+)
+from ._messages import (
+    AssistantMessage,
+    Block,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    text_from_assistant,
+    validate_transcript,
+)
+from ._protocol import (
+    STOP_REASONS,
+    Cancel,
+    Effect,
+    ModelChunk,
+    ModelFailure,
+    ModelRequest,
+    ModelResponse,
+    Pause,
+    Reply,
+    Resume,
+    RunError,
+    RunResult,
+    ToolRequest,
+    ToolResult,
+    UnrecognizedReply,
+    Usage,
+)
+from ._state import RESUME_INPUT, TRANSITIONS, Input, State
+from ._toolspec import ToolSpec
+from ._validation import arguments_problems, json_problem, reply_problem
+
+__all__ = ["AgentLoop", "TranscriptView", "agent_loop"]
+
+_MESSAGE_TYPES = (UserMessage, AssistantMessage, ToolResultMessage)
+_TEXTUAL = (TextBlock, ThinkingBlock)
+_FAILURE_CODES = (MODEL_ERROR, MODEL_PROTOCOL_ERROR)
+_CLOSED = Cancel(reason="closed")
 
 
-class AgentLoop:
-    pass
+# --------------------------------------------------------------------------- control flow
 
 
-def agent_loop(messages: Any, **kwargs: Any) -> AgentLoop:
-    raise NotImplementedError
+class _Finish(Exception):
+    """The run ends (completed, max_steps or failed)."""
+
+    def __init__(
+        self,
+        status: str,
+        reason: str,
+        *,
+        error: RunError | None = None,
+        final_text: str | None = None,
+        reply: Reply | None = None,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.error = error
+        self.final_text = final_text
+        self.reply = reply
+
+
+def _failed(code: str, message: str, reply: Reply | None = None) -> _Finish:
+    return _Finish("failed", code, error=RunError(code, message), reply=reply)
+
+
+class _Cancelled(Exception):
+    def __init__(self, cancel: Cancel) -> None:
+        self.cancel = cancel
+
+
+class _Misuse(Exception):
+    def __init__(self, message: str, reply: Reply) -> None:
+        self.message = message
+        self.reply = reply
+
+
+# --------------------------------------------------------------------------- transcript view
+
+
+class TranscriptView(Sequence[Message]):
+    """A read-only, fixed-length view of the run's append-only transcript.
+
+    Creating one is O(1): it shares the loop's list and remembers its length, so a
+    request made at step 3 keeps showing the transcript as it was at step 3 even
+    after the loop appends more. Slicing returns a tuple. Compares equal to any
+    sequence with the same messages.
+    """
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: list[Message], length: int) -> None:
+        self._items = items
+        self._length = length
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(index, slice):
+            return tuple(self._items[: self._length][index])
+        length = self._length
+        if index < 0:
+            index += length
+        if not 0 <= index < length:
+            raise IndexError("transcript index out of range")
+        return self._items[index]
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[Message]:
+        return itertools.islice(self._items, self._length)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(other) == self._length and all(a == b for a, b in zip(self, other, strict=False))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TranscriptView({list(self)!r})"
+
+
+# --------------------------------------------------------------------------- options
+
+
+def _check_options(
+    *,
+    max_steps: object,
+    request_sequence_start: object,
+    system: object,
+    budget: object,
+    hooks: object,
+    log: object,
+    started_at: object,
+) -> None:
+    if type(max_steps) is not int or not 1 <= max_steps <= MAX_AGENT_STEPS:
+        raise ValueError(
+            f"max_steps must be an int from 1 to MAX_AGENT_STEPS ({MAX_AGENT_STEPS}), "
+            f"got {max_steps!r}"
+        )
+    if type(request_sequence_start) is not int or request_sequence_start < 0:
+        raise ValueError(
+            f"request_sequence_start must be a non-negative int, got {request_sequence_start!r}"
+        )
+    if request_sequence_start + max_steps > MAX_AGENT_STEPS:
+        raise ValueError(
+            f"request numbers {request_sequence_start + 1}..{request_sequence_start + max_steps} "
+            f"go past MAX_AGENT_STEPS ({MAX_AGENT_STEPS}); lower max_steps or "
+            "request_sequence_start"
+        )
+    if system is not None and type(system) is not str:
+        raise TypeError(f"system must be a str or None, got {type(system).__name__}")
+    if budget is not None and type(budget) is not Budget:
+        raise TypeError(f"budget must be a Budget or None, got {type(budget).__name__}")
+    if hooks is not None and not isinstance(hooks, HookRegistry):
+        raise TypeError(f"hooks must be a HookRegistry or None, got {type(hooks).__name__}")
+    if log is not None:
+        if not isinstance(log, EventLog):
+            raise TypeError(f"log must be an EventLog or None, got {type(log).__name__}")
+        if len(log):
+            raise ValueError("log must be empty: one EventLog records one run")
+    if started_at is not None and (
+        type(started_at) not in (int, float) or not math.isfinite(started_at)  # type: ignore[arg-type]
+    ):
+        raise ValueError(f"started_at must be a finite number or None, got {started_at!r}")
+
+
+def _tool_specs(tools: object) -> tuple[ToolSpec, ...]:
+    specs_method = getattr(tools, "specs", None)
+    if callable(specs_method):
+        items: Iterable[object] = specs_method()
+    elif isinstance(tools, (list, tuple)):
+        items = tools
+    else:
+        raise TypeError(
+            "tools must be a ToolRegistry or a list/tuple of ToolSpec or Tool, "
+            f"got {type(tools).__name__}"
+        )
+    specs: list[ToolSpec] = []
+    names: set[str] = set()
+    for index, item in enumerate(items):
+        spec = item if type(item) is ToolSpec else getattr(item, "spec", None)
+        if type(spec) is not ToolSpec:
+            raise TypeError(f"tools[{index}] is not a ToolSpec or Tool: {item!r}")
+        if spec.name in names:
+            raise ValueError(f"tools: duplicate tool name {spec.name!r}")
+        names.add(spec.name)
+        specs.append(spec)
+    return tuple(specs)
+
+
+def _snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
+    """Copy the caller's messages through the IR; return them and the first problem."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        raise TypeError(f"messages must be a sequence of messages, got {type(messages).__name__}")
+    items = list(messages)
+    if len(items) > MAX_INITIAL_MESSAGES:
+        return [], (
+            f"{len(items)} initial messages exceed MAX_INITIAL_MESSAGES ({MAX_INITIAL_MESSAGES})"
+        )
+    rebuilt: list[Message] = []
+    for index, item in enumerate(items):
+        try:
+            raw = item if isinstance(item, dict) else msgspec.to_builtins(item)
+            message: Message = msgspec.convert(raw, Message)
+        except (msgspec.ValidationError, TypeError) as exc:
+            return [], f"messages[{index}]: {exc}"
+        if type(message) is AssistantMessage:
+            for block in message.content:
+                if type(block) is ToolCall:
+                    structural, semantic = arguments_problems(block.arguments)
+                    if structural or semantic:
+                        return (
+                            [],
+                            f"messages[{index}]: tool call {block.id!r}: {structural or semantic}",
+                        )
+        rebuilt.append(message)
+    try:
+        validate_transcript(rebuilt)
+    except ValueError as exc:
+        return [], str(exc)
+    return rebuilt, None
+
+
+def agent_loop(
+    messages: Iterable[Message | Mapping[str, Any]],
+    *,
+    tools: Any,
+    system: str | None = None,
+    max_steps: int = 8,
+    budget: Budget | None = None,
+    hooks: HookRegistry | None = None,
+    request_sequence_start: int = 0,
+    log: EventLog | None = None,
+    started_at: float | None = None,
+) -> AgentLoop:
+    """Create the agent loop for one run.
+
+    Args:
+        messages: the initial transcript (Message structs, or dicts of the same shape).
+            Snapshotted now: changing the caller's list later changes nothing. An
+            invalid transcript is not an exception: the run fails with
+            ``INVALID_TRANSCRIPT`` as its only event, and the model is never asked.
+        tools: a ``ToolRegistry`` or a list/tuple of ``ToolSpec``/``Tool``; snapshotted.
+        system: the system prompt sent with every model request.
+        max_steps: hard ceiling on model requests, 1..``MAX_AGENT_STEPS``.
+        budget: soft limits that pause the run (see :class:`Budget`).
+        hooks: the operator's hooks; their subscribers are snapshotted.
+        request_sequence_start: request numbers start after this
+            (``request-{start + 1:03d}``); the whole range must stay within 64.
+        log: an empty :class:`EventLog` to record into (a new one by default).
+        started_at: the caller's clock at the start (for ``max_wall_seconds``).
+
+    Returns:
+        An :class:`AgentLoop`; prime it with ``next()``.
+
+    Raises:
+        ValueError, TypeError: an option is invalid (before any generator exists).
+    """
+    _check_options(
+        max_steps=max_steps,
+        request_sequence_start=request_sequence_start,
+        system=system,
+        budget=budget,
+        hooks=hooks,
+        log=log,
+        started_at=started_at,
+    )
+    specs = _tool_specs(tools)
+    transcript, problem = _snapshot_transcript(messages)
+    return AgentLoop(
+        transcript=transcript,
+        invalid=problem,
+        specs=specs,
+        system=system,
+        max_steps=max_steps,
+        budget=budget,
+        hooks=hooks.snapshot() if hooks is not None else {},
+        request_sequence_start=request_sequence_start,
+        log=log if log is not None else EventLog(),
+        started_at=None if started_at is None else float(started_at),
+    )
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+class AgentLoop(Generator[Effect, Reply | None, RunResult]):
+    """One run of the agent loop, driven with ``next()`` / ``send()``.
+
+    Create it with :func:`agent_loop`. Besides the generator protocol it exposes
+    read-only observations (what a debugger, ``replay.state_at`` or a UI reads):
+    :attr:`state`, :attr:`step`, :attr:`messages`, :attr:`usage`,
+    :attr:`budget_usage`, :attr:`pending`, :attr:`log` and :attr:`result`. Only
+    replies change them.
+    """
+
+    def __init__(
+        self,
+        *,
+        transcript: list[Message],
+        invalid: str | None,
+        specs: tuple[ToolSpec, ...],
+        system: str | None,
+        max_steps: int,
+        budget: Budget | None,
+        hooks: dict[str, tuple[Any, ...]],
+        request_sequence_start: int,
+        log: EventLog,
+        started_at: float | None,
+    ) -> None:
+        self._transcript = transcript
+        self._invalid = invalid
+        self._specs = specs
+        self._spec_by_name = {spec.name: spec for spec in specs}
+        self._system = system
+        self._max_steps = max_steps
+        self._budget = budget
+        self._hooks = hooks
+        self._rss = request_sequence_start
+        self._log = log
+        self._events = log._events
+        self._subscribers = log._subscribers
+        self._started_at = started_at
+
+        self._state = State.IDLE
+        self._step = 0
+        self._usage = Usage()
+        self._now = started_at
+        self._wall_start = started_at
+        self._turns = 0
+        self._tool_calls = 0
+        self._pending: Effect | None = None
+        self._pause_reason: str | None = None
+        self._message_ids = {m.id for m in transcript}
+        self._call_ids = {
+            b.id
+            for m in transcript
+            if type(m) is AssistantMessage
+            for b in m.content
+            if type(b) is ToolCall
+        }
+        self._result: RunResult | None = None
+        self._started = False
+        self._dead: CallerProtocolError | None = None
+        self._gen = self._main()
+
+    # ------------------------------------------------------------------ observations
+
+    @property
+    def state(self) -> State:
+        """The lifecycle state (see :class:`State`)."""
+        return self._state
+
+    @property
+    def step(self) -> int:
+        """The current step number (0 before the first step)."""
+        return self._step
+
+    @property
+    def messages(self) -> TranscriptView:
+        """The transcript so far (complete messages only), as a read-only view."""
+        return TranscriptView(self._transcript, len(self._transcript))
+
+    @property
+    def usage(self) -> Usage:
+        """Token usage summed over the responses so far."""
+        return self._usage
+
+    @property
+    def budget(self) -> Budget | None:
+        """The budget in force (a ``Resume`` may replace it)."""
+        return self._budget
+
+    @property
+    def budget_usage(self) -> BudgetUsage:
+        """What the run used since it started or was last resumed from a budget pause."""
+        wall = 0.0
+        if self._now is not None and self._wall_start is not None:
+            wall = self._now - self._wall_start
+        return BudgetUsage(turns=self._turns, tool_calls=self._tool_calls, wall_seconds=wall)
+
+    @property
+    def pending(self) -> Effect | None:
+        """The effect waiting for a reply, or ``None``."""
+        return self._pending
+
+    @property
+    def log(self) -> EventLog:
+        """The run's event log."""
+        return self._log
+
+    @property
+    def result(self) -> RunResult | None:
+        """The :class:`RunResult` once the run has finished."""
+        return self._result
+
+    @property
+    def tools(self) -> tuple[ToolSpec, ...]:
+        """The tool specs the run snapshotted."""
+        return self._specs
+
+    def __repr__(self) -> str:
+        return f"<AgentLoop state={self._state.name} step={self._step} events={len(self._events)}>"
+
+    # ------------------------------------------------------------------ generator protocol
+
+    def send(self, value: Reply | None) -> Effect:
+        """Send a reply to the pending effect; return the next effect.
+
+        Raises:
+            StopIteration: the run finished; ``.value`` is the :class:`RunResult`.
+            CallerProtocolError: the reply does not fit the pending effect (the run
+                is now dead: a failed ``run.finished`` was logged), or the run died
+                earlier that way.
+        """
+        if self._dead is not None:
+            raise CallerProtocolError(f"the run already failed: {self._dead}")
+        if not self._started:
+            if value is not None:
+                raise CallerProtocolError(
+                    "prime the loop with next() before sending a reply: nothing is pending yet"
+                )
+            self._started = True
+        try:
+            return self._gen.send(value)
+        except CallerProtocolError as exc:
+            self._dead = exc
+            raise
+
+    def throw(
+        self,
+        typ: type[BaseException] | BaseException,
+        val: object = None,
+        tb: object = None,
+    ) -> NoReturn:
+        """Cancel the run because of ``typ`` (recorded as ``Cancel("<Type>: <msg>")``), then
+        raise it."""
+        exc = typ if isinstance(typ, BaseException) else typ(*(() if val is None else (val,)))
+        if self._result is None and self._dead is None:
+            self._start_if_needed()
+            if self._result is None:
+                with contextlib.suppress(StopIteration):
+                    self._gen.send(Cancel(reason=f"{type(exc).__name__}: {exc}"))
+        raise exc
+
+    def close(self) -> None:
+        """Cancel the run (reason ``closed``) if it is still going; never raises for that."""
+        if self._result is not None or self._dead is not None:
+            return
+        self._start_if_needed()
+        if self._result is None:
+            self._gen.close()
+
+    def _start_if_needed(self) -> None:
+        if not self._started:
+            self._started = True
+            with contextlib.suppress(StopIteration):
+                self._gen.send(None)
+
+    # ------------------------------------------------------------------ internals
+
+    def _set(self, event: Input) -> None:
+        """The only place the state changes; an illegal transition raises."""
+        self._state = TRANSITIONS[self._state, event]
+
+    def _emit(self, event: Any) -> None:
+        self._events.append(event)
+        for fn in self._subscribers:
+            fn(event)
+
+    def _ask(self, effect: Effect) -> Generator[Effect, Any, Reply]:
+        """Yield ``effect``; check and record the time of what comes back."""
+        self._pending = effect
+        try:
+            reply = yield effect
+        except GeneratorExit:
+            reply = _CLOSED
+        self._pending = None
+        kind = type(reply)
+        if kind is ModelResponse and type(reply.content) is list:
+            reply = msgspec.structs.replace(reply, content=tuple(reply.content))
+        problem = reply_problem(reply)
+        if problem is not None:
+            at = getattr(reply, "at", None)
+            raise _Misuse(
+                problem,
+                UnrecognizedReply(description=problem, at=at if type(at) is float else None),
+            )
+        if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
+            raise _Misuse(reply.description, reply)
+        at = reply.at
+        if at is not None:
+            if type(at) is int:
+                reply = msgspec.structs.replace(reply, at=float(at))
+                at = reply.at
+            if not math.isfinite(at):
+                raise _Misuse(f"{kind.__name__}.at must be finite, got {at!r}", reply)
+            self._now = at
+            if self._wall_start is None:
+                self._wall_start = at
+        if kind is Cancel:
+            raise _Cancelled(reply)
+        return reply  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _misuse(reply: Reply, effect: Effect, expected: str) -> _Misuse:
+        if type(effect) is ModelRequest:
+            pending = f"ModelRequest {effect.id}"
+        elif type(effect) is ToolRequest:
+            pending = f"the ToolRequest for call {effect.call.id!r}"
+        else:
+            pending = f"Pause ({effect.reason})"  # type: ignore[union-attr]
+        return _Misuse(
+            f"send() got {type(reply).__name__} while {pending} was pending; expected {expected}",
+            reply,
+        )
+
+    # ------------------------------------------------------------------ hooks
+
+    def _hook(self, topic: str, payload: dict[str, Any]) -> object:
+        """Run ``topic``'s subscribers in order; return the first SKIP/PauseRequest.
+
+        ``HookAbort`` propagates (its meaning depends on the topic); any other
+        exception fails the run with ``HOOK_ERROR``.
+        """
+        for fn in self._hooks.get(topic, ()):
+            try:
+                outcome = fn(payload)
+            except HookAbort:
+                raise
+            except Exception as exc:
+                raise _failed(
+                    HOOK_ERROR, f"{topic} hook raised {type(exc).__name__}: {exc}"
+                ) from exc
+            if outcome is SKIP or type(outcome) is PauseRequest:
+                return outcome
+        return None
+
+    def _observe(self, topic: str, payload: dict[str, Any]) -> None:
+        """Run an observer topic: it may not skip, pause or abort."""
+        try:
+            outcome = self._hook(topic, payload)
+        except HookAbort as exc:
+            raise _failed(HOOK_ABORT, f"{topic} hook aborted: {exc.reason}") from exc
+        if outcome is not None:
+            raise _failed(HOOK_ERROR, f"{topic} hook returned {outcome!r}, which it may not")
+
+    # ------------------------------------------------------------------ main
+
+    def _main(self) -> Generator[Effect, Any, RunResult]:
+        if self._invalid is not None:
+            return self._finish_invalid(self._invalid)
+        self._emit(
+            SessionStartEvent(
+                sequence=0,
+                at=self._now,
+                system=self._system,
+                tools=self._specs,
+                max_steps=self._max_steps,
+                budget=self._budget,
+                request_sequence_start=self._rss,
+            )
+        )
+        for message in self._transcript:
+            self._emit(
+                MessageAcceptedEvent(sequence=len(self._events), at=self._now, message=message)
+            )
+        misuse: _Misuse | None = None
+        try:
+            yield from self._steps()
+        except _Finish as finish:
+            outcome = finish
+        except _Cancelled as cancelled:
+            reply = cancelled.cancel
+            reason = reply.reason or self._pause_reason or "cancelled"
+            outcome = _Finish("cancelled", reason, reply=reply)
+        except _Misuse as exc:
+            misuse = exc
+            outcome = _failed(CALLER_PROTOCOL_ERROR, exc.message, exc.reply)
+        result = self._finish(outcome)
+        if misuse is not None:
+            raise CallerProtocolError(misuse.message)
+        return result
+
+    def _finish_invalid(self, problem: str) -> RunResult:
+        self._set(Input.FINISH)
+        error = RunError(INVALID_TRANSCRIPT, f"invalid transcript: {problem}")
+        result = RunResult(
+            status="failed",
+            final_text=None,
+            messages=(),
+            steps=0,
+            max_steps=self._max_steps,
+            error=error,
+            reason=INVALID_TRANSCRIPT,
+        )
+        self._result = result
+        self._emit(
+            RunFinishedEvent(
+                sequence=0,
+                at=self._now,
+                status="failed",
+                max_steps=self._max_steps,
+                error=error,
+                reason=INVALID_TRANSCRIPT,
+            )
+        )
+        return result
+
+    def _finish(self, outcome: _Finish) -> RunResult:
+        self._set(Input.FINISH)
+        self._pending = None
+        status, reason, error = outcome.status, outcome.reason, outcome.error
+        if error is not None:
+            self._observe_quietly("on_error", {"code": error.code, "message": error.message})
+        try:
+            self._observe(
+                "on_complete",
+                {
+                    "status": status,
+                    "reason": reason,
+                    "final_text": outcome.final_text,
+                    "steps": self._step,
+                },
+            )
+        except _Finish as late:
+            if error is None:  # the first failure wins
+                status, reason, error = late.status, late.reason, late.error
+                assert error is not None
+                self._observe_quietly("on_error", {"code": error.code, "message": error.message})
+        step = self._step
+        sequence = len(self._events)
+        self._emit(
+            SessionCompleteEvent(
+                sequence=sequence, at=self._now, step=step, status=status, reason=reason
+            )
+        )
+        final_text = outcome.final_text if status == "completed" else None
+        result = RunResult(
+            status=status,
+            final_text=final_text,
+            messages=tuple(self._transcript),
+            steps=step,
+            max_steps=self._max_steps,
+            error=error,
+            usage=self._usage,
+            reason=reason,
+        )
+        self._result = result
+        self._emit(
+            RunFinishedEvent(
+                sequence=sequence + 1,
+                at=self._now,
+                step=step,
+                status=status,
+                final_text=final_text,
+                steps=step,
+                max_steps=self._max_steps,
+                error=error,
+                usage=self._usage,
+                reason=reason,
+                reply=outcome.reply,
+            )
+        )
+        return result
+
+    def _observe_quietly(self, topic: str, payload: dict[str, Any]) -> None:
+        # The run already failed; a failing on_error hook cannot make it fail more.
+        with contextlib.suppress(_Finish):
+            self._observe(topic, payload)
+
+    # ------------------------------------------------------------------ steps
+
+    def _steps(self) -> Generator[Effect, Any, None]:
+        hooks = self._hooks
+        while True:
+            budget = self._budget
+            if (
+                budget is not None
+                and budget.max_turns is not None
+                and self._turns >= budget.max_turns
+            ):
+                yield from self._budget_pause("turns")
+            step = self._step + 1
+            if "before_step" in hooks:
+                try:
+                    outcome = self._hook("before_step", {"step": step})
+                except HookAbort as exc:
+                    raise _failed(HOOK_ABORT, f"before_step hook aborted: {exc.reason}") from exc
+                if outcome is SKIP:
+                    raise _Finish("completed", "skipped_by_hook")
+                if outcome is not None:
+                    raise _failed(HOOK_ERROR, f"before_step hook returned {outcome!r}")
+            self._step = step
+            self._turns += 1
+            self._set(Input.START_STEP)
+            request_id = f"request-{self._rss + step:03d}"
+            self._emit(
+                StepStartEvent(
+                    sequence=len(self._events), at=self._now, step=step, request_id=request_id
+                )
+            )
+            request = self._make_request(request_id, step)
+            response = yield from self._plan(request)
+            content, stop_reason = response.content, response.stop_reason
+            if "after_plan" in hooks:
+                content, stop_reason = self._after_plan(request, response)
+            message = AssistantMessage(f"message-{response.id}", content)
+            self._transcript.append(message)
+            self._message_ids.add(message.id)
+            calls = [block for block in content if type(block) is ToolCall]
+            self._call_ids.update(call.id for call in calls)
+            if response.usage is not None:
+                self._usage = self._usage + response.usage
+            self._emit(
+                PlanCommitEvent(
+                    sequence=len(self._events), at=self._now, step=step, message=message
+                )
+            )
+            if not calls:  # stop, or a text-only length response
+                self._end_step(step)
+                raise _Finish(
+                    "completed",
+                    "goal_met" if stop_reason == "stop" else "length",
+                    final_text=text_from_assistant(message),
+                )
+            self._set(Input.COMMIT_TOOLS)
+            yield from self._check_wall()
+            truncated = stop_reason == "length"
+            for call in calls:
+                yield from self._run_call(call, step, truncated)
+            self._set(Input.END_BATCH)
+            self._end_step(step)
+            if step >= self._max_steps:
+                raise _Finish("max_steps", "no_more_steps")
+
+    def _end_step(self, step: int) -> None:
+        self._emit(StepEndEvent(sequence=len(self._events), at=self._now, step=step))
+        if "after_step" in self._hooks:
+            self._observe("after_step", {"step": step})
+
+    def _make_request(self, request_id: str, step: int) -> ModelRequest:
+        messages: Sequence[Message] = TranscriptView(self._transcript, len(self._transcript))
+        system = self._system
+        if "before_plan" in self._hooks:
+            payload: dict[str, Any] = {
+                "step": step,
+                "request_id": request_id,
+                "messages": messages,
+                "system": system,
+            }
+            try:
+                outcome = self._hook("before_plan", payload)
+            except HookAbort as exc:
+                raise _failed(HOOK_ABORT, f"before_plan hook aborted: {exc.reason}") from exc
+            if outcome is not None:
+                raise _failed(HOOK_ERROR, f"before_plan hook returned {outcome!r}")
+            if payload["messages"] is not messages:
+                rewritten = payload["messages"]
+                if not isinstance(rewritten, (list, tuple, TranscriptView)) or not all(
+                    type(m) in _MESSAGE_TYPES for m in rewritten
+                ):
+                    raise _failed(
+                        HOOK_ERROR,
+                        "before_plan hook set 'messages' to something not a "
+                        "list of UserMessage/AssistantMessage/ToolResultMessage",
+                    )
+                messages = tuple(rewritten)
+            system = payload["system"]
+            if system is not None and type(system) is not str:
+                raise _failed(HOOK_ERROR, "before_plan hook set 'system' to a non-str")
+        return ModelRequest(request_id, step, messages, self._specs, system)
+
+    # ------------------------------------------------------------------ planning
+
+    def _plan(self, request: ModelRequest) -> Generator[Effect, Any, ModelResponse]:
+        """Collect chunks and the final response for ``request``; validate them."""
+        step = request.step
+        chunks = 0
+        text_points = 0
+        streamed: list[str | Block] = []  # text deltas merged; other blocks as boundaries
+        parts: list[str] = []  # the text run being merged
+        while True:
+            reply = yield from self._ask(request)
+            if type(reply) is ModelChunk:
+                where = f"step {step}, chunk {chunks + 1}"
+                if reply.request_id != request.id:
+                    raise _failed(
+                        MODEL_PROTOCOL_ERROR,
+                        f"{where}: chunk names request {reply.request_id!r}, "
+                        f"but the active request is {request.id!r}",
+                        reply,
+                    )
+                chunks += 1
+                if chunks > MAX_CHUNKS_PER_STEP:
+                    raise _failed(
+                        MODEL_PROTOCOL_ERROR,
+                        f"{where}: more than MAX_CHUNKS_PER_STEP ({MAX_CHUNKS_PER_STEP}) chunks",
+                        reply,
+                    )
+                block = reply.block
+                if type(block) is TextBlock:
+                    text_points += len(block.text)
+                    parts.append(block.text)
+                else:
+                    if parts:
+                        streamed.append("".join(parts))
+                        parts = []
+                    if type(block) is ThinkingBlock:
+                        text_points += len(block.text)
+                    elif type(block) is ToolCall:
+                        _, semantic = arguments_problems(block.arguments)
+                        if semantic is not None:
+                            raise _failed(
+                                MODEL_PROTOCOL_ERROR,
+                                f"{where}: tool call {block.id!r} arguments: {semantic}",
+                                reply,
+                            )
+                    streamed.append(block)
+                if text_points > MAX_STEP_TEXT_CODE_POINTS:
+                    raise _failed(
+                        MODEL_PROTOCOL_ERROR,
+                        f"{where}: streamed text exceeds MAX_STEP_TEXT_CODE_POINTS "
+                        f"({MAX_STEP_TEXT_CODE_POINTS})",
+                        reply,
+                    )
+                self._emit(
+                    ModelChunkEvent(
+                        sequence=len(self._events), at=self._now, step=step, chunk=reply
+                    )
+                )
+            elif type(reply) is ModelResponse or type(reply) is ModelFailure:
+                self._emit(
+                    PlanDraftEvent(sequence=len(self._events), at=self._now, step=step, reply=reply)
+                )
+                if reply.request_id != request.id:
+                    raise _failed(
+                        MODEL_PROTOCOL_ERROR,
+                        f"step {step}: {type(reply).__name__} names request {reply.request_id!r}, "
+                        f"but the active request is {request.id!r}",
+                    )
+                if type(reply) is ModelFailure:
+                    code = reply.code if reply.code in _FAILURE_CODES else MODEL_ERROR
+                    raise _failed(code, f"step {step}: model call failed: {reply.message}")
+                assert type(reply) is ModelResponse
+                problem = self._response_problem(reply)
+                if problem is None and chunks:
+                    if parts:
+                        streamed.append("".join(parts))
+                    problem = _stream_mismatch(streamed, reply.content)
+                if problem is not None:
+                    raise _failed(MODEL_PROTOCOL_ERROR, f"step {step}: {problem}")
+                if reply.stop_reason == "error":
+                    raise _failed(
+                        MODEL_ERROR, f"step {step}: the model stopped with reason 'error'"
+                    )
+                return reply
+            else:
+                raise self._misuse(
+                    reply, request, "ModelChunk, ModelResponse, ModelFailure or Cancel"
+                )
+
+    def _response_problem(self, response: ModelResponse) -> str | None:
+        if response.stop_reason not in STOP_REASONS:
+            return f"unknown stop reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
+        if not response.id:
+            return "response id is empty"
+        if f"message-{response.id}" in self._message_ids:
+            return f"response id {response.id!r} was already used (message-{response.id})"
+        return self._content_problem(response.content, response.stop_reason)
+
+    def _content_problem(self, content: tuple[Block, ...], stop_reason: str) -> str | None:
+        if len(content) > MAX_ASSISTANT_BLOCKS:
+            return f"{len(content)} blocks exceed MAX_ASSISTANT_BLOCKS ({MAX_ASSISTANT_BLOCKS})"
+        text_points = 0
+        seen: set[str] = set()
+        for index, block in enumerate(content):
+            kind = type(block)
+            if kind is ToolCall:
+                call: ToolCall = block  # type: ignore[assignment]
+                where = f"content[{index}] (tool call {call.id!r})"
+                if not call.id:
+                    return f"content[{index}]: tool call id is empty"
+                if not call.name:
+                    return f"{where}: tool name is empty"
+                if call.id in seen or call.id in self._call_ids:
+                    return f"{where}: tool call id is not unique"
+                if f"tool-result-{call.id}" in self._message_ids:
+                    return f"{where}: its result id tool-result-{call.id} is already taken"
+                seen.add(call.id)
+                _, semantic = arguments_problems(call.arguments)
+                if semantic is not None:
+                    return f"{where} arguments: {semantic}"
+            else:
+                text_points += len(block.text)  # type: ignore[union-attr]
+        if text_points > MAX_STEP_TEXT_CODE_POINTS:
+            return f"text exceeds MAX_STEP_TEXT_CODE_POINTS ({MAX_STEP_TEXT_CODE_POINTS})"
+        if stop_reason == "stop" and seen:
+            return "stop reason 'stop' but the response contains tool calls"
+        if stop_reason == "tool_call" and not seen:
+            return "stop reason 'tool_call' but the response contains no tool call"
+        return None
+
+    def _after_plan(
+        self, request: ModelRequest, response: ModelResponse
+    ) -> tuple[tuple[Block, ...], str]:
+        payload: dict[str, Any] = {
+            "step": request.step,
+            "request_id": request.id,
+            "response_id": response.id,
+            "content": list(response.content),
+            "stop_reason": response.stop_reason,
+        }
+        try:
+            outcome = self._hook("after_plan", payload)
+        except HookAbort as exc:
+            raise _failed(HOOK_ABORT, f"after_plan hook aborted: {exc.reason}") from exc
+        if outcome is not None:
+            raise _failed(HOOK_ERROR, f"after_plan hook returned {outcome!r}")
+        content, stop_reason = payload["content"], payload["stop_reason"]
+        if not isinstance(content, (list, tuple)):
+            raise _failed(HOOK_ERROR, "after_plan hook set 'content' to a non-list")
+        content = tuple(content)
+        if content == response.content and stop_reason == response.stop_reason:
+            return response.content, response.stop_reason
+        problem = reply_problem(ModelResponse(request.id, response.id, content, stop_reason))
+        if problem is None:
+            if stop_reason not in STOP_REASONS or stop_reason == "error":
+                problem = f"stop reason {stop_reason!r} is not stop, tool_call or length"
+            else:
+                problem = self._content_problem(content, stop_reason)
+        if problem is not None:
+            raise _failed(HOOK_ERROR, f"after_plan hook produced an invalid plan: {problem}")
+        return content, stop_reason
+
+    # ------------------------------------------------------------------ tools
+
+    def _run_call(self, call: ToolCall, step: int, truncated: bool) -> Generator[Effect, Any, None]:
+        budget = self._budget
+        if (
+            budget is not None
+            and budget.max_tool_calls is not None
+            and self._tool_calls >= budget.max_tool_calls
+        ):
+            yield from self._budget_pause("tool_calls")
+        self._tool_calls += 1
+        spec = self._spec_by_name.get(call.name)
+        loop_error: str | None = None
+        if truncated:
+            loop_error = "truncated; re-issue the call"
+        elif spec is None:
+            known = ", ".join(sorted(self._spec_by_name)) or "none"
+            loop_error = f"unknown tool {call.name!r}; available tools: {known}"
+        else:
+            if "before_tool_call" in self._hooks:
+                call, loop_error = yield from self._before_tool_call(call, step)
+            if loop_error is None and spec.requires_approval:
+                call, loop_error = yield from self._approval(call, "approval", None)
+        self._emit(ToolCallEvent(sequence=len(self._events), at=self._now, step=step, call=call))
+        reply: ToolResult | None = None
+        if loop_error is not None:
+            content, is_error = loop_error, True
+        else:
+            self._set(Input.REQUEST_TOOL)
+            effect = ToolRequest(call, step)
+            answer = yield from self._ask(effect)
+            if type(answer) is not ToolResult:
+                raise self._misuse(answer, effect, f"ToolResult(call_id={call.id!r}) or Cancel")
+            reply = answer
+            if reply.call_id != call.id:
+                raise _Misuse(
+                    f"send() got ToolResult for call {reply.call_id!r} while the ToolRequest "
+                    f"for call {call.id!r} was pending",
+                    reply,
+                )
+            self._set(Input.RECEIVE_RESULT)
+            content, is_error = reply.content, reply.is_error
+        if "after_tool_call" in self._hooks:
+            content, is_error = self._after_tool_call(call, step, content, is_error)
+        message = ToolResultMessage(f"tool-result-{call.id}", call.id, call.name, content, is_error)
+        self._transcript.append(message)
+        self._message_ids.add(message.id)
+        event_type = ToolErrorEvent if is_error else ToolResultEvent
+        self._emit(
+            event_type(
+                sequence=len(self._events), at=self._now, step=step, message=message, reply=reply
+            )
+        )
+        if reply is not None:
+            yield from self._check_wall()
+
+    def _before_tool_call(
+        self, call: ToolCall, step: int
+    ) -> Generator[Effect, Any, tuple[ToolCall, str | None]]:
+        arguments = _copy_json(call.arguments)
+        payload: dict[str, Any] = {
+            "step": step,
+            "tool_call_id": call.id,
+            "tool_name": call.name,
+            "arguments": arguments,
+        }
+        try:
+            outcome = self._hook("before_tool_call", payload)
+        except HookAbort as exc:
+            return call, f"hook_abort:{exc.reason}"
+        if outcome is SKIP:
+            return call, "skipped"
+        edited = payload["arguments"]
+        if edited is not arguments or edited != call.arguments:
+            structural, semantic = arguments_problems(edited)
+            if structural or semantic:
+                raise _failed(
+                    HOOK_ERROR,
+                    f"before_tool_call hook set invalid arguments for call {call.id!r}: "
+                    f"{structural or semantic}",
+                )
+            call = ToolCall(call.id, call.name, _copy_json(edited))
+        if type(outcome) is PauseRequest:
+            if json_problem(outcome.payload) is not None:
+                raise _failed(HOOK_ERROR, "before_tool_call PauseRequest.payload is not plain JSON")
+            return (yield from self._approval(call, outcome.reason, outcome.payload))
+        return call, None
+
+    def _approval(
+        self, call: ToolCall, reason: str, extra: Any
+    ) -> Generator[Effect, Any, tuple[ToolCall, str | None]]:
+        """Pause before ``call`` and act on the decision in ``Resume.payload``."""
+        payload: dict[str, Any] = {}
+        if isinstance(extra, dict):
+            payload.update(extra)
+        elif extra is not None:
+            payload["detail"] = extra
+        payload["call"] = {
+            "id": call.id,
+            "name": call.name,
+            "arguments": _copy_json(call.arguments),
+        }
+        resume = yield from self._pause(reason, payload)
+        decision = resume.payload
+        if type(decision) is not dict or type(decision.get("approved")) is not bool:
+            raise _Misuse(
+                f"Resume.payload for a {reason!r} pause must be a dict with a bool 'approved', "
+                f"got {decision!r}",
+                resume,
+            )
+        if not decision["approved"]:
+            message = decision.get("message")
+            return call, message if type(message) is str and message else "denied"
+        if "arguments" in decision:
+            structural, semantic = arguments_problems(decision["arguments"])
+            if structural or semantic:
+                return call, f"invalid edited arguments: {structural or semantic}"
+            call = ToolCall(call.id, call.name, _copy_json(decision["arguments"]))
+        return call, None
+
+    def _after_tool_call(
+        self, call: ToolCall, step: int, content: str, is_error: bool
+    ) -> tuple[str, bool]:
+        payload: dict[str, Any] = {
+            "step": step,
+            "tool_call_id": call.id,
+            "tool_name": call.name,
+            "arguments": _copy_json(call.arguments),
+            "content": content,
+            "is_error": is_error,
+        }
+        self._observe("after_tool_call", payload)
+        content, is_error = payload["content"], payload["is_error"]
+        if type(content) is not str or type(is_error) is not bool:
+            raise _failed(
+                HOOK_ERROR,
+                "after_tool_call hook set 'content' to a non-str or 'is_error' to a non-bool",
+            )
+        return content, is_error
+
+    # ------------------------------------------------------------------ pauses and budget
+
+    def _check_wall(self) -> Generator[Effect, Any, None]:
+        budget = self._budget
+        if (
+            budget is not None
+            and budget.max_wall_seconds is not None
+            and self._now is not None
+            and self._wall_start is not None
+            and self._now - self._wall_start >= budget.max_wall_seconds
+        ):
+            yield from self._budget_pause("wall_clock")
+
+    def _budget_pause(self, limit: str) -> Generator[Effect, Any, None]:
+        budget = self._budget
+        assert budget is not None
+        usage = self.budget_usage
+        if "on_budget_exceeded" in self._hooks:
+            self._observe(
+                "on_budget_exceeded",
+                {
+                    "limit": limit,
+                    "usage": msgspec.to_builtins(usage),
+                    "budget": msgspec.to_builtins(budget),
+                },
+            )
+        self._emit(
+            BudgetWarnEvent(
+                sequence=len(self._events),
+                at=self._now,
+                step=self._step,
+                limit=limit,
+                usage=usage,
+                budget=budget,
+            )
+        )
+        yield from self._pause(
+            f"budget_exceeded:{limit}", {"limit": limit, "usage": msgspec.to_builtins(usage)}
+        )
+        # Resuming from a budget pause resets the counters.
+        self._turns = 0
+        self._tool_calls = 0
+        self._wall_start = self._now
+
+    def _pause(self, reason: str, payload: Any) -> Generator[Effect, Any, Resume]:
+        self._emit(
+            SessionPauseEvent(
+                sequence=len(self._events),
+                at=self._now,
+                step=self._step,
+                reason=reason,
+                payload=payload,
+            )
+        )
+        if "on_pause" in self._hooks:
+            self._observe("on_pause", {"reason": reason, "payload": _copy_json(payload)})
+        resume_to = self._state
+        self._set(Input.PAUSE)
+        self._pause_reason = reason
+        effect = Pause(reason, payload)
+        reply = yield from self._ask(effect)
+        if type(reply) is not Resume:
+            raise self._misuse(reply, effect, "Resume or Cancel")
+        self._pause_reason = None
+        self._emit(
+            SessionResumeEvent(
+                sequence=len(self._events), at=self._now, step=self._step, reply=reply
+            )
+        )
+        if reply.budget is not None:
+            self._budget = reply.budget
+        self._set(RESUME_INPUT[resume_to])
+        return reply
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _copy_json(value: Any) -> Any:
+    """A deep copy of plain JSON data (hooks never alias the loop's own data)."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _copy_json(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_copy_json(item) for item in value]
+    return value
+
+
+def _normalize(content: Iterable[Block]) -> list[str | Block]:
+    out: list[str | Block] = []
+    parts: list[str] = []
+    for block in content:
+        if type(block) is TextBlock:
+            parts.append(block.text)
+        else:
+            if parts:
+                out.append("".join(parts))
+                parts = []
+            out.append(block)
+    if parts:
+        out.append("".join(parts))
+    return out
+
+
+def _stream_mismatch(streamed: list[str | Block], content: tuple[Block, ...]) -> str | None:
+    """Compare the merged stream with the merged final content; describe the first difference."""
+    final = _normalize(content)
+    for index, (got, want) in enumerate(zip(streamed, final, strict=False)):
+        if got != want:
+            return (
+                f"streamed chunks disagree with the final response at normalized block {index}: "
+                f"streamed {_short(got)}, final {_short(want)}"
+            )
+    if len(streamed) != len(final):
+        return (
+            f"streamed chunks make {len(streamed)} normalized blocks, "
+            f"the final response {len(final)}"
+        )
+    return None
+
+
+def _short(item: str | Block) -> str:
+    if type(item) is str:
+        text = item if len(item) <= 40 else item[:37] + "..."
+        return f"text {text!r}"
+    if type(item) is ToolCall:
+        return f"tool call {item.id!r} ({item.name})"
+    return type(item).__name__

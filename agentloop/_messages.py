@@ -118,12 +118,10 @@ def validate_transcript(messages: Iterable[Message]) -> None:
             raise ValueError(f"messages[{index}]: duplicate message id {message.id!r}")
         seen_ids.add(message.id)
         if kind is AssistantMessage:
-            for block in message.content:  # type: ignore[union-attr]
+            for block in message.content:
                 if type(block) is ToolCall:
                     if block.id in open_calls or block.id in answered:
-                        raise ValueError(
-                            f"messages[{index}]: duplicate tool call id {block.id!r}"
-                        )
+                        raise ValueError(f"messages[{index}]: duplicate tool call id {block.id!r}")
                     open_calls[block.id] = block.name
         elif kind is ToolResultMessage:
             call_id = message.tool_call_id  # type: ignore[union-attr]

@@ -1,0 +1,222 @@
+"""Checks on what enters the loop: replies' shapes, tool arguments, model responses.
+
+Two kinds of problem are kept apart, because they are different people's fault:
+
+- *structural* problems (a field of the wrong Python type, a value JSON cannot
+  represent, such as a ``set``) mean the code driving the loop built a bad reply:
+  caller misuse. Such a reply cannot even be written to the log faithfully, so the
+  loop records an ``UnrecognizedReply`` describing it instead.
+- *semantic* problems (limits, non-finite numbers, ids, chunk/final mismatch) are
+  the model's: the run fails with ``MODEL_PROTOCOL_ERROR`` and the reply is logged
+  as received.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._budget import Budget
+from ._limits import (
+    MAX_ARGUMENT_DEPTH,
+    MAX_ARGUMENT_ENTRIES,
+    MAX_ARGUMENT_STRING_CODE_POINTS,
+    MAX_ARGUMENT_VALUES,
+)
+from ._messages import TextBlock, ThinkingBlock, ToolCall
+from ._protocol import (
+    Cancel,
+    ModelChunk,
+    ModelFailure,
+    ModelResponse,
+    Resume,
+    ToolResult,
+    UnrecognizedReply,
+    Usage,
+)
+
+__all__ = ["arguments_problems", "json_problem", "reply_problem"]
+
+_INT_MIN = -(2**63)
+_INT_END = 2**64  # msgspec encodes int64 and uint64
+
+
+def arguments_problems(arguments: object) -> tuple[str | None, str | None]:
+    """Inspect tool-call arguments; return ``(structural, semantic)`` problems.
+
+    Structural: not a dict, a non-string key, a value of a type JSON has no form
+    for. Semantic: the limits of DESIGN §8 (depth, values, entries, code points),
+    non-finite floats and integers outside the 64-bit range.
+    Each is a message naming the rule and the path (``$.a[2].b``), or ``None``.
+    """
+    if type(arguments) is not dict:
+        return f"arguments must be a JSON object (dict), got {type(arguments).__name__}", None
+    semantic: str | None = None
+    values = entries = code_points = deepest = 0
+    deepest_path = "$"
+    stack: list[tuple[Any, int, str]] = [(arguments, 1, "$")]
+    pop, push = stack.pop, stack.append
+    while stack:
+        value, depth, path = pop()
+        values += 1
+        kind = type(value)
+        if kind is str:
+            code_points += len(value)
+        elif kind is dict:
+            if depth > deepest:
+                deepest, deepest_path = depth, path
+            entries += len(value)
+            for key, item in value.items():
+                if type(key) is not str:
+                    return f"{path}: object key {key!r} is not a string", None
+                code_points += len(key)
+                push((item, depth + 1, f"{path}.{key}"))
+        elif kind is list or kind is tuple:
+            if depth > deepest:
+                deepest, deepest_path = depth, path
+            entries += len(value)
+            for index, item in enumerate(value):
+                push((item, depth + 1, f"{path}[{index}]"))
+        elif kind is float:
+            if semantic is None and not math.isfinite(value):
+                semantic = f"{path}: {value!r} is not a finite number"
+        elif kind is int:
+            if semantic is None and not _INT_MIN <= value < _INT_END:
+                semantic = f"{path}: integer {value} is outside the 64-bit range"
+        elif kind is not bool and value is not None:
+            return f"{path}: {kind.__name__} is not a JSON value", None
+    if semantic is not None:
+        return None, semantic
+    if deepest > MAX_ARGUMENT_DEPTH:
+        return None, (
+            f"nesting depth {deepest} at {deepest_path} exceeds "
+            f"MAX_ARGUMENT_DEPTH ({MAX_ARGUMENT_DEPTH})"
+        )
+    if values > MAX_ARGUMENT_VALUES:
+        return None, (
+            f"{values} values exceed MAX_ARGUMENT_VALUES ({MAX_ARGUMENT_VALUES}, root included)"
+        )
+    if entries > MAX_ARGUMENT_ENTRIES:
+        return None, (
+            f"{entries} object fields and array elements exceed "
+            f"MAX_ARGUMENT_ENTRIES ({MAX_ARGUMENT_ENTRIES})"
+        )
+    if code_points > MAX_ARGUMENT_STRING_CODE_POINTS:
+        return None, (
+            f"{code_points} code points in keys and strings exceed "
+            f"MAX_ARGUMENT_STRING_CODE_POINTS ({MAX_ARGUMENT_STRING_CODE_POINTS})"
+        )
+    return None, None
+
+
+def json_problem(value: object, path: str = "$") -> str | None:
+    """Why ``value`` is not plain, finite JSON (or ``None`` when it is)."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            for key, sub in item.items():
+                if type(key) is not str:
+                    return f"{where}: object key {key!r} is not a string"
+                stack.append((sub, f"{where}.{key}"))
+        elif kind is list or kind is tuple:
+            stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
+        elif kind is float:
+            if not math.isfinite(item):
+                return f"{where}: {item!r} is not a finite number"
+        elif kind is int:
+            if not _INT_MIN <= item < _INT_END:
+                return f"{where}: integer {item} is outside the 64-bit range"
+        elif kind is not str and kind is not bool and item is not None:
+            return f"{where}: {kind.__name__} is not a JSON value"
+    return None
+
+
+def _block_problem(block: object, where: str) -> str | None:
+    kind = type(block)
+    if kind is TextBlock:
+        if type(block.text) is not str:  # type: ignore[attr-defined]
+            return f"{where}.text must be a str"
+    elif kind is ToolCall:
+        if type(block.id) is not str or type(block.name) is not str:  # type: ignore[attr-defined]
+            return f"{where}: ToolCall.id and .name must be str"
+        structural, _ = arguments_problems(block.arguments)  # type: ignore[attr-defined]
+        if structural is not None:
+            return f"{where}: ToolCall {block.id!r} {structural}"  # type: ignore[attr-defined]
+    elif kind is ThinkingBlock:
+        if type(block.text) is not str or (  # type: ignore[attr-defined]
+            block.signature is not None and type(block.signature) is not str  # type: ignore[attr-defined]
+        ):
+            return f"{where}: ThinkingBlock.text must be a str and .signature a str or None"
+    else:
+        return f"{where} must be a TextBlock, ThinkingBlock or ToolCall, got {kind.__name__}"
+    return None
+
+
+def _str_fields(reply: object, *names: str) -> str | None:
+    for name in names:
+        value = getattr(reply, name)
+        if type(value) is not str:
+            return f"{type(reply).__name__}.{name} must be a str, got {type(value).__name__}"
+    return None
+
+
+def reply_problem(reply: object) -> str | None:
+    """A structural problem with something sent into the loop, or ``None``.
+
+    Checks the Python types of every field (msgspec Structs don't check types on
+    construction) and that ``at`` is ``None`` or a number. A non-finite ``at`` is
+    not structural (it is checked by the engine, and the reply still logged).
+    """
+    kind = type(reply)
+    if kind is ModelChunk:
+        problem = _str_fields(reply, "request_id")
+        if problem is None:
+            problem = _block_problem(reply.block, "ModelChunk.block")  # type: ignore[attr-defined]
+    elif kind is ModelResponse:
+        problem = _str_fields(reply, "request_id", "id", "stop_reason")
+        if problem is None:
+            content = reply.content  # type: ignore[attr-defined]
+            if type(content) is not tuple:
+                problem = f"ModelResponse.content must be a tuple, got {type(content).__name__}"
+            else:
+                for index, block in enumerate(content):
+                    problem = _block_problem(block, f"ModelResponse.content[{index}]")
+                    if problem is not None:
+                        break
+        if problem is None:
+            usage = reply.usage  # type: ignore[attr-defined]
+            if usage is not None and (
+                type(usage) is not Usage
+                or type(usage.input_tokens) is not int
+                or type(usage.output_tokens) is not int
+                or usage.input_tokens < 0
+                or usage.output_tokens < 0
+            ):
+                problem = "ModelResponse.usage must be None or a Usage of non-negative ints"
+    elif kind is ModelFailure:
+        problem = _str_fields(reply, "request_id", "message", "code")
+    elif kind is ToolResult:
+        problem = _str_fields(reply, "call_id", "content")
+        if problem is None and type(reply.is_error) is not bool:  # type: ignore[attr-defined]
+            problem = "ToolResult.is_error must be a bool"
+    elif kind is Resume:
+        problem = json_problem(reply.payload, "Resume.payload")  # type: ignore[attr-defined]
+        budget = reply.budget  # type: ignore[attr-defined]
+        if problem is None and budget is not None and type(budget) is not Budget:
+            problem = f"Resume.budget must be a Budget or None, got {type(budget).__name__}"
+    elif kind is Cancel:
+        problem = _str_fields(reply, "reason")
+    elif kind is UnrecognizedReply:
+        problem = _str_fields(reply, "description")
+    else:
+        return (
+            "send() expects a reply (ModelChunk, ModelResponse, ModelFailure, ToolResult, "
+            f"Resume or Cancel), got {kind.__name__}"
+        )
+    if problem is None:
+        at = reply.at  # type: ignore[attr-defined]
+        if at is not None and type(at) is not float and type(at) is not int:
+            problem = f"{kind.__name__}.at must be a number or None, got {type(at).__name__}"
+    return problem
