@@ -10,8 +10,9 @@ batteries-included sync driver.
 """
 
 from ._budget import BUDGET_LIMITS, Budget, BudgetUsage
+from ._codec import decode_event, encode_event
 from ._driver import CancelToken, Model, run
-from ._engine import AgentLoop, agent_loop
+from ._engine import AgentLoop, TranscriptView, agent_loop
 from ._errors import (
     CALLER_PROTOCOL_ERROR,
     ERROR_CODES,
@@ -171,12 +172,15 @@ __all__ = [
     "ToolResultEvent",
     "ToolResultMessage",
     "ToolSpec",
+    "TranscriptView",
     "UnrecognizedReply",
     "Usage",
     "UserMessage",
     "__version__",
     "agent_loop",
     "close_dangling_calls",
+    "decode_event",
+    "encode_event",
     "run",
     "text_from_assistant",
     "tool",

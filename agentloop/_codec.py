@@ -1,5 +1,182 @@
-"""PLACEHOLDER (owned by the replay helper): encode_event, decode_event."""
+"""The canonical byte encoding of events: one compact msgspec JSON object per event.
+
+:func:`encode_event` / :func:`decode_event` are what the log files of the ``replay``
+package are made of, and what replay compares (byte for byte) to decide whether a
+regenerated event is the recorded one. One reused :class:`msgspec.json.Encoder` and
+one typed :class:`msgspec.json.Decoder` for the :data:`~agentloop.Event` union do
+all the work on the fast path.
+
+Values JSON cannot hold
+-----------------------
+JSON has no NaN or infinities, and JSON readers disagree about integers outside
+the 64-bit range (``-2**63 <= n < 2**64``: int64 and uint64, what msgspec and the
+loop accept). The loop validates every value it *makes* or *accepts*, so
+such values can only reach the log inside a reply recorded as received: the tool
+arguments, usage or ``at`` of a ``plan.draft`` reply (a model response the loop is
+about to reject) and the reply recorded in a failed ``run.finished`` (an invalid
+chunk or a misused reply). The log must still hold them exactly, or it could not
+replay its own failure (DESIGN §7). So, for those two event types only, the
+encoder walks the event and, if it finds such a value, writes a tagged object in
+its place::
+
+    NaN            -> {"$float": "nan"}
+    +inf / -inf    -> {"$float": "inf"} / {"$float": "-inf"}
+    2**70          -> {"$int": "1180591620717411303424"}
+
+and a dict that would read as a tag (exactly one key, one of ``$float``, ``$int``,
+``$dict``) is escaped as ``{"$dict": {...}}`` so a model that really sent
+``{"$int": "1"}`` as arguments gets exactly that back. Decoding undoes this only
+for those two event types and only when the line contains ``{"$`` (the start of
+an object whose first key begins with ``$``), so ordinary events never pay for it.
+Every other event is encoded as msgspec encodes it.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+from typing import Any, Final
+
+import msgspec
+
+from ._events import Event, PlanDraftEvent, RunFinishedEvent
+
+__all__ = ["decode_event", "encode_event"]
+
+_INT_MIN: Final = -(2**63)
+_INT_END: Final = 2**64  # msgspec (and the loop) accept int64 and uint64
+_TAG_FLOAT: Final = "$float"
+_TAG_INT: Final = "$int"
+_TAG_DICT: Final = "$dict"
+_TAGS: Final = frozenset((_TAG_FLOAT, _TAG_INT, _TAG_DICT))
+_FLOAT_NAMES: Final = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_MARK_BYTES: Final = b'{"$'
+_MARK_STR: Final = '{"$'
+_TAGGED_TYPES: Final = frozenset((PlanDraftEvent.type, RunFinishedEvent.type))
+
+_encoder = msgspec.json.Encoder()
+_decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
+_encode = _encoder.encode
+_decode = _decoder.decode
+
+
+def encode_event(event: Event) -> bytes:
+    """Encode one event as compact JSON (no trailing newline).
+
+    The result is canonical: encoding the decoded event gives the same bytes.
+
+    Raises:
+        TypeError: ``event`` holds a value msgspec cannot encode (a bug in
+            whatever built the event; events made by the loop always encode).
+
+    >>> from agentloop import StepEndEvent
+    >>> encode_event(StepEndEvent(sequence=3, at=None, step=1))
+    b'{"type":"step.end","sequence":3,"at":null,"step":1}'
+    """
+    cls = event.__class__
+    if (cls is PlanDraftEvent or cls is RunFinishedEvent) and _needs_tags(event):
+        return _encode(_tag(msgspec.to_builtins(event)))
+    return _encode(event)
+
+
+def decode_event(data: bytes | str) -> Event:
+    """Decode one event encoded by :func:`encode_event`.
+
+    Raises:
+        msgspec.DecodeError: ``data`` is not JSON.
+        msgspec.ValidationError: ``data`` is JSON but not a known event (unknown
+            ``type``, a missing field, a field of the wrong type, a bad tag).
+
+    >>> decode_event(b'{"type":"step.end","sequence":3,"at":null,"step":1}')
+    StepEndEvent(sequence=3, at=None, step=1)
+    """
+    if (_MARK_BYTES if data.__class__ is bytes else _MARK_STR) in data:  # type: ignore[operator]
+        return _decode_marked(data)
+    return _decode(data)
+
+
+def _decode_marked(data: bytes | str) -> Event:
+    raw = msgspec.json.decode(data)
+    if type(raw) is dict and raw.get("type") in _TAGGED_TYPES:
+        event: Event = msgspec.convert(_untag(raw), Event)
+        return event
+    return _decode(data)
+
+
+# --------------------------------------------------------------------------- walking
+
+
+def _needs_tags(value: Any) -> bool:
+    """Whether ``value`` holds anything :func:`_tag` would rewrite."""
+    cls = value.__class__
+    if cls is float:
+        return not math.isfinite(value)
+    if cls is int:
+        return not _INT_MIN <= value < _INT_END
+    if cls is str or cls is bool or value is None:
+        return False
+    if cls is dict:
+        if len(value) == 1 and next(iter(value)) in _TAGS:
+            return True
+        return any(_needs_tags(v) for v in value.values())
+    if cls is list or cls is tuple:
+        return any(_needs_tags(v) for v in value)
+    fields = getattr(cls, "__struct_fields__", None)
+    if fields is not None:
+        return any(_needs_tags(getattr(value, name)) for name in fields)
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return not _INT_MIN <= value < _INT_END
+    if isinstance(value, dict):
+        return _needs_tags(dict(value))
+    if isinstance(value, (list, tuple)):
+        return _needs_tags(list(value))
+    return False
+
+
+def _tag(value: Any) -> Any:
+    """Replace non-finite floats and huge ints (in builtins) with tagged objects."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return {_TAG_FLOAT: "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    if isinstance(value, int) and not isinstance(value, bool):
+        if _INT_MIN <= value < _INT_END:
+            return value
+        return {_TAG_INT: str(int(value))}
+    if isinstance(value, dict):
+        out = {k: _tag(v) for k, v in value.items()}
+        if len(out) == 1 and next(iter(out)) in _TAGS:
+            return {_TAG_DICT: out}
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_tag(v) for v in value]
+    return value
+
+
+def _untag(value: Any) -> Any:
+    """Undo :func:`_tag` on decoded JSON."""
+    if type(value) is dict:
+        if len(value) == 1:
+            key, inner = next(iter(value.items()))
+            if key == _TAG_FLOAT:
+                if type(inner) is str and inner in _FLOAT_NAMES:
+                    return _FLOAT_NAMES[inner]
+                raise msgspec.ValidationError(f"invalid {_TAG_FLOAT} tag: {inner!r}")
+            if key == _TAG_INT:
+                if type(inner) is str and _is_int_text(inner):
+                    return int(inner)
+                raise msgspec.ValidationError(f"invalid {_TAG_INT} tag: {inner!r}")
+            if key == _TAG_DICT:
+                if type(inner) is dict:
+                    return {k: _untag(v) for k, v in inner.items()}
+                raise msgspec.ValidationError(f"invalid {_TAG_DICT} tag: {inner!r}")
+        return {k: _untag(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_untag(v) for v in value]
+    return value
+
+
+def _is_int_text(text: str) -> bool:
+    digits = text[1:] if text[:1] == "-" else text
+    return 0 < len(digits) <= 4300 and digits.isascii() and digits.isdigit()

@@ -1,0 +1,84 @@
+"""Small helpers for driving the raw generator in tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from agentloop import (
+    AgentLoop,
+    Block,
+    Effect,
+    Event,
+    ModelChunk,
+    ModelResponse,
+    Reply,
+    RunResult,
+    TextBlock,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+
+ADD = ToolSpec(
+    "add",
+    "Add two integers.",
+    {
+        "type": "object",
+        "properties": {"left": {"type": "integer"}, "right": {"type": "integer"}},
+        "required": ["left", "right"],
+    },
+)
+ECHO = ToolSpec("echo", "Echo the text.", {"type": "object"})
+
+
+def call(name: str, call_id: str, **arguments: Any) -> ToolCall:
+    return ToolCall(call_id, name, arguments)
+
+
+def response(
+    request_id: str,
+    response_id: str,
+    *content: Block | str,
+    stop: str | None = None,
+    usage: Usage | None = None,
+    at: float | None = None,
+) -> ModelResponse:
+    blocks = tuple(TextBlock(b) if isinstance(b, str) else b for b in content)
+    if stop is None:
+        stop = "tool_call" if any(type(b) is ToolCall for b in blocks) else "stop"
+    return ModelResponse(request_id, response_id, blocks, stop, usage, at)
+
+
+def chunks(request_id: str, *content: Block | str) -> list[ModelChunk]:
+    return [ModelChunk(request_id, TextBlock(b) if isinstance(b, str) else b) for b in content]
+
+
+def drive(loop: AgentLoop, replies: Iterable[Reply]) -> tuple[list[Effect], RunResult]:
+    """Prime ``loop``, send ``replies`` in order; return the effects and the result.
+
+    Fails if the replies run out before the loop finishes.
+    """
+    effects = [next(loop)]
+    for reply in replies:
+        try:
+            effects.append(loop.send(reply))
+        except StopIteration as stop:
+            check_log(loop.log.events)
+            return effects, stop.value
+    raise AssertionError(f"loop still waiting on {effects[-1]!r} after the last reply")
+
+
+def finish(loop: AgentLoop, replies: Iterable[Reply]) -> RunResult:
+    return drive(loop, replies)[1]
+
+
+def check_log(events: Sequence[Event]) -> None:
+    """Sequences 0..n-1 without gaps; exactly one run.finished, and it is last."""
+    assert [e.sequence for e in events] == list(range(len(events)))
+    assert [e.type for e in events].count("run.finished") == 1
+    assert events[-1].type == "run.finished"
+
+
+def types(loop: AgentLoop) -> list[str]:
+    return [e.type for e in loop.log]
