@@ -44,6 +44,10 @@ class State(enum.Enum):
     #: The run is over (completed, cancelled, max_steps or failed).
     DONE = "DONE"
 
+    # Members are singletons compared by identity; hashing by identity keeps the
+    # per-transition table lookup cheap (Enum's default hashes the name in Python).
+    __hash__ = object.__hash__
+
 
 class Input(enum.Enum):
     """What makes the state change."""
@@ -59,6 +63,8 @@ class Input(enum.Enum):
     RESUME_TO_AWAITING_TOOL = "resume_to_awaiting_tool"
     RESUME_TO_REFLECTING = "resume_to_reflecting"
     FINISH = "finish"
+
+    __hash__ = object.__hash__
 
 
 class IllegalTransition(RuntimeError):

@@ -35,10 +35,51 @@ from ._protocol import (
     Usage,
 )
 
-__all__ = ["arguments_problems", "json_problem", "reply_problem"]
+__all__ = ["arguments_ok", "arguments_problems", "json_problem", "reply_problem"]
 
 _INT_MIN = -(2**63)
 _INT_END = 2**64  # msgspec encodes int64 and uint64
+
+
+def arguments_ok(arguments: object) -> bool:
+    """The fast path: ``True`` when ``arguments`` is plain JSON within every limit.
+
+    No paths are built here; when this says ``False``, :func:`arguments_problems`
+    walks again to say what is wrong and where.
+    """
+    if type(arguments) is not dict:
+        return False
+    entries = code_points = 0
+    stack: list[tuple[Any, int]] = [(arguments, 1)]
+    while stack:
+        container, depth = stack.pop()
+        if depth > MAX_ARGUMENT_DEPTH:
+            return False
+        entries += len(container)
+        if type(container) is dict:
+            for key in container:
+                if type(key) is not str:
+                    return False
+                code_points += len(key)
+            items = container.values()
+        else:
+            items = container
+        for value in items:
+            kind = type(value)
+            if kind is str:
+                code_points += len(value)
+            elif kind is int:
+                if not _INT_MIN <= value < _INT_END:
+                    return False
+            elif kind is float:
+                if not math.isfinite(value):
+                    return False
+            elif kind is dict or kind is list or kind is tuple:
+                stack.append((value, depth + 1))
+            elif kind is not bool and value is not None:
+                return False
+    # values == entries + 1 (every value but the root is one entry of its container)
+    return entries <= MAX_ARGUMENT_ENTRIES and code_points <= MAX_ARGUMENT_STRING_CODE_POINTS
 
 
 def arguments_problems(arguments: object) -> tuple[str | None, str | None]:
@@ -49,6 +90,8 @@ def arguments_problems(arguments: object) -> tuple[str | None, str | None]:
     non-finite floats and integers outside the 64-bit range.
     Each is a message naming the rule and the path (``$.a[2].b``), or ``None``.
     """
+    if arguments_ok(arguments):
+        return None, None
     if type(arguments) is not dict:
         return f"arguments must be a JSON object (dict), got {type(arguments).__name__}", None
     semantic: str | None = None
