@@ -270,7 +270,8 @@ def _tool_specs(tools: object) -> tuple[ToolSpec, ...]:
         if spec.name in names:
             raise ValueError(f"tools: duplicate tool name {spec.name!r}")
         names.add(spec.name)
-        specs.append(spec)
+        # Snapshot: the schema dict is copied so later edits by the caller change nothing.
+        specs.append(msgspec.structs.replace(spec, parameters=_copy_json(spec.parameters)))
     return tuple(specs)
 
 
@@ -571,6 +572,13 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             raise _Misuse(
                 problem,
                 UnrecognizedReply(description=problem, at=at if type(at) is float else None),
+            )
+        # Snapshot the caller's argument dicts: mutating them later changes nothing here.
+        if kind is ModelChunk and type(reply.block) is ToolCall:
+            reply = msgspec.structs.replace(reply, block=_copy_call(reply.block))
+        elif kind is ModelResponse and any(type(b) is ToolCall for b in reply.content):
+            reply = msgspec.structs.replace(
+                reply, content=tuple(_copy_block(block) for block in reply.content)
             )
         if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
             raise _Misuse(reply.description, reply)
@@ -994,7 +1002,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             "step": request.step,
             "request_id": request.id,
             "response_id": response.id,
-            "content": list(response.content),
+            "content": [_copy_block(block) for block in response.content],
             "stop_reason": response.stop_reason,
         }
         try:
@@ -1237,14 +1245,28 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
 # --------------------------------------------------------------------------- helpers
 
 
+def _copy_call(call: ToolCall) -> ToolCall:
+    return ToolCall(call.id, call.name, _copy_json(call.arguments))
+
+
+def _copy_block(block: Block) -> Block:
+    return _copy_call(block) if type(block) is ToolCall else block
+
+
 def _copy_json(value: Any) -> Any:
     """A deep copy of plain JSON data (hooks never alias the loop's own data)."""
     kind = type(value)
     if kind is dict:
-        return {key: _copy_json(item) for key, item in value.items()}
+        for item in value.values():
+            if type(item) in _CONTAINERS:
+                return {key: _copy_json(item) for key, item in value.items()}
+        return value.copy()  # flat: the common case, at C speed
     if kind is list or kind is tuple:
         return [_copy_json(item) for item in value]
     return value
+
+
+_CONTAINERS = frozenset({dict, list, tuple})
 
 
 def _normalize(content: Iterable[Block]) -> list[str | Block]:

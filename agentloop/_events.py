@@ -15,7 +15,7 @@ never change type, tags are never reused. Don't subclass these classes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, Union, overload
+from typing import Any, ClassVar, TypeAlias, overload
 
 import msgspec
 
@@ -192,26 +192,26 @@ class RunFinishedEvent(_Event, frozen=True, kw_only=True, tag="run.finished"):
     reply: Reply | None = None
 
 
-Event = Union[
-    SessionStartEvent,
-    MessageAcceptedEvent,
-    StepStartEvent,
-    ModelChunkEvent,
-    PlanDraftEvent,
-    PlanCommitEvent,
-    ToolCallEvent,
-    ToolResultEvent,
-    ToolErrorEvent,
-    StepEndEvent,
-    BudgetWarnEvent,
-    SessionPauseEvent,
-    SessionResumeEvent,
-    SessionCompleteEvent,
-    RunFinishedEvent,
-]
+Event: TypeAlias = (
+    SessionStartEvent
+    | MessageAcceptedEvent
+    | StepStartEvent
+    | ModelChunkEvent
+    | PlanDraftEvent
+    | PlanCommitEvent
+    | ToolCallEvent
+    | ToolResultEvent
+    | ToolErrorEvent
+    | StepEndEvent
+    | BudgetWarnEvent
+    | SessionPauseEvent
+    | SessionResumeEvent
+    | SessionCompleteEvent
+    | RunFinishedEvent
+)
 
 #: Every event type name, in the order the table in DESIGN §7 lists them.
-EVENT_TYPES: tuple[str, ...] = tuple(cls.type for cls in Event.__args__)  # type: ignore[attr-defined]
+EVENT_TYPES: tuple[str, ...] = tuple(cls.type for cls in Event.__args__)
 
 
 class EventLog:

@@ -11,7 +11,7 @@ These classes are final: don't subclass them (the loop dispatches on exact type)
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import msgspec
 
@@ -55,7 +55,7 @@ class ToolCall(msgspec.Struct, frozen=True, tag_field="type", tag="tool_call"):
     arguments: dict[str, Any]
 
 
-Block = Union[TextBlock, ThinkingBlock, ToolCall]
+Block: TypeAlias = TextBlock | ThinkingBlock | ToolCall
 
 
 class UserMessage(msgspec.Struct, frozen=True, tag_field="role", tag="user"):
@@ -82,7 +82,7 @@ class ToolResultMessage(msgspec.Struct, frozen=True, tag_field="role", tag="tool
     is_error: bool = False
 
 
-Message = Union[UserMessage, AssistantMessage, ToolResultMessage]
+Message: TypeAlias = UserMessage | AssistantMessage | ToolResultMessage
 
 
 def text_from_assistant(message: AssistantMessage) -> str:

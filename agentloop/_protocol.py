@@ -12,7 +12,7 @@ back to the same type. They are final: don't subclass them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import msgspec
 
@@ -96,7 +96,7 @@ class Pause(msgspec.Struct, frozen=True):
     payload: Any = None
 
 
-Effect = Union[ModelRequest, ToolRequest, Pause]
+Effect: TypeAlias = ModelRequest | ToolRequest | Pause
 
 
 # --------------------------------------------------------------------------- replies
@@ -178,9 +178,9 @@ class UnrecognizedReply(msgspec.Struct, frozen=True, tag_field="kind", tag="unre
     at: float | None = None
 
 
-Reply = Union[
-    ModelChunk, ModelResponse, ModelFailure, ToolResult, Resume, Cancel, UnrecognizedReply
-]
+Reply: TypeAlias = (
+    ModelChunk | ModelResponse | ModelFailure | ToolResult | Resume | Cancel | UnrecognizedReply
+)
 
 
 # --------------------------------------------------------------------------- result

@@ -1,41 +1,338 @@
-"""PLACEHOLDER (owned by the tools/driver helper): Tool, tool, ToolRegistry."""
+"""Tools: typed Python functions the driver runs for the model (DESIGN §13).
+
+``@tool`` turns a function into a :class:`Tool`: a :class:`ToolSpec` the model is
+shown (name, description, JSON Schema built from the signature by msgspec) plus the
+function. :meth:`Tool.execute` is the *tool boundary*: it converts the model's
+arguments to the annotated types with ``msgspec.convert``, calls the function and
+turns every outcome, including bad arguments and exceptions, into
+``(content, is_error)``. Errors there are results the model can read and recover
+from, never exceptions out of the loop.
+
+The engine itself never calls tools; :func:`agentloop.run` does, through a
+:class:`ToolRegistry`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import copy
+import inspect
+import typing
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, overload
+
+import msgspec
 
 from ._messages import ToolCall
 from ._toolspec import ToolSpec
 
 __all__ = ["Tool", "ToolRegistry", "tool"]
 
+_SCALAR_DEFAULTS = (type(None), bool, int, float, str, bytes, tuple, frozenset)
+
 
 class Tool:
-    spec: ToolSpec
+    """A Python function exposed to the model, with its spec.
+
+    Build one with :func:`tool`. Calling the ``Tool`` calls the function directly
+    (handy in unit tests); :meth:`execute` is what the driver uses.
+
+    Attributes:
+        spec: what the model is told (name, description, parameters schema).
+        fn: the wrapped function.
+    """
+
+    __slots__ = ("_arguments", "_positional", "fn", "spec")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires_approval: bool = False,
+    ) -> None:
+        """Inspect ``fn`` and build its spec and argument type.
+
+        Args:
+            fn: a synchronous function whose parameters are all annotated.
+            name: the tool name; defaults to ``fn.__name__``.
+            description: defaults to ``fn``'s docstring, cleaned with ``inspect.cleandoc``.
+            requires_approval: the loop pauses (reason ``approval``) before each call.
+
+        Raises:
+            TypeError: ``fn`` is not a plain synchronous callable, takes ``*args`` or
+                ``**kwargs``, has an unannotated parameter, or an annotation or default
+                that msgspec cannot describe as JSON Schema.
+            ValueError: the name is not a valid tool name (see :class:`ToolSpec`).
+        """
+        if not callable(fn):
+            raise TypeError(f"@tool needs a function, got {fn!r}")
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise TypeError(f"@tool {_qualname(fn)}: async functions are not supported")
+        tool_name = fn.__name__ if name is None else name
+        if description is None:
+            description = inspect.cleandoc(fn.__doc__) if fn.__doc__ else ""
+        self.fn = fn
+        self._arguments, self._positional = _arguments_type(fn, tool_name)
+        self.spec = ToolSpec(
+            name=tool_name,
+            description=description,
+            parameters=_object_schema(self._arguments, tool_name),
+            requires_approval=requires_approval,
+        )
+
+    @property
+    def name(self) -> str:
+        """The tool's name (``spec.name``)."""
+        return self.spec.name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Tool {self.spec.name!r} -> {_qualname(self.fn)}>"
 
     def execute(self, call: ToolCall) -> tuple[str, bool]:
-        raise NotImplementedError
+        """Run the function for ``call`` and return ``(content, is_error)``.
+
+        Arguments are converted with ``msgspec.convert`` in strict mode: a JSON
+        value must already have the annotated type (``"20"`` is not an ``int``),
+        so the schema the model was shown is exactly what is accepted, and a
+        mistake comes back as a readable error the model can correct.
+
+        Returns:
+            ``(content, False)`` on success: a ``str`` return value as is, anything
+            else encoded as compact JSON. ``(message, True)`` when the arguments do
+            not convert (``invalid arguments: ...``), the function raises
+            (``"<ExcType>: <message>"``) or its return value cannot be encoded.
+        """
+        try:
+            arguments = msgspec.convert(call.arguments, type=self._arguments)
+        except msgspec.ValidationError as exc:
+            return f"invalid arguments: {exc}", True
+        values = msgspec.structs.asdict(arguments)
+        args = [values.pop(name) for name in self._positional]
+        try:
+            value = self.fn(*args, **values)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}", True
+        if type(value) is str:
+            return value, False
+        try:
+            return msgspec.json.encode(value).decode(), False
+        except Exception as exc:
+            return f"cannot encode the result as JSON: {type(exc).__name__}: {exc}", True
 
 
-def tool(fn: Any = None, **options: Any) -> Any:
-    raise NotImplementedError
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a :class:`Tool` from a typed function; use bare or with options.
+
+    >>> @tool
+    ... def add(left: int, right: int) -> dict[str, int]:
+    ...     '''Add two integers.'''
+    ...     return {"sum": left + right}
+    >>> add.spec.parameters["required"]
+    ['left', 'right']
+    >>> add.execute(ToolCall("c1", "add", {"left": 20, "right": 22}))
+    ('{"sum":42}', False)
+
+    Args:
+        fn: the function (when used bare, ``@tool``).
+        name: overrides the function's name.
+        description: overrides its docstring.
+        requires_approval: pause for approval before each call.
+
+    Returns:
+        A :class:`Tool`, or a decorator making one when ``fn`` is omitted.
+
+    Raises:
+        TypeError: see :class:`Tool`.
+    """
+    if fn is not None:
+        return Tool(fn, name=name, description=description, requires_approval=requires_approval)
+
+    def decorate(fn: Callable[..., Any]) -> Tool:
+        return Tool(fn, name=name, description=description, requires_approval=requires_approval)
+
+    return decorate
 
 
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool | ToolSpec] = ()) -> None:
-        self._tools: dict[str, Tool | ToolSpec] = {}
-        for t in tools:
-            self.register(t)
+    """The tools of a run, by name, in registration order.
 
-    def register(self, tool: Tool | ToolSpec) -> None:
+    Holds :class:`Tool` objects and bare :class:`ToolSpec` values (a spec the model
+    may call but that has no local implementation; executing it gives an error
+    result). Plain functions are wrapped with :func:`tool` on registration.
+
+    Iterating yields the registered entries (so ``ToolRegistry(list(registry))``
+    copies a registry); ``in`` accepts a name or an entry.
+    """
+
+    __slots__ = ("_tools",)
+
+    def __init__(self, tools: Iterable[Tool | ToolSpec | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool | ToolSpec] = {}
+        for entry in tools:
+            self.register(entry)
+
+    def register(self, tool: Tool | ToolSpec | Callable[..., Any]) -> Tool | ToolSpec:
+        """Add a tool, a bare spec, or a function (wrapped with :func:`tool`).
+
+        Returns:
+            The registered entry.
+
+        Raises:
+            ValueError: a tool with that name is already registered.
+            TypeError: ``tool`` is none of the accepted kinds.
+        """
+        if not isinstance(tool, (Tool, ToolSpec)):
+            if not callable(tool):
+                raise TypeError(f"expected a Tool, a ToolSpec or a function, got {tool!r}")
+            tool = Tool(tool)
         spec = tool if isinstance(tool, ToolSpec) else tool.spec
         if spec.name in self._tools:
             raise ValueError(f"tool {spec.name!r} is already registered")
         self._tools[spec.name] = tool
+        return tool
 
     def specs(self) -> tuple[ToolSpec, ...]:
+        """The specs of every registered tool, in order (a snapshot)."""
         return tuple(t if isinstance(t, ToolSpec) else t.spec for t in self._tools.values())
 
     def get(self, name: str) -> Tool | ToolSpec | None:
+        """The entry registered under ``name``, or ``None``."""
         return self._tools.get(name)
+
+    def execute(self, call: ToolCall) -> tuple[str, bool]:
+        """Run ``call`` with the tool of that name; see :meth:`Tool.execute`.
+
+        Returns:
+            ``(content, is_error)``; an unknown name or a spec without an
+            implementation is an error result, not an exception.
+        """
+        entry = self._tools.get(call.name)
+        if entry is None:
+            return f"unknown tool {call.name!r}", True
+        if isinstance(entry, ToolSpec):
+            return f"tool {call.name!r} has no implementation", True
+        return entry.execute(call)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Iterator[Tool | ToolSpec]:
+        return iter(tuple(self._tools.values()))
+
+    def __contains__(self, item: object) -> bool:
+        if isinstance(item, str):
+            return item in self._tools
+        if isinstance(item, (Tool, ToolSpec)):
+            name = item.name
+            return self._tools.get(name) is item or self._tools.get(name) == item
+        return False
+
+    def __repr__(self) -> str:
+        return f"<ToolRegistry {list(self._tools)}>"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _qualname(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _arguments_type(
+    fn: Callable[..., Any], tool_name: str
+) -> tuple[type[msgspec.Struct], tuple[str, ...]]:
+    """Build the Struct the arguments object converts to, from ``fn``'s signature.
+
+    Returns the Struct type and the names of positional-only parameters (which must
+    be passed positionally when calling ``fn``).
+    """
+    where = f"@tool {_qualname(fn)}"
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where}: cannot read its signature: {exc}") from None
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:
+        raise TypeError(f"{where}: cannot resolve its annotations: {exc}") from None
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    positional: list[str] = []
+    for parameter in signature.parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            star = "*" if parameter.kind is parameter.VAR_POSITIONAL else "**"
+            raise TypeError(
+                f"{where}: {star}{parameter.name} is not supported; a tool's arguments are "
+                f"a JSON object with named, annotated fields"
+            )
+        if parameter.name not in hints:
+            raise TypeError(
+                f"{where}: parameter {parameter.name!r} has no type annotation; every "
+                f"parameter needs one (it becomes the tool's JSON Schema)"
+            )
+        if parameter.kind is parameter.POSITIONAL_ONLY:
+            positional.append(parameter.name)
+        annotation = hints[parameter.name]
+        default = parameter.default
+        if default is parameter.empty:
+            fields.append((parameter.name, annotation))
+        elif isinstance(default, _SCALAR_DEFAULTS):
+            fields.append((parameter.name, annotation, default))
+        else:
+            # Mutable defaults get a fresh deep copy per call, so a tool can never
+            # see state left behind by an earlier call.
+            factory = _copier(default)
+            fields.append((parameter.name, annotation, msgspec.field(default_factory=factory)))
+    # kw_only lets required parameters follow defaulted ones, as keyword-only
+    # parameters may; forbid_unknown_fields makes a misspelt argument an error
+    # instead of being silently dropped.
+    struct = msgspec.defstruct(
+        f"{tool_name}__arguments", fields, kw_only=True, forbid_unknown_fields=True
+    )
+    return struct, tuple(positional)
+
+
+def _copier(value: Any) -> Callable[[], Any]:
+    return lambda: copy.deepcopy(value)
+
+
+def _object_schema(struct: type[msgspec.Struct], tool_name: str) -> dict[str, Any]:
+    """The JSON Schema of the arguments object, with the root definition inlined.
+
+    msgspec returns ``{"$ref": ..., "$defs": {...}}``; providers want an object
+    schema at the root, so the root definition is lifted out and any other
+    definitions (nested Structs, enums) stay under ``$defs`` where the refs point.
+    """
+    try:
+        schema = msgspec.json.schema(struct)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"@tool {tool_name}: cannot describe its parameters as JSON Schema: {exc}"
+        ) from None
+    defs: dict[str, Any] = dict(schema["$defs"])
+    root: dict[str, Any] = dict(defs.pop(schema["$ref"].rsplit("/", 1)[-1]))
+    root.pop("title", None)
+    root.setdefault("properties", {})
+    root.setdefault("required", [])
+    if defs:
+        root["$defs"] = defs
+    return root
