@@ -109,7 +109,7 @@ from ._protocol import (
 )
 from ._state import RESUME_INPUT, TRANSITIONS, Input, State
 from ._toolspec import ToolSpec
-from ._validation import arguments_problems, json_problem, reply_problem
+from ._validation import arguments_problems, block_problem, json_problem, reply_problem
 
 __all__ = ["AgentLoop", "TranscriptView", "agent_loop"]
 
@@ -117,6 +117,8 @@ _MESSAGE_TYPES = (UserMessage, AssistantMessage, ToolResultMessage)
 _TEXTUAL = (TextBlock, ThinkingBlock)
 _FAILURE_CODES = (MODEL_ERROR, MODEL_PROTOCOL_ERROR)
 _CLOSED = Cancel(reason="closed")
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
 
 
 # --------------------------------------------------------------------------- control flow
@@ -271,7 +273,13 @@ def _tool_specs(tools: object) -> tuple[ToolSpec, ...]:
             raise ValueError(f"tools: duplicate tool name {spec.name!r}")
         names.add(spec.name)
         # Snapshot: the schema dict is copied so later edits by the caller change nothing.
-        specs.append(msgspec.structs.replace(spec, parameters=_copy_json(spec.parameters)))
+        try:
+            parameters = _json_decode(_json_encode(spec.parameters))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"tools[{index}] ({spec.name}): parameters are not JSON: {exc}"
+            ) from None
+        specs.append(msgspec.structs.replace(spec, parameters=parameters))
     return tuple(specs)
 
 
@@ -286,11 +294,13 @@ def _snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
         )
     rebuilt: list[Message] = []
     for index, item in enumerate(items):
-        try:
-            raw = item if isinstance(item, dict) else msgspec.to_builtins(item)
-            message: Message = msgspec.convert(raw, Message)
-        except (msgspec.ValidationError, TypeError) as exc:
-            return [], f"messages[{index}]: {exc}"
+        message = _reuse(item)
+        if message is None:
+            try:
+                raw = item if isinstance(item, dict) else msgspec.to_builtins(item)
+                message = msgspec.convert(raw, Message)
+            except (msgspec.ValidationError, TypeError) as exc:
+                return [], f"messages[{index}]: {exc}"
         if type(message) is AssistantMessage:
             for block in message.content:
                 if type(block) is ToolCall:
@@ -306,6 +316,36 @@ def _snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
     except ValueError as exc:
         return [], str(exc)
     return rebuilt, None
+
+
+def _reuse(item: object) -> Message | None:
+    """The fast path of the snapshot: a well-typed message kept or cheaply rebuilt.
+
+    Messages are frozen and their fields immutable, except tool-call argument dicts,
+    which are copied. Anything else returns ``None`` and takes the checked path.
+    """
+    kind = type(item)
+    if kind is UserMessage:
+        if type(item.id) is str and type(item.content) is str:  # type: ignore[attr-defined]
+            return item  # type: ignore[return-value]
+    elif kind is ToolResultMessage:
+        if (
+            type(item.id) is str  # type: ignore[attr-defined]
+            and type(item.tool_call_id) is str  # type: ignore[attr-defined]
+            and type(item.tool_name) is str  # type: ignore[attr-defined]
+            and type(item.content) is str  # type: ignore[attr-defined]
+            and type(item.is_error) is bool  # type: ignore[attr-defined]
+        ):
+            return item  # type: ignore[return-value]
+    elif kind is AssistantMessage:
+        content = item.content  # type: ignore[attr-defined]
+        if (
+            type(item.id) is str  # type: ignore[attr-defined]
+            and type(content) is tuple
+            and all(block_problem(block, "") is None for block in content)
+        ):
+            return AssistantMessage(item.id, tuple(_copy_block(block) for block in content))  # type: ignore[attr-defined]
+    return None
 
 
 def agent_loop(

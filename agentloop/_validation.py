@@ -35,7 +35,7 @@ from ._protocol import (
     Usage,
 )
 
-__all__ = ["arguments_ok", "arguments_problems", "json_problem", "reply_problem"]
+__all__ = ["arguments_ok", "arguments_problems", "block_problem", "json_problem", "reply_problem"]
 
 _INT_MIN = -(2**63)
 _INT_END = 2**64  # msgspec encodes int64 and uint64
@@ -176,7 +176,7 @@ def json_problem(value: object, path: str = "$") -> str | None:
     return None
 
 
-def _block_problem(block: object, where: str) -> str | None:
+def block_problem(block: object, where: str) -> str | None:
     kind = type(block)
     if kind is TextBlock:
         if type(block.text) is not str:  # type: ignore[attr-defined]
@@ -216,7 +216,7 @@ def reply_problem(reply: object) -> str | None:
     if kind is ModelChunk:
         problem = _str_fields(reply, "request_id")
         if problem is None:
-            problem = _block_problem(reply.block, "ModelChunk.block")  # type: ignore[attr-defined]
+            problem = block_problem(reply.block, "ModelChunk.block")  # type: ignore[attr-defined]
     elif kind is ModelResponse:
         problem = _str_fields(reply, "request_id", "id", "stop_reason")
         if problem is None:
@@ -225,7 +225,7 @@ def reply_problem(reply: object) -> str | None:
                 problem = f"ModelResponse.content must be a tuple, got {type(content).__name__}"
             else:
                 for index, block in enumerate(content):
-                    problem = _block_problem(block, f"ModelResponse.content[{index}]")
+                    problem = block_problem(block, f"ModelResponse.content[{index}]")
                     if problem is not None:
                         break
         if problem is None:
