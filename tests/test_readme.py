@@ -1,0 +1,37 @@
+"""The README's commands and examples stay true."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+CI = Path(__file__).resolve().parent.parent / ".ci" / "run"
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_readme_opens_with_the_two_commands() -> None:
+    first = blocks("sh")[0].strip().splitlines()
+    assert len(first) == 2
+    assert first[0].endswith("python -m agentloop demo")
+    assert first[1].endswith("python -m pytest")
+    assert README.read_text().index("```sh") < README.read_text().index("```python")
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    test_command = blocks("sh")[0].strip().splitlines()[1]
+    assert test_command in CI.read_text()
+
+
+@pytest.mark.parametrize("index", range(len(blocks("python"))))
+def test_readme_python_examples_run(index: int, capsys: pytest.CaptureFixture[str]) -> None:
+    code = blocks("python")[index]
+    exec(compile(code, f"README.md example {index + 1}", "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out
+    for expected in re.findall(r"# (completed .*)$", code, flags=re.M):
+        assert expected in printed
