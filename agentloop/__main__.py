@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
@@ -20,6 +21,7 @@ import msgspec
 from . import (
     Event,
     EventLog,
+    Model,
     ModelFailure,
     RunResult,
     ScriptedModel,
@@ -270,35 +272,43 @@ class _SimulatedClock:
         return self.now
 
 
-def demo(log_path: str, *, quiet: bool, stream: IO[str]) -> RunResult:
-    """Run the demo session; return its result."""
+def demo(log_path: str, *, quiet: bool, stream: IO[str], model: Model | None = None) -> RunResult:
+    """Run the demo session; return its result.
+
+    With ``model=None`` the embedded scripted model answers on a simulated clock, so
+    the log is the same on every run. With a real model the wall clock is used.
+    """
     log = EventLog()
-    clock = _SimulatedClock()
+    scripted = model is None
+    clock: Callable[[], float] = _SimulatedClock() if scripted else time.time
+    started_at = DEMO_EPOCH if scripted else clock()
     write, close = _open_log_writer(log_path)
     log.subscribe(write)
-    timeline = Timeline(stream, DEMO_EPOCH)
+    timeline = Timeline(stream, started_at)
     if not quiet:
         tools = "add, divide, word_count"
-        print(f"agentloop {__version__} demo: a scripted model with tools {tools}", file=stream)
+        which = "a scripted model" if scripted else type(model).__name__
+        print(f"agentloop {__version__} demo: {which} with tools {tools}", file=stream)
         print(f"user: {QUESTION}", file=stream)
         print(file=stream)
         timeline.header()
         log.subscribe(timeline)
-    model = ScriptedModel(demo_script())
+    chosen: Model = ScriptedModel(demo_script()) if model is None else model
     try:
         result = run(
             [UserMessage("user-1", QUESTION)],
-            model=model,
+            model=chosen,
             tools=[add, divide, word_count],
             system="You are a careful assistant. Use the tools for arithmetic and counting.",
             max_steps=8,
             log=log,
             clock=clock,
-            started_at=DEMO_EPOCH,
+            started_at=started_at,
         )
     finally:
         close()
-    model.assert_complete()
+    if isinstance(chosen, ScriptedModel):
+        chosen.assert_complete()
     if quiet:
         print(f"{result.status}: {result.final_text}", file=stream)
     else:
@@ -328,6 +338,13 @@ def _parser() -> argparse.ArgumentParser:
     demo_parser.add_argument(
         "--quiet", action="store_true", help="print only the outcome, not the timeline"
     )
+    demo_parser.add_argument(
+        "--model",
+        metavar="PROVIDER:NAME",
+        default=None,
+        help="use a real model instead of the scripted one: openai:<name>, "
+        "openai-responses:<name> or anthropic:<name> (API key from the environment)",
+    )
     return parser
 
 
@@ -346,8 +363,17 @@ def main(argv: Sequence[str] | None = None, stream: IO[str] | None = None) -> in
     if args.command is None:
         parser.print_help(out)
         return 2
+    model: Model | None = None
+    if args.model is not None:
+        from .models import ModelSpecError, model_from_spec
+
+        try:
+            model = model_from_spec(args.model)
+        except ModelSpecError as exc:
+            print(f"python -m agentloop demo: {exc}", file=sys.stderr)
+            return 2
     try:
-        result = demo(args.log, quiet=args.quiet, stream=out)
+        result = demo(args.log, quiet=args.quiet, stream=out, model=model)
     except OSError as exc:
         print(f"python -m agentloop demo: cannot write the log: {exc}", file=sys.stderr)
         return 1

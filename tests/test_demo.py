@@ -203,3 +203,19 @@ def test_print_result_of_a_failed_run():
     print_result(result, out)
     assert "status:     failed (MODEL_ERROR)" in out.getvalue()
     assert "error:      MODEL_ERROR: step 1: model call failed: boom" in out.getvalue()
+
+
+def test_demo_with_a_real_model_but_no_key_says_what_to_set(tmp_path: Path) -> None:
+    pytest.importorskip("openai")
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    done = subprocess.run(
+        [sys.executable, "-m", "agentloop", "demo", "--model", "openai:gpt-4.1-mini"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "OPENAI_API_KEY" in done.stderr
+    assert "Traceback" not in done.stderr

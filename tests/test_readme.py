@@ -31,6 +31,8 @@ def test_ci_runs_the_readmes_test_command() -> None:
 @pytest.mark.parametrize("index", range(len(blocks("python"))))
 def test_readme_python_examples_run(index: int, capsys: pytest.CaptureFixture[str]) -> None:
     code = blocks("python")[index]
+    if "openai.OpenAI()" in code:
+        pytest.skip("needs a real provider and an API key")
     exec(compile(code, f"README.md example {index + 1}", "exec"), {"__name__": "readme"})
     printed = capsys.readouterr().out
     for expected in re.findall(r"# (completed .*)$", code, flags=re.M):

@@ -1,0 +1,350 @@
+"""What every provider adapter shares: stream assembly, retries, error classification.
+
+Theory of operation
+-------------------
+An adapter's :meth:`~StreamingModel.stream` is a generator of replies for one
+:class:`~agentloop.ModelRequest`: zero or more :class:`~agentloop.ModelChunk`, then
+one :class:`~agentloop.ModelResponse` or one :class:`~agentloop.ModelFailure`.
+Subclasses implement ``_attempt(request)``: open the provider's stream and turn its
+events into replies through a :class:`StreamAssembler`, which guarantees what the
+loop checks (DESIGN §8):
+
+- the streamed chunks, normalized (adjacent text merged, other blocks as
+  boundaries), equal the final content; the final content is *built from* what was
+  streamed, in the order it was streamed, so the two cannot disagree;
+- a step never needs more than ``MAX_CHUNKS_PER_STEP`` chunks: the first half of
+  the budget streams text deltas one by one; after that, text is held back and sent
+  as one chunk before the next complete block and before the response;
+- text deltas are streamed as they arrive; tool calls and thinking blocks are sent
+  as one complete block each, when the provider says they are complete.
+
+Output the adapter cannot make sense of (tool arguments that are not a JSON object,
+a stream that ends early) raises :class:`MalformedOutput` inside ``_attempt``; the
+base class turns it into ``ModelFailure(code="MODEL_PROTOCOL_ERROR")`` and the
+stream ends. It never raises out of ``stream()``.
+
+Provider errors (HTTP status, connection, an error event mid-stream) are raised as
+:class:`~agentloop.ModelError`; :func:`agentloop.run` turns them into
+``ModelFailure(code="MODEL_ERROR")``. Nothing is retried unless the adapter was
+given a :class:`RetryPolicy`: then an error of a retryable kind is retried with
+backoff, but only while nothing has been yielded for the request yet (a stream that
+already produced chunks cannot be taken back). Every attempt, successful or not, is
+recorded in the adapter's ``attempts``.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, ClassVar, Final
+
+import msgspec
+
+from .._errors import MODEL_PROTOCOL_ERROR, ModelError
+from .._limits import MAX_CHUNKS_PER_STEP
+from .._messages import Block, TextBlock, ToolCall
+from .._protocol import ModelChunk, ModelFailure, ModelRequest, ModelResponse, Usage
+
+__all__ = [
+    "DEFAULT_RETRY_ON",
+    "MalformedOutput",
+    "ModelReply",
+    "RetryAttempt",
+    "RetryPolicy",
+    "StreamAssembler",
+    "StreamingModel",
+    "decode_arguments",
+    "encode_arguments",
+    "first_text",
+    "kind_from_status",
+]
+
+ModelReply = ModelChunk | ModelResponse | ModelFailure
+
+#: Error kinds a :class:`RetryPolicy` retries unless told otherwise.
+DEFAULT_RETRY_ON: Final = frozenset({"rate_limit", "connection", "server"})
+
+#: Chunks streamed one per text delta; past this, text is batched (see module doc).
+_EAGER_CHUNKS: Final = MAX_CHUNKS_PER_STEP // 2
+
+#: How many attempts an adapter remembers in ``attempts``.
+_ATTEMPTS_KEPT: Final = 256
+
+
+class RetryPolicy(msgspec.Struct, frozen=True):
+    """Retry a model call that failed before it produced anything.
+
+    Attributes:
+        attempts: total tries per request, the first included (``1`` = no retry).
+        backoff_seconds: wait before the second try.
+        multiplier: each later wait is the previous one times this.
+        max_backoff_seconds: no wait is longer than this.
+        retry_on: the :attr:`agentloop.ModelError.kind` values worth retrying.
+
+    >>> policy = RetryPolicy(4, 0.5)
+    >>> [policy.delay(n) for n in (1, 2, 3)]
+    [0.5, 1.0, 2.0]
+    """
+
+    attempts: int = 3
+    backoff_seconds: float = 1.0
+    multiplier: float = 2.0
+    max_backoff_seconds: float = 30.0
+    retry_on: frozenset[str] = DEFAULT_RETRY_ON
+
+    def __post_init__(self) -> None:
+        if type(self.attempts) is not int or self.attempts < 1:
+            raise ValueError(f"RetryPolicy.attempts must be an int >= 1, got {self.attempts!r}")
+        for name in ("backoff_seconds", "max_backoff_seconds"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"RetryPolicy.{name} must be a number >= 0, got {value!r}")
+        multiplier = self.multiplier
+        if not isinstance(multiplier, (int, float)) or isinstance(multiplier, bool):
+            raise ValueError(f"RetryPolicy.multiplier must be a number >= 1, got {multiplier!r}")
+        if multiplier < 1:
+            raise ValueError(f"RetryPolicy.multiplier must be a number >= 1, got {multiplier!r}")
+
+    def delay(self, failed_attempt: int) -> float:
+        """Seconds to wait after attempt number ``failed_attempt`` (1-based) failed."""
+        wait = self.backoff_seconds * self.multiplier ** (failed_attempt - 1)
+        return float(min(wait, self.max_backoff_seconds))
+
+
+class RetryAttempt(msgspec.Struct, frozen=True, kw_only=True):
+    """One try at answering a request, as recorded in an adapter's ``attempts``.
+
+    Attributes:
+        request_id: the :class:`~agentloop.ModelRequest` it answered.
+        number: 1 for the first try of that request, 2 for the first retry, ...
+        error: the :class:`~agentloop.ModelError` message, ``None`` if it succeeded
+            (the stream ran to its end; a ``ModelFailure`` it yielded counts as
+            an answer, not an error).
+        kind: the error's kind, when it failed.
+        status_code: the error's HTTP status, when there was one.
+        retried: whether another try followed.
+        delay_seconds: how long the adapter slept before that next try.
+    """
+
+    request_id: str
+    number: int
+    error: str | None = None
+    kind: str | None = None
+    status_code: int | None = None
+    retried: bool = False
+    delay_seconds: float = 0.0
+
+
+class MalformedOutput(Exception):
+    """The provider's stream cannot be turned into valid replies (becomes a
+    ``ModelFailure`` with code ``MODEL_PROTOCOL_ERROR``; never leaves the adapter)."""
+
+
+class StreamingModel:
+    """Base class of the adapters: the retry loop around ``_attempt``.
+
+    Subclasses set :attr:`provider` and implement ``_attempt``.
+    """
+
+    provider: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        *,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy or None, got {retry!r}")
+        if not callable(sleep):
+            raise TypeError(f"sleep must be callable, got {sleep!r}")
+        self.retry = retry
+        #: The most recent attempts (up to 256), oldest first.
+        self.attempts: collections.deque[RetryAttempt] = collections.deque(maxlen=_ATTEMPTS_KEPT)
+        self._sleep = sleep
+
+    def stream(self, request: ModelRequest) -> Iterator[ModelReply]:
+        """Answer ``request``: chunks, then one response or one failure.
+
+        Raises:
+            agentloop.ModelError: the provider answered with an error or could not
+                be reached (after the retries the policy allows, if any).
+        """
+        number = 0
+        while True:
+            number += 1
+            yielded = False
+            try:
+                for item in self._attempt_safely(request):
+                    yielded = True
+                    yield item
+            except ModelError as error:
+                policy = self.retry
+                retry = (
+                    policy is not None
+                    and not yielded
+                    and number < policy.attempts
+                    and error.kind in policy.retry_on
+                )
+                delay = policy.delay(number) if retry and policy is not None else 0.0
+                self.attempts.append(
+                    RetryAttempt(
+                        request_id=request.id,
+                        number=number,
+                        error=error.message,
+                        kind=error.kind,
+                        status_code=error.status_code,
+                        retried=retry,
+                        delay_seconds=delay,
+                    )
+                )
+                if not retry:
+                    raise
+                self._sleep(delay)
+                continue
+            self.attempts.append(RetryAttempt(request_id=request.id, number=number))
+            return
+
+    def _attempt_safely(self, request: ModelRequest) -> Iterator[ModelReply]:
+        try:
+            yield from self._attempt(request)
+        except MalformedOutput as problem:
+            yield ModelFailure(request.id, str(problem), code=MODEL_PROTOCOL_ERROR)
+
+    def _attempt(self, request: ModelRequest) -> Iterator[ModelReply]:  # pragma: no cover
+        raise NotImplementedError
+
+
+class StreamAssembler:
+    """Turns provider deltas into chunks and builds the final content from them.
+
+    Every method returns the chunks to yield now, in order.
+    """
+
+    __slots__ = ("_content", "_held", "chunks", "request_id", "tool_calls")
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        #: Chunks handed out so far.
+        self.chunks = 0
+        #: Tool calls handed out so far.
+        self.tool_calls = 0
+        self._content: list[list[str] | Block] = []  # text runs are lists of deltas
+        self._held: list[str] = []  # text in the content but not streamed yet
+
+    def text(self, delta: str | None) -> list[ModelChunk]:
+        """A text delta (empty ones are dropped)."""
+        if not delta:
+            return []
+        content = self._content
+        last = content[-1] if content else None
+        if isinstance(last, list):
+            last.append(delta)
+        else:
+            content.append([delta])
+        if self.chunks < _EAGER_CHUNKS:
+            return [self._chunk(TextBlock(delta))]
+        self._held.append(delta)
+        return []
+
+    def block(self, block: Block) -> list[ModelChunk]:
+        """A complete non-text block (a tool call or a thinking block)."""
+        out = self.flush()
+        self._content.append(block)
+        if type(block) is ToolCall:
+            self.tool_calls += 1
+        out.append(self._chunk(block))
+        return out
+
+    def flush(self) -> list[ModelChunk]:
+        """Held-back text, as one chunk."""
+        if not self._held:
+            return []
+        text = "".join(self._held)
+        self._held.clear()
+        return [self._chunk(TextBlock(text))]
+
+    def response(self, response_id: str, stop_reason: str, usage: Usage | None) -> ModelResponse:
+        """The final response; call :meth:`flush` first and yield what it returns."""
+        content = tuple(
+            TextBlock("".join(part)) if isinstance(part, list) else part for part in self._content
+        )
+        if stop_reason == "stop" and self.tool_calls:
+            # OpenAI answers a forced tool_choice with finish_reason "stop"; the calls
+            # are what the model asked for, so the response is a tool_call response.
+            stop_reason = "tool_call"
+        return ModelResponse(self.request_id, response_id, content, stop_reason, usage)
+
+    def _chunk(self, block: Block) -> ModelChunk:
+        self.chunks += 1
+        return ModelChunk(self.request_id, block)
+
+
+def decode_arguments(raw: str, where: str) -> dict[str, Any]:
+    """Parse tool-call arguments; an empty string means no arguments.
+
+    Raises:
+        MalformedOutput: not JSON, or JSON that is not an object.
+    """
+    text = raw.strip()
+    if not text:
+        return {}
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise MalformedOutput(
+            f"{where}: the arguments are not valid JSON ({exc}): {_preview(raw)}"
+        ) from None
+    if type(value) is not dict:
+        raise MalformedOutput(
+            f"{where}: the arguments must be a JSON object, got {_json_kind(value)}: "
+            f"{_preview(raw)}"
+        )
+    return value
+
+
+def encode_arguments(arguments: dict[str, Any]) -> str:
+    """Tool-call arguments as the compact JSON text providers expect."""
+    return msgspec.json.encode(arguments).decode()
+
+
+def kind_from_status(status: int | None) -> str:
+    """Classify an HTTP status as a :attr:`agentloop.ModelError.kind`."""
+    if status is None:
+        return "unknown"
+    if status == 429:
+        return "rate_limit"
+    if status in (401, 403):
+        return "auth"
+    if status >= 500:
+        return "server"
+    if 400 <= status < 500:
+        return "bad_request"
+    return "unknown"
+
+
+def first_text(values: Iterable[object]) -> str | None:
+    """The first non-empty string among ``values``."""
+    for value in values:
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _preview(raw: str, limit: int = 120) -> str:
+    return repr(raw if len(raw) <= limit else raw[: limit - 3] + "...")
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__  # pragma: no cover

@@ -1,0 +1,416 @@
+"""Anthropic adapter: the Messages API, streaming, behind the ``Model`` protocol.
+
+Install with ``pip install 'agentloop[anthropic]'``. Pass your own client::
+
+    import anthropic
+    from agentloop.models.anthropic import AnthropicModel
+
+    model = AnthropicModel(anthropic.Anthropic(), "claude-sonnet-4-5", max_tokens=2048)
+
+Mapping
+-------
+Request: ``system`` is the ``system`` parameter; a ``UserMessage`` is a user
+message; an ``AssistantMessage`` an assistant message with its blocks in order
+(text -> ``text``, ``ToolCall`` -> ``tool_use`` with ``input``, a ``ThinkingBlock``
+that has a signature -> ``thinking``; unsigned thinking and blank text are not
+sent, as the API rejects them); consecutive ``ToolResultMessage``\\ s are one
+user message of ``tool_result`` blocks (``is_error`` included). Tool specs become
+tools with ``input_schema``.
+
+Stream: ``text_delta`` is text; a ``tool_use`` block's ``input_json_delta``
+fragments are assembled and sent as one ``ToolCall`` at ``content_block_stop``; a
+``thinking`` block (with its ``signature_delta``) is sent as one ``ThinkingBlock``
+at its stop. Other block types (``redacted_thinking``, server tools) are skipped.
+``stop_reason``: ``end_turn``, ``stop_sequence`` -> ``stop``; ``tool_use`` ->
+``tool_call``; ``max_tokens``, ``model_context_window_exceeded`` -> ``length``;
+anything else (``refusal``, ``pause_turn``) -> ``error``. Usage: input tokens are
+``input_tokens + cache_creation_input_tokens + cache_read_input_tokens`` (what the
+request consumed), output tokens the final cumulative ``output_tokens``.
+
+When the response stopped for ``max_tokens``, a tool call whose input was cut off
+is kept with empty arguments: the loop never runs the calls of a ``length``
+response (each gets a "truncated" error result). Otherwise input that is not a JSON
+object ends the stream with ``ModelFailure(code="MODEL_PROTOCOL_ERROR")``.
+
+Errors: every ``anthropic.APIError`` (an HTTP error, or an ``error`` event in the
+stream) becomes :class:`~agentloop.ModelError` with ``provider="anthropic"``, the
+HTTP status and a ``kind`` from the error type (``rate_limit_error`` ->
+``rate_limit``, ``authentication_error``/``permission_error`` -> ``auth``,
+``overloaded_error``/``api_error`` -> ``server``, ...). The adapter uses a copy of
+your client with ``max_retries=0``; pass ``retry=RetryPolicy(...)`` to retry,
+visibly, in :attr:`attempts`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from .._errors import ModelError
+from .._messages import (
+    AssistantMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from .._protocol import ModelRequest, Usage
+from ._common import (
+    MalformedOutput,
+    ModelReply,
+    RetryPolicy,
+    StreamAssembler,
+    StreamingModel,
+    decode_arguments,
+    first_text,
+    kind_from_status,
+)
+
+try:
+    import anthropic
+except ImportError as _exc:  # pragma: no cover - exercised without the extra
+    raise ImportError(
+        "agentloop.models.anthropic needs the Anthropic SDK: pip install 'agentloop[anthropic]'"
+    ) from _exc
+
+from anthropic.types import (
+    InputJSONDelta,
+    RawContentBlockDeltaEvent,
+    RawContentBlockStartEvent,
+    RawContentBlockStopEvent,
+    RawMessageDeltaEvent,
+    RawMessageStartEvent,
+    RawMessageStopEvent,
+    SignatureDelta,
+    TextDelta,
+    ThinkingDelta,
+)
+from anthropic.types import TextBlock as _TextStart
+from anthropic.types import ThinkingBlock as _ThinkingStart
+from anthropic.types import ToolUseBlock as _ToolUseStart
+
+if TYPE_CHECKING:
+    from anthropic.types import (
+        ContentBlockParam,
+        MessageParam,
+        RawMessageStreamEvent,
+        ToolParam,
+        ToolResultBlockParam,
+    )
+
+__all__ = ["AnthropicModel", "RetryPolicy"]
+
+_STOP: Final = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_call",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+}
+_RESERVED: Final = frozenset({"messages", "system", "tools", "stream"})
+_ERROR_KINDS: Final = {
+    "rate_limit_error": "rate_limit",
+    "authentication_error": "auth",
+    "permission_error": "auth",
+    "billing_error": "auth",
+    "invalid_request_error": "bad_request",
+    "not_found_error": "bad_request",
+    "request_too_large": "bad_request",
+    "api_error": "server",
+    "overloaded_error": "server",
+    "timeout_error": "server",
+}
+
+
+class AnthropicModel(StreamingModel):
+    """The Messages API (``client.messages.create(stream=True)``).
+
+    Args:
+        client: an ``anthropic.Anthropic`` client.
+        model: the model name.
+        max_tokens: the ``max_tokens`` of every request (the API requires one).
+        retry: retry failed calls that produced nothing yet (default: never retry).
+        sleep: how to wait between retries (default ``time.sleep``).
+        **request_options: passed to every ``create`` call (``tool_choice``,
+            ``thinking``, ``stop_sequences``, ``metadata``, ``timeout``,
+            ``extra_headers``, ``extra_body``, ...). ``model``, ``messages``, ``system``, ``tools``,
+            ``stream`` and ``max_tokens`` come from the request and the adapter.
+    """
+
+    provider = "anthropic"
+
+    def __init__(
+        self,
+        client: anthropic.Anthropic,
+        model: str,
+        max_tokens: int = 1024,
+        *,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        **request_options: Any,
+    ) -> None:
+        super().__init__(retry=retry, sleep=sleep)
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"model must be a non-empty model name, got {model!r}")
+        if type(max_tokens) is not int or max_tokens < 1:
+            raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+        clash = sorted(_RESERVED & request_options.keys())
+        if clash:
+            raise ValueError(
+                f"AnthropicModel: {', '.join(clash)} are set by the adapter; "
+                f"don't pass them as request options"
+            )
+        #: The client the adapter calls: yours, with the SDK's own retries off.
+        self.client: anthropic.Anthropic = client.with_options(max_retries=0)
+        self.model = model
+        self.max_tokens = max_tokens
+        self.request_options: dict[str, Any] = dict(request_options)
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel(model={self.model!r}, max_tokens={self.max_tokens})"
+
+    def _attempt(self, request: ModelRequest) -> Iterator[ModelReply]:
+        options = dict(self.request_options)
+        if request.system is not None:
+            options["system"] = request.system
+        tools = _tools(request)
+        if tools:
+            options["tools"] = tools
+        try:
+            stream = self.client.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens,
+                messages=_messages(request),
+                stream=True,
+                **options,
+            )
+        except anthropic.AnthropicError as exc:
+            raise _model_error(exc) from exc
+        with stream:
+            try:
+                yield from _replies(request, stream)
+            except anthropic.AnthropicError as exc:
+                raise _model_error(exc) from exc
+
+
+# --------------------------------------------------------------------------- request
+
+
+def _messages(request: ModelRequest) -> list[MessageParam]:
+    out: list[MessageParam] = []
+    results: list[ToolResultBlockParam] = []  # consecutive tool results: one user turn
+    for message in request.messages:
+        if type(message) is not ToolResultMessage and results:
+            out.append({"role": "user", "content": results})
+            results = []
+        match message:
+            case UserMessage():
+                out.append({"role": "user", "content": message.content})
+            case AssistantMessage():
+                blocks: list[ContentBlockParam] = []
+                for block in message.content:
+                    match block:
+                        case TextBlock(text=text) if text.strip():
+                            blocks.append({"type": "text", "text": text})
+                        case ToolCall():
+                            blocks.append(
+                                {
+                                    "type": "tool_use",
+                                    "id": block.id,
+                                    "name": block.name,
+                                    "input": block.arguments,
+                                }
+                            )
+                        case ThinkingBlock(signature=str() as signature):
+                            blocks.append(
+                                {"type": "thinking", "thinking": block.text, "signature": signature}
+                            )
+                if blocks:
+                    out.append({"role": "assistant", "content": blocks})
+            case ToolResultMessage():  # pragma: no branch - the Message union has 3 types
+                results.append(
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": message.tool_call_id,
+                        "content": message.content,
+                        "is_error": message.is_error,
+                    }
+                )
+    if results:
+        out.append({"role": "user", "content": results})
+    return out
+
+
+def _tools(request: ModelRequest) -> list[ToolParam]:
+    return [
+        {"name": spec.name, "description": spec.description, "input_schema": spec.parameters}
+        for spec in request.tools
+    ]
+
+
+# --------------------------------------------------------------------------- stream
+
+
+class _OpenBlock:
+    """A tool_use or thinking block between its start and its stop."""
+
+    __slots__ = ("id", "kind", "name", "parts", "signature", "start_input")
+
+    def __init__(self, kind: str, id: str = "", name: str = "") -> None:
+        self.kind = kind
+        self.id = id
+        self.name = name
+        self.parts: list[str] = []
+        self.signature: str | None = None
+        self.start_input: dict[str, object] = {}
+
+
+def _replies(
+    request: ModelRequest, stream: Iterator[RawMessageStreamEvent]
+) -> Iterator[ModelReply]:
+    out = StreamAssembler(request.id)
+    message_id = ""
+    input_tokens = output_tokens = 0
+    have_usage = False
+    stop_reason: str | None = None
+    blocks: dict[int, _OpenBlock] = {}
+    # A tool call whose input did not parse: fine only if the message then stops
+    # for max_tokens (the input was cut off); anything after it is an error.
+    cut_off: tuple[_OpenBlock, str, MalformedOutput] | None = None
+    for event in stream:
+        if cut_off is not None and type(event) not in (RawMessageDeltaEvent, RawMessageStopEvent):
+            raise cut_off[2]
+        match event:
+            case RawMessageStartEvent(message=message):
+                message_id = message.id
+                usage = message.usage
+                input_tokens = (
+                    usage.input_tokens
+                    + (usage.cache_creation_input_tokens or 0)
+                    + (usage.cache_read_input_tokens or 0)
+                )
+                output_tokens = usage.output_tokens
+                have_usage = True
+            case RawContentBlockStartEvent(index=index, content_block=start):
+                match start:
+                    case _TextStart():
+                        yield from out.text(start.text)
+                    case _ToolUseStart():
+                        block = blocks[index] = _OpenBlock("tool_use", start.id, start.name)
+                        block.start_input = dict(start.input)
+                    case _ThinkingStart():
+                        block = blocks[index] = _OpenBlock("thinking")
+                        block.parts.append(start.thinking)
+                        block.signature = start.signature or None
+                    case _:
+                        pass  # redacted thinking, server tool blocks: not mapped
+            case RawContentBlockDeltaEvent(index=index, delta=delta):
+                block_or_none = blocks.get(index)
+                match delta:
+                    case TextDelta():
+                        yield from out.text(delta.text)
+                    case InputJSONDelta() if block_or_none is not None:
+                        block_or_none.parts.append(delta.partial_json)
+                    case ThinkingDelta() if block_or_none is not None:
+                        block_or_none.parts.append(delta.thinking)
+                    case SignatureDelta() if block_or_none is not None:
+                        block_or_none.signature = (block_or_none.signature or "") + delta.signature
+                    case _:
+                        pass  # citations, deltas of blocks that are not mapped
+            case RawContentBlockStopEvent(index=index):
+                block_or_none = blocks.pop(index, None)
+                if block_or_none is None:
+                    continue
+                if block_or_none.kind == "thinking":
+                    text = "".join(block_or_none.parts)
+                    yield from out.block(ThinkingBlock(text, block_or_none.signature))
+                    continue
+                where = f"anthropic message {message_id!r}, content block {index}"
+                try:
+                    call = _tool_call(block_or_none, where, truncated=False)
+                except MalformedOutput as problem:
+                    cut_off = (block_or_none, where, problem)
+                    continue
+                yield from out.block(call)
+            case RawMessageDeltaEvent(delta=delta_, usage=usage_):
+                stop_reason = delta_.stop_reason or stop_reason
+                output_tokens = usage_.output_tokens
+                if usage_.input_tokens is not None:
+                    input_tokens = (
+                        usage_.input_tokens
+                        + (usage_.cache_creation_input_tokens or 0)
+                        + (usage_.cache_read_input_tokens or 0)
+                    )
+                have_usage = True
+            case RawMessageStopEvent():
+                break
+            case _:  # pragma: no cover - event types added to the API later
+                pass
+    if stop_reason is None:
+        raise MalformedOutput(
+            f"anthropic message {message_id!r}: the stream ended without a stop_reason"
+        )
+    stop = _STOP.get(stop_reason, "error")
+    unfinished = [
+        (block, f"anthropic message {message_id!r}, content block {index}")
+        for index, block in blocks.items()
+        if block.kind == "tool_use"
+    ]
+    if cut_off is not None:
+        if stop != "length":
+            raise cut_off[2]
+        unfinished.insert(0, (cut_off[0], cut_off[1]))
+    if unfinished and stop != "length":
+        raise MalformedOutput(f"{unfinished[0][1]}: the message ended before the block stopped")
+    for block, where in unfinished:
+        yield from out.block(_tool_call(block, where, truncated=True))
+    yield from out.flush()
+    usage_out = Usage(input_tokens, output_tokens) if have_usage else None
+    yield out.response(message_id, stop, usage_out)
+
+
+def _tool_call(block: _OpenBlock, where: str, *, truncated: bool) -> ToolCall:
+    if not block.id or not block.name:
+        missing = "id" if not block.id else "name"
+        raise MalformedOutput(f"{where}: the tool_use block has no {missing}")
+    where = f"{where} (tool_use {block.name!r}, id {block.id!r})"
+    raw = "".join(block.parts)
+    if not raw.strip():
+        # no input_json_delta: the input given at content_block_start ({} for no input)
+        return ToolCall(block.id, block.name, dict(block.start_input))
+    try:
+        arguments = decode_arguments(raw, where)
+    except MalformedOutput:
+        if not truncated:
+            raise
+        arguments = {}  # cut off by max_tokens; the loop will not run it
+    return ToolCall(block.id, block.name, arguments)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _model_error(exc: anthropic.AnthropicError) -> ModelError:
+    """Classify an SDK exception; keep the provider's own message."""
+    status: int | None = None
+    if isinstance(exc, anthropic.APIConnectionError):
+        kind = "connection"
+        detail = "request timed out" if isinstance(exc, anthropic.APITimeoutError) else str(exc)
+    elif isinstance(exc, anthropic.APIStatusError):
+        error = exc.body.get("error") if isinstance(exc.body, Mapping) else None
+        error_type = exc.type or (error.get("type") if isinstance(error, Mapping) else None)
+        # An error event inside a stream arrives on an HTTP 200 response.
+        status = exc.status_code if exc.status_code >= 400 else None
+        kind = _ERROR_KINDS.get(str(error_type), "") or kind_from_status(status)
+        message = exc.api_message or (error.get("message") if isinstance(error, Mapping) else None)
+        detail = first_text([message]) or str(exc)
+        if error_type:
+            detail = f"{detail} [{error_type}]"
+    else:
+        kind, detail = "unknown", f"{type(exc).__name__}: {exc}"
+    where = f"HTTP {status}" if status is not None else kind
+    return ModelError(
+        f"anthropic {where}: {detail}", provider="anthropic", status_code=status, kind=kind
+    )
