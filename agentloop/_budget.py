@@ -33,7 +33,7 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_tool_calls"):
             value = getattr(self, name)
-            if value is not None and (type(value) is not int or value < 1):
+            if value is not None and (type(value) is not int or not 1 <= value < 2**63):
                 raise ValueError(f"Budget.{name} must be a positive int or None, got {value!r}")
         wall = self.max_wall_seconds
         if wall is not None:

@@ -39,6 +39,8 @@ from typing import Any, Final
 import msgspec
 
 from ._events import Event, PlanDraftEvent, RunFinishedEvent
+from ._messages import ToolCall
+from ._protocol import ModelResponse
 
 __all__ = ["decode_event", "encode_event"]
 
@@ -51,6 +53,7 @@ _TAGS: Final = frozenset((_TAG_FLOAT, _TAG_INT, _TAG_DICT))
 _FLOAT_NAMES: Final = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _MARK_BYTES: Final = b'{"$'
 _MARK_STR: Final = '{"$'
+_isfinite = math.isfinite
 _TAGGED_TYPES: Final = frozenset((PlanDraftEvent.type, RunFinishedEvent.type))
 
 _encoder = msgspec.json.Encoder()
@@ -73,7 +76,10 @@ def encode_event(event: Event) -> bytes:
     b'{"type":"step.end","sequence":3,"at":null,"step":1}'
     """
     cls = event.__class__
-    if (cls is PlanDraftEvent or cls is RunFinishedEvent) and _needs_tags(event):
+    if cls is PlanDraftEvent:
+        if _draft_needs_tags(event):  # type: ignore[arg-type]
+            return _encode(_tag(msgspec.to_builtins(event)))
+    elif cls is RunFinishedEvent and _needs_tags(event):
         return _encode(_tag(msgspec.to_builtins(event)))
     return _encode(event)
 
@@ -89,9 +95,24 @@ def decode_event(data: bytes | str) -> Event:
     >>> decode_event(b'{"type":"step.end","sequence":3,"at":null,"step":1}')
     StepEndEvent(sequence=3, at=None, step=1)
     """
-    if (_MARK_BYTES if data.__class__ is bytes else _MARK_STR) in data:  # type: ignore[operator]
+    # Decode first: for every event type but two, that is all there is to do.
+    # (Searching the line first would cost more than the decode of a small event.)
+    try:
+        event = _decode(data)
+    except msgspec.ValidationError:
+        if _marked(data):  # e.g. a tagged ``at``, which a float field refuses
+            return _decode_marked(data)
+        raise
+    cls = event.__class__
+    if (cls is PlanDraftEvent or cls is RunFinishedEvent) and _marked(data):
         return _decode_marked(data)
-    return _decode(data)
+    return event
+
+
+def _marked(data: bytes | str) -> bool:
+    if isinstance(data, str):
+        return data.find(_MARK_STR) >= 0
+    return data.find(_MARK_BYTES) >= 0
 
 
 def _decode_marked(data: bytes | str) -> Event:
@@ -105,26 +126,48 @@ def _decode_marked(data: bytes | str) -> Event:
 # --------------------------------------------------------------------------- walking
 
 
+def _draft_needs_tags(event: PlanDraftEvent) -> bool:
+    """:func:`_needs_tags` for a ``plan.draft``, knowing where such values can be.
+
+    The loop checked the reply's structure before recording it (strings are
+    strings, arguments are plain JSON), so only numbers need a look.
+    """
+    reply = event.reply
+    if reply.__class__ is not ModelResponse:
+        return _needs_tags(reply)
+    at = reply.at
+    if at is not None and _needs_tags(at):
+        return True
+    usage = reply.usage
+    if usage is not None and (_needs_tags(usage.input_tokens) or _needs_tags(usage.output_tokens)):
+        return True
+    for block in reply.content:
+        if block.__class__ is ToolCall and _needs_tags(block.arguments):
+            return True
+    return False
+
+
 def _needs_tags(value: Any) -> bool:
     """Whether ``value`` holds anything :func:`_tag` would rewrite."""
     cls = value.__class__
-    if cls is float:
-        return not math.isfinite(value)
-    if cls is int:
-        return not _INT_MIN <= value < _INT_END
     if cls is str or cls is bool or value is None:
         return False
+    if cls is float:
+        return not _isfinite(value)
+    if cls is int:
+        return not _INT_MIN <= value < _INT_END
     if cls is dict:
         if len(value) == 1 and next(iter(value)) in _TAGS:
             return True
-        return any(_needs_tags(v) for v in value.values())
+        return any(map(_needs_tags, value.values()))
     if cls is list or cls is tuple:
-        return any(_needs_tags(v) for v in value)
+        return any(map(_needs_tags, value))
     fields = getattr(cls, "__struct_fields__", None)
     if fields is not None:
         return any(_needs_tags(getattr(value, name)) for name in fields)
+    # Subclasses of the builtins (what msgspec.to_builtins keeps as such).
     if isinstance(value, float):
-        return not math.isfinite(value)
+        return not _isfinite(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return not _INT_MIN <= value < _INT_END
     if isinstance(value, dict):

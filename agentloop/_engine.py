@@ -272,6 +272,9 @@ def _tool_specs(tools: object) -> tuple[ToolSpec, ...]:
         if spec.name in names:
             raise ValueError(f"tools: duplicate tool name {spec.name!r}")
         names.add(spec.name)
+        problem = json_problem(spec.parameters, f"tools[{index}].parameters")
+        if problem is not None:
+            raise TypeError(f"tool {spec.name!r}: parameters must be plain JSON: {problem}")
         # Snapshot: the schema dict is copied so later edits by the caller change nothing.
         try:
             parameters = _json_decode(_json_encode(spec.parameters))
@@ -468,6 +471,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         }
         self._result: RunResult | None = None
         self._started = False
+        self._closing = False
         self._dead: CallerProtocolError | None = None
         self._gen = self._main()
 
@@ -537,11 +541,18 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         Raises:
             StopIteration: the run finished; ``.value`` is the :class:`RunResult`.
             CallerProtocolError: the reply does not fit the pending effect (the run
-                is now dead: a failed ``run.finished`` was logged), or the run died
-                earlier that way.
+                is now dead: a failed ``run.finished`` was logged), the run died
+                earlier that way, or it already finished (nothing is logged then).
         """
         if self._dead is not None:
             raise CallerProtocolError(f"the run already failed: {self._dead}")
+        if self._result is not None and value is not None:
+            # next() after the end raises StopIteration, as for any generator; a
+            # reply after the end answers nothing and is a bug in the driver.
+            raise CallerProtocolError(
+                f"send() got {type(value).__name__} after the run finished "
+                f"({self._result.status}); there is nothing to reply to"
+            )
         if not self._started:
             if value is not None:
                 raise CallerProtocolError(
@@ -576,6 +587,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             return
         self._start_if_needed()
         if self._result is None:
+            self._closing = True
             self._gen.close()
 
     def _start_if_needed(self) -> None:
@@ -601,6 +613,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         try:
             reply = yield effect
         except GeneratorExit:
+            if not self._closing:
+                # Garbage collection finalizing an abandoned loop: record nothing, so
+                # a paused session's log stays resumable.
+                raise
             reply = _CLOSED
         self._pending = None
         kind = type(reply)
@@ -1244,14 +1260,19 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             )
         )
         yield from self._pause(
-            f"budget_exceeded:{limit}", {"limit": limit, "usage": msgspec.to_builtins(usage)}
+            f"budget_exceeded:{limit}",
+            {"limit": limit, "usage": msgspec.to_builtins(usage)},
+            reset_counters=True,
         )
-        # Resuming from a budget pause resets the counters.
-        self._turns = 0
-        self._tool_calls = 0
-        self._wall_start = self._now
 
-    def _pause(self, reason: str, payload: Any) -> Generator[Effect, Any, Resume]:
+    def _pause(
+        self, reason: str, payload: Any, *, reset_counters: bool = False
+    ) -> Generator[Effect, Any, Resume]:
+        """Yield ``Pause``; on ``Resume`` apply it, then record it in ``session.resume``.
+
+        Resuming from a budget pause resets the counters (turns, tool calls, the
+        wall-clock start); a ``Resume.budget`` replaces the limits either way.
+        """
         self._emit(
             SessionPauseEvent(
                 sequence=len(self._events),
@@ -1271,14 +1292,18 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         if type(reply) is not Resume:
             raise self._misuse(reply, effect, "Resume or Cancel")
         self._pause_reason = None
+        if reply.budget is not None:
+            self._budget = reply.budget
+        if reset_counters:
+            self._turns = 0
+            self._tool_calls = 0
+            self._wall_start = self._now
+        self._set(RESUME_INPUT[resume_to])
         self._emit(
             SessionResumeEvent(
                 sequence=len(self._events), at=self._now, step=self._step, reply=reply
             )
         )
-        if reply.budget is not None:
-            self._budget = reply.budget
-        self._set(RESUME_INPUT[resume_to])
         return reply
 
 

@@ -39,6 +39,7 @@ __all__ = ["arguments_ok", "arguments_problems", "block_problem", "json_problem"
 
 _INT_MIN = -(2**63)
 _INT_END = 2**64  # msgspec encodes int64 and uint64
+_MAX_FLOAT_INT = 2**1023  # below float max: float(at) cannot overflow
 
 
 def arguments_ok(arguments: object) -> bool:
@@ -262,4 +263,6 @@ def reply_problem(reply: object) -> str | None:
         at = reply.at  # type: ignore[attr-defined]
         if at is not None and type(at) is not float and type(at) is not int:
             problem = f"{kind.__name__}.at must be a number or None, got {type(at).__name__}"
+        elif type(at) is int and not -_MAX_FLOAT_INT <= at <= _MAX_FLOAT_INT:
+            problem = f"{kind.__name__}.at is an integer too large for a float"
     return problem

@@ -1,0 +1,635 @@
+"""Replay a log through the real loop, without a model; inspect, resume or fork it.
+
+Theory of operation
+-------------------
+A log holds everything needed to rebuild its run (DESIGN §2, "the log is the
+state"): ``session.start`` holds the configuration, the ``message.accepted``
+events right after it hold the initial transcript, and every reply that entered
+the loop is recorded, in the order it entered, by exactly one event:
+
+========================  ==========================================
+event                     recorded reply
+========================  ==========================================
+``model.chunk``           ``chunk``
+``plan.draft``            ``reply`` (``ModelResponse``/``ModelFailure``)
+``tool.result``/``.error``  ``reply`` unless ``None`` (loop-made result)
+``session.resume``        ``reply`` (``Resume``)
+``run.finished``          ``reply`` unless ``None`` (a cancel, an invalid
+                          chunk, a misused reply)
+========================  ==========================================
+
+A replay builds ``agent_loop(...)`` from that configuration (with the recorded
+``started_at``, and the caller's hooks, which run again), primes it with
+``next()`` and sends the recorded replies in order. The loop is deterministic, so
+it must emit the recorded events again; each regenerated event is compared with
+the recorded one by its canonical encoding (:func:`agentloop.encode_event`), byte
+for byte. The first difference raises :class:`ReplayDivergence`. The loop ending
+while recorded replies remain, the loop waiting for a reply the log does not have
+while the log goes on, and the loop emitting more events than the log holds are
+divergences too.
+
+A ``send()`` that raises :class:`agentloop.CallerProtocolError` is part of the
+story when the recorded run ended that way (its ``run.finished`` failed with
+``CALLER_PROTOCOL_ERROR`` and holds the misused reply); the regenerated
+``run.finished`` is compared like any other event.
+
+A log whose only event is a failed ``run.finished`` (``INVALID_TRANSCRIPT``) has
+nothing to replay: the loop never started, and the invalid transcript is not in
+the log. :func:`replay` returns it as it is, with an empty transcript.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+import msgspec
+
+from agentloop import (
+    CALLER_PROTOCOL_ERROR,
+    INVALID_TRANSCRIPT,
+    AgentLoop,
+    BudgetUsage,
+    CallerProtocolError,
+    Effect,
+    Event,
+    HookRegistry,
+    Message,
+    MessageAcceptedEvent,
+    ModelChunkEvent,
+    ModelRequest,
+    Pause,
+    PlanDraftEvent,
+    Reply,
+    RunFinishedEvent,
+    RunResult,
+    SessionResumeEvent,
+    SessionStartEvent,
+    State,
+    ToolErrorEvent,
+    ToolRequest,
+    ToolResultEvent,
+    Usage,
+    agent_loop,
+    encode_event,
+)
+
+from ._diff import diff_events, summarize
+
+__all__ = [
+    "LoopSnapshot",
+    "ReplayDivergence",
+    "ReplayError",
+    "ReplayResult",
+    "fork",
+    "recorded_replies",
+    "replay",
+    "resume",
+    "state_at",
+]
+
+
+class ReplayError(Exception):
+    """A log cannot be replayed, resumed or forked as asked (see the message).
+
+    :class:`ReplayDivergence` is the subclass for "the loop does not tell the
+    story the log tells".
+    """
+
+
+class ReplayDivergence(ReplayError):
+    """The regenerated events differ from the recorded ones.
+
+    Attributes:
+        sequence: the position (sequence number) of the first difference.
+        expected: the recorded event there, or ``None`` when the loop emitted
+            more events than the log holds.
+        actual: the regenerated event there, or ``None`` when the loop emitted
+            nothing there (it finished, or waits for a reply the log lacks).
+        reason: what went wrong, in words.
+        differences: field-level differences (``path: recorded -> regenerated``)
+            when both events exist.
+        hint: where else the regenerated event appears in the log, if it does
+            (a missing, extra or moved event), else ``""``.
+    """
+
+    def __init__(
+        self,
+        sequence: int,
+        expected: Event | None,
+        actual: Event | None,
+        *,
+        reason: str = "",
+        hint: str = "",
+    ) -> None:
+        self.sequence = sequence
+        self.expected = expected
+        self.actual = actual
+        if not reason:
+            reason = "the regenerated event differs from the recorded one"
+        self.reason = reason
+        self.hint = hint
+        self.differences: list[str] = []
+        if expected is not None and actual is not None:
+            self.differences = diff_events(expected, actual)
+        super().__init__(sequence, expected, actual)
+
+    def __str__(self) -> str:
+        lines = [f"replay diverged at event #{self.sequence}: {self.reason}"]
+        lines.append(f"  recorded:    {_line(self.expected)}")
+        lines.append(f"  regenerated: {_line(self.actual)}")
+        if self.differences:
+            lines.append("  differences (recorded -> regenerated):")
+            lines.extend(f"    {line}" for line in self.differences)
+        if self.hint:
+            lines.append(f"  hint: {self.hint}")
+        return "\n".join(lines)
+
+
+def _line(event: Event | None) -> str:
+    if event is None:
+        return "(nothing)"
+    text = f"#{event.sequence} {event.type} step {event.step}"
+    detail = summarize(event)
+    return f"{text}  {detail}" if detail else text
+
+
+class ReplayResult(msgspec.Struct, frozen=True):
+    """What :func:`replay` gives back.
+
+    Attributes:
+        result: the regenerated :class:`~agentloop.RunResult`, or ``None`` when the
+            log ends at a pull point (the run was paused or its process died while
+            waiting; continue it with :func:`resume`).
+        events: the regenerated events (byte-for-byte equal to the log's).
+        pending: the effect the loop waits for when ``result`` is ``None``.
+    """
+
+    result: RunResult | None
+    events: tuple[Event, ...]
+    pending: Effect | None = None
+
+
+class LoopSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """The loop as it was just after one event (see :func:`state_at`).
+
+    Attributes:
+        sequence: the event's sequence number; ``event`` is the event itself.
+        state: the lifecycle state.
+        step: the step number.
+        messages: the transcript (complete messages only; the initial messages
+            are all in it from ``session.start`` on).
+        usage: token usage so far.
+        budget_usage: what the run used since it started or last resumed.
+        pending: the effect the loop yields right after this event, or ``None``
+            when the loop emits more events before it asks for anything.
+        result: the run's result when this event is its ``run.finished``.
+    """
+
+    sequence: int
+    event: Event
+    state: State
+    step: int
+    messages: tuple[Message, ...]
+    usage: Usage
+    budget_usage: BudgetUsage
+    pending: Effect | None = None
+    result: RunResult | None = None
+
+
+_REPLY_EVENTS: Final = (
+    ModelChunkEvent,
+    PlanDraftEvent,
+    ToolResultEvent,
+    ToolErrorEvent,
+    SessionResumeEvent,
+    RunFinishedEvent,
+)
+
+
+def recorded_replies(events: Iterable[Event]) -> list[tuple[int, Reply]]:
+    """The replies a log records, in the order they entered the loop.
+
+    Returns:
+        ``(position, reply)`` pairs: the index of the recording event, the reply.
+    """
+    out: list[tuple[int, Reply]] = []
+    for index, event in enumerate(events):
+        cls = event.__class__
+        if cls is ModelChunkEvent:
+            out.append((index, event.chunk))  # type: ignore[union-attr]
+        elif cls in _REPLY_EVENTS:
+            reply = event.reply  # type: ignore[union-attr]
+            if reply is not None:
+                out.append((index, reply))
+    return out
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+class _Session:
+    """One replay in progress: a loop rebuilt from a log, fed its recorded replies."""
+
+    def __init__(
+        self, events: Sequence[Event], hooks: HookRegistry | None, *, past_end: bool = False
+    ) -> None:
+        self.events = events
+        self.past_end = past_end  # regenerated events beyond the log are allowed
+        start = events[0]
+        if type(start) is not SessionStartEvent:
+            raise ReplayDivergence(
+                0,
+                start,
+                None,
+                reason="a log starts with session.start (or is a single failed run.finished "
+                "with INVALID_TRANSCRIPT)",
+            )
+        messages: list[Message] = []
+        for event in events[1:]:
+            if type(event) is not MessageAcceptedEvent:
+                break
+            messages.append(event.message)
+        self.replies = recorded_replies(events)
+        self.next_reply = 0
+        try:
+            self.loop: AgentLoop = agent_loop(
+                messages,
+                tools=start.tools,
+                system=start.system,
+                max_steps=start.max_steps,
+                budget=start.budget,
+                hooks=hooks,
+                request_sequence_start=start.request_sequence_start,
+                started_at=start.at,
+            )
+        except (ValueError, TypeError) as exc:
+            raise ReplayDivergence(
+                0, start, None, reason=f"the recorded configuration is rejected: {exc}"
+            ) from None
+        self.checked = 0
+        self.effect: Effect | None = None
+        self.result: RunResult | None = None
+        self.finished = False
+
+    # ------------------------------------------------------------------ checking
+
+    def _check(self) -> None:
+        """Compare every event regenerated since the last check with the log."""
+        fresh = self.loop.log.since(self.checked)
+        if not fresh:
+            return
+        events = self.events
+        recorded = len(events)
+        encode = encode_event
+        for actual in fresh:
+            position = actual.sequence
+            if position >= recorded:
+                if self.past_end:
+                    continue
+                raise ReplayDivergence(
+                    position,
+                    None,
+                    actual,
+                    reason=f"the loop emitted more events than the log holds ({recorded})",
+                    hint=self._hint(actual),
+                )
+            expected = events[position]
+            if encode(actual) != encode(expected):
+                raise ReplayDivergence(position, expected, actual, hint=self._hint(actual))
+        self.checked += len(fresh)
+
+    def _hint(self, actual: Event) -> str:
+        want = encode_event(actual)
+        for index, event in enumerate(self.events):
+            if index == actual.sequence or type(event) is not type(actual):
+                continue
+            renumbered = msgspec.structs.replace(event, sequence=actual.sequence)
+            if encode_event(renumbered) == want:
+                return (
+                    f"the regenerated event is recorded event #{index} (renumbered): "
+                    "an event was deleted, inserted or moved"
+                )
+        return ""
+
+    # ------------------------------------------------------------------ driving
+
+    def start(self) -> None:
+        try:
+            self.effect = next(self.loop)
+        except StopIteration as stop:
+            self._finished(stop.value)
+        self._check()
+
+    def feed(self) -> None:
+        """Send the next recorded reply."""
+        position, reply = self.replies[self.next_reply]
+        if self.finished:
+            self._check()
+            end = len(self.loop.log)
+            raise ReplayDivergence(
+                end,
+                self.events[end] if end < len(self.events) else None,
+                None,
+                reason=f"the regenerated run finished ({self._status()}) but the log goes on "
+                f"(an unused reply is recorded in event #{position})",
+            )
+        self.next_reply += 1
+        try:
+            self.effect = self.loop.send(reply)
+        except StopIteration as stop:
+            self._finished(stop.value)
+        except CallerProtocolError:
+            # The loop logged a failed run.finished first; it is compared below.
+            # Expected exactly when the recorded run ended that way.
+            self._finished(self.loop.result)
+            self._check()
+            last = self.events[-1]
+            if type(last) is not RunFinishedEvent or (
+                last.error is None or last.error.code != CALLER_PROTOCOL_ERROR
+            ):  # pragma: no cover - the comparison above already diverged
+                raise ReplayDivergence(
+                    len(self.loop.log) - 1,
+                    last,
+                    self.loop.log[-1],
+                    reason="the loop rejected a recorded reply as caller misuse",
+                ) from None
+            return
+        self._check()
+
+    def close(self) -> None:
+        """Cancel the rebuilt loop if it is still suspended (its events are not
+        compared any more). A suspended generator must not be left to the garbage
+        collector, which would close it at some arbitrary later moment."""
+        if not self.finished:
+            self.loop.close()
+
+    def _finished(self, result: RunResult | None) -> None:
+        self.finished = True
+        self.effect = None
+        self.result = result
+
+    def _status(self) -> str:
+        result = self.result
+        return "?" if result is None else result.status
+
+    def feed_all(self) -> None:
+        while self.next_reply < len(self.replies):
+            self.feed()
+
+    def feed_through(self, position: int) -> None:
+        """Send every reply recorded at or before ``position``."""
+        replies = self.replies
+        while self.next_reply < len(replies) and replies[self.next_reply][0] <= position:
+            self.feed()
+
+    def check_complete(self) -> None:
+        """After every reply was sent: the log must hold nothing more."""
+        end = len(self.loop.log)
+        if end < len(self.events):
+            if self.finished:
+                reason = f"the regenerated run finished ({self._status()}) but the log goes on"
+            else:
+                reason = (
+                    f"the loop waits for a reply to {_describe(self.effect)}, but the log "
+                    "records no further reply"
+                )
+            raise ReplayDivergence(end, self.events[end], None, reason=reason)
+
+
+def _describe(effect: Effect | None) -> str:
+    if type(effect) is ModelRequest:
+        return f"ModelRequest {effect.id}"
+    if type(effect) is ToolRequest:
+        return f"ToolRequest {effect.call.id} ({effect.call.name})"
+    if type(effect) is Pause:
+        return f"Pause ({effect.reason})"
+    return "nothing"
+
+
+def _events(events: Iterable[Event]) -> list[Event]:
+    out = list(events)
+    if not out:
+        raise ReplayError("the log has no events")
+    return out
+
+
+def _invalid_transcript(events: list[Event]) -> RunResult | None:
+    """The result of a log that is one failed ``run.finished`` (nothing to replay)."""
+    first = events[0]
+    if (
+        type(first) is RunFinishedEvent
+        and first.error is not None
+        and first.error.code == INVALID_TRANSCRIPT
+    ):
+        if len(events) > 1:
+            raise ReplayDivergence(
+                1, events[1], None, reason="the log goes on after its run.finished"
+            )
+        return RunResult(
+            status=first.status,
+            final_text=first.final_text,
+            messages=(),
+            steps=first.steps,
+            max_steps=first.max_steps,
+            error=first.error,
+            usage=first.usage,
+            reason=first.reason,
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def replay(events: Iterable[Event], *, hooks: HookRegistry | None = None) -> ReplayResult:
+    """Replay a log through the loop, without a model, checking every event.
+
+    Args:
+        events: the log (from :func:`read_log`, or an ``EventLog``'s events).
+        hooks: the hooks the run had (they run again and must be deterministic).
+
+    Returns:
+        :class:`ReplayResult`: the regenerated result and events. For a log that
+        ends at a pull point (no ``run.finished``), ``result`` is ``None`` and
+        ``pending`` is the effect the loop waits for. A log that is only a failed
+        ``run.finished`` (``INVALID_TRANSCRIPT``) is returned as it is.
+
+    Raises:
+        ReplayDivergence: the first difference between the log and the loop.
+        ReplayError: the log is empty.
+    """
+    items = _events(events)
+    invalid = _invalid_transcript(items)
+    if invalid is not None:
+        return ReplayResult(invalid, tuple(items))
+    session = _Session(items, hooks)
+    try:
+        session.start()
+        session.feed_all()
+        session.check_complete()
+        return ReplayResult(session.result, tuple(session.loop.log), session.effect)
+    finally:
+        session.close()
+
+
+def state_at(
+    events: Iterable[Event], sequence: int, *, hooks: HookRegistry | None = None
+) -> LoopSnapshot:
+    """The loop just after event ``sequence``: state, transcript, step, usage, pending.
+
+    The log is replayed up to that event (and checked on the way). Values are read
+    from the loop as that event is recorded; when the loop asks for a reply right
+    after it (the event is the last before a pull point, or the run's last event),
+    they are read at that point, so ``pending`` is the effect it waits for. (The
+    loop applies a ``Resume`` -- state, budget, counters -- just after recording
+    ``session.resume``: the next event shows them.)
+
+    Raises:
+        ValueError: ``sequence`` is not the position of an event of the log.
+        ReplayDivergence: the log diverges before or at that event.
+    """
+    items = _events(events)
+    _check_position(sequence, items)
+    invalid = _invalid_transcript(items)
+    if invalid is not None:
+        return LoopSnapshot(
+            sequence=0,
+            event=items[0],
+            state=State.DONE,
+            step=0,
+            messages=(),
+            usage=invalid.usage,
+            budget_usage=BudgetUsage(),
+            result=invalid,
+        )
+    session = _Session(items, hooks, past_end=True)
+    loop = session.loop
+    captured: list[LoopSnapshot] = []
+
+    def capture(event: Event) -> None:
+        if event.sequence == sequence:
+            captured.append(_snapshot(loop, event, None, None))
+
+    unsubscribe = loop.log.subscribe(capture)
+    try:
+        session.start()
+        while len(loop.log) <= sequence and session.next_reply < len(session.replies):
+            session.feed()
+        if len(loop.log) <= sequence:
+            session.check_complete()
+        if len(loop.log) == sequence + 1:
+            # Nothing more happens until the next reply: read the loop as it waits.
+            return _snapshot(loop, loop.log[sequence], session.effect, session.result)
+        return captured[0]
+    finally:
+        unsubscribe()
+        session.close()
+
+
+def _snapshot(
+    loop: AgentLoop, event: Event, pending: Effect | None, result: RunResult | None
+) -> LoopSnapshot:
+    return LoopSnapshot(
+        sequence=event.sequence,
+        event=event,
+        state=loop.state,
+        step=loop.step,
+        messages=tuple(loop.messages),
+        usage=loop.usage,
+        budget_usage=loop.budget_usage,
+        pending=pending,
+        result=result,
+    )
+
+
+def resume(
+    events: Iterable[Event], *, hooks: HookRegistry | None = None
+) -> tuple[AgentLoop, Effect]:
+    """Continue a run from its log: a live loop at the log's last pull point.
+
+    For a log that ends while the loop waits for a reply (paused, or its process
+    died while waiting for the model or a tool). Every recorded reply is fed
+    again (and checked); the returned loop waits for the returned effect, and
+    its ``log`` continues the same sequence numbers, so append its new events to
+    the same file (``LogWriter(path).follow(loop.log)``).
+
+    If the previous process died between two events (after recording a reply but
+    before the loop asked for the next one), the loop regenerates the missing
+    events; they are in ``loop.log`` after the given ones (``follow`` writes them).
+
+    Returns:
+        ``(loop, effect)``: send the reply to ``effect`` next.
+
+    Raises:
+        ReplayError: the run already finished (nothing to resume).
+        ReplayDivergence: the log does not replay.
+    """
+    items = _events(events)
+    if _invalid_transcript(items) is not None or type(items[-1]) is RunFinishedEvent:
+        raise ReplayError(
+            "the run already finished (the log ends with run.finished); nothing to resume "
+            "(fork() continues from an earlier event)"
+        )
+    session = _Session(items, hooks, past_end=True)
+    try:
+        session.start()
+        session.feed_all()
+        if session.finished or session.effect is None:
+            raise ReplayError(
+                f"the run finishes ({session._status()}) after the log's last reply without "
+                "asking for another one; nothing to resume"
+            )
+    except BaseException:
+        session.close()
+        raise
+    return session.loop, session.effect
+
+
+def fork(
+    events: Iterable[Event], sequence: int, *, hooks: HookRegistry | None = None
+) -> tuple[AgentLoop, Effect]:
+    """A live loop branched from a log just after event ``sequence``.
+
+    Feeds the replies recorded at or before ``sequence`` (checking the events
+    they regenerate), and more if event ``sequence`` needs them, then stops at
+    the loop's next pull point: the returned effect is what the loop asks next,
+    and any reply may be sent to it ("what if the model had answered
+    differently"). Events the loop emits before that pull point are already in
+    ``loop.log``.
+
+    Raises:
+        ValueError: ``sequence`` is not the position of an event of the log.
+        ReplayError: the run finishes after that event without asking for any
+            further reply (nothing to branch).
+        ReplayDivergence: the log does not replay up to there.
+    """
+    items = _events(events)
+    _check_position(sequence, items)
+    if _invalid_transcript(items) is not None:
+        raise ReplayError("the log is a failed run.finished (INVALID_TRANSCRIPT); nothing to fork")
+    session = _Session(items, hooks, past_end=True)
+    try:
+        session.start()
+        session.feed_through(sequence)
+        while len(session.loop.log) <= sequence and session.next_reply < len(session.replies):
+            # Event ``sequence`` comes from a reply recorded after it (a cancel or a
+            # misused reply ends the run with session.complete, then run.finished).
+            session.feed()
+        if session.finished or session.effect is None:
+            raise ReplayError(
+                f"the run finishes ({session._status()}) after event #{sequence} without "
+                "asking for another reply; nothing to fork"
+            )
+    except BaseException:
+        session.close()
+        raise
+    return session.loop, session.effect
+
+
+def _check_position(sequence: int, events: list[Event]) -> None:
+    if type(sequence) is not int or not 0 <= sequence < len(events):
+        raise ValueError(
+            f"sequence must be an int from 0 to {len(events) - 1} (the log's events), "
+            f"got {sequence!r}"
+        )

@@ -1,0 +1,164 @@
+"""``python -m replay``, run as a user would: in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from agentloop import RunFinishedEvent
+from replay import read_log, write_log
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("NO_COLOR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "replay", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert done.returncode == code, done
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("replay: error: ")
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def tampered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    events = read_log(FIXTURES / "tool_calls.jsonl")
+    last = events[-1]
+    assert type(last) is RunFinishedEvent
+    events[-1] = msgspec.structs.replace(last, final_text="It is sunny.")
+    path = tmp_path_factory.mktemp("logs") / "tampered.jsonl"
+    write_log(path, events)
+    return path
+
+
+def test_show_prints_a_timeline() -> None:
+    done = cli("show", FIXTURES / "tool_calls.jsonl")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(read_log(FIXTURES / "tool_calls.jsonl"))
+    assert "\x1b[" not in done.stdout  # not a terminal: no color
+    assert lines[0].split()[:4] == ["0", "+0.000s", "step", "0"]
+    assert "session.start" in lines[0] and "tools: add, weather" in lines[0]
+    assert "tool.call" in done.stdout and "call call-1 add(" in done.stdout
+    assert lines[-1].split()[4:6] == ["run.finished", "completed"]
+
+
+def test_show_color_on_request() -> None:
+    done = cli("show", "--color", FIXTURES / "tool_error.jsonl")
+    assert done.returncode == 0
+    assert "\x1b[1;31mtool.error" in done.stdout
+
+
+def test_check_ok() -> None:
+    done = cli("check", FIXTURES / "approval.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert "ok, 26 events replayed; run completed (goal_met)" in done.stdout
+
+
+def test_check_unfinished_log() -> None:
+    done = cli("check", FIXTURES / "waiting_on_tool.jsonl")
+    assert done.returncode == 0
+    assert "unfinished (waits for a ToolRequest)" in done.stdout
+
+
+def test_check_reports_the_divergence(tampered: Path) -> None:
+    done = cli("check", tampered)
+    assert done.returncode == 1
+    assert "DIVERGED" in done.stdout
+    assert "replay diverged at event #21" in done.stdout
+    assert "final_text: 'It is sunny.' -> '20 + 22 = 42" in done.stdout
+    assert done.stderr == ""
+
+
+def test_diff_identical_and_different(tampered: Path) -> None:
+    same = cli("diff", FIXTURES / "tool_calls.jsonl", FIXTURES / "v1" / "tool_calls.jsonl")
+    assert same.returncode == 0
+    assert "logs are identical (22 events)" in same.stdout
+    different = cli("diff", FIXTURES / "tool_calls.jsonl", tampered)
+    assert different.returncode == 1
+    assert "logs differ at event #21" in different.stdout
+    assert "final_text: '20 + 22" in different.stdout and "-> 'It is sunny.'" in different.stdout
+
+
+def test_diff_prefix() -> None:
+    done = cli("diff", FIXTURES / "waiting_on_tool.jsonl", FIXTURES / "waiting_on_approval.jsonl")
+    assert done.returncode == 1
+    assert "logs differ at event #0" in done.stdout
+
+
+def test_diff_one_log_longer(tmp_path: Path) -> None:
+    events = read_log(FIXTURES / "plain_answer.jsonl")
+    short = tmp_path / "short.jsonl"
+    write_log(short, events[:5])
+    done = cli("diff", FIXTURES / "plain_answer.jsonl", short)
+    assert done.returncode == 1
+    assert (
+        "agree on their first 5 events; A goes on with 6 more, from #5 model.chunk" in done.stdout
+    )
+
+
+def test_stats() -> None:
+    done = cli("stats", FIXTURES / "tool_error.jsonl")
+    assert done.returncode == 0
+    text = done.stdout
+    assert "status        completed (goal_met)" in text
+    assert "tool calls    2 (2 errors, 1 made by the loop)" in text
+    assert "duration      " in text
+    as_json = cli("stats", "--json", FIXTURES / "protocol_failure.jsonl")
+    stats = json.loads(as_json.stdout)
+    assert stats["status"] == "failed"
+    assert stats["error"]["code"] == "MODEL_PROTOCOL_ERROR"
+    assert stats["steps"] == 1
+
+
+def test_bad_paths_and_files_are_one_line_errors(tmp_path: Path) -> None:
+    line = _one_line_error(cli("check", tmp_path / "missing.jsonl"))
+    assert "missing.jsonl: cannot read: No such file or directory" in line
+    _one_line_error(cli("show", tmp_path))  # a directory
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    for command in ("show", "check", "stats"):
+        assert "not an agentloop log" in _one_line_error(cli(command, notes))
+    future = tmp_path / "future.jsonl"
+    future.write_text('{"format":"agentloop-log","version":2,"library":"9.0"}\n')
+    assert "newer" in _one_line_error(cli("check", future))
+    assert "newer" in _one_line_error(cli("diff", future, FIXTURES / "plain_answer.jsonl"))
+
+
+def test_torn_log(tmp_path: Path) -> None:
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes((FIXTURES / "plain_answer.jsonl").read_bytes()[:-30])
+    assert "torn" in _one_line_error(cli("check", torn))
+    shown = cli("show", torn)  # the intact prefix, then the error
+    assert len(shown.stdout.splitlines()) == 10
+    assert "torn" in _one_line_error(shown)
+
+
+def test_usage_errors() -> None:
+    _one_line_error(cli())
+    _one_line_error(cli("frobnicate", "x"))
+    _one_line_error(cli("diff", "only-one"))
+    assert cli("--help").returncode == 0
