@@ -45,6 +45,7 @@ from ._events import (
     ToolErrorEvent,
     ToolResultEvent,
 )
+from ._function_model import FunctionModel
 from ._hooks import HOOK_TOPICS, SKIP, HookAbort, HookRegistry, PauseRequest
 from ._limits import (
     MAX_AGENT_STEPS,
@@ -131,6 +132,7 @@ __all__ = [
     "Effect",
     "Event",
     "EventLog",
+    "FunctionModel",
     "HookAbort",
     "HookRegistry",
     "Message",

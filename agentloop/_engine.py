@@ -727,6 +727,12 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         except _Misuse as exc:
             misuse = exc
             outcome = _failed(CALLER_PROTOCOL_ERROR, exc.message, exc.reply)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # Raised by a hook: end the run like ``throw()`` does (a recorded cancel,
+            # run.finished last), then let the interrupt go on.
+            cancel = Cancel(reason=f"{type(exc).__name__}: {exc}")
+            self._finish(_Finish("cancelled", cancel.reason, reply=cancel))
+            raise
         result = self._finish(outcome)
         if misuse is not None:
             raise CallerProtocolError(misuse.message)

@@ -11,29 +11,83 @@
 Uses only :mod:`agentloop`'s public API.
 """
 
-from ._diff import diff_events, summarize
-from ._log import (
-    LOG_FORMAT,
-    LOG_FORMAT_VERSION,
-    LogError,
-    LogFormatError,
-    LogVersionError,
-    LogWriter,
-    TornLogError,
-    read_log,
-    write_log,
-)
-from ._replay import (
-    LoopSnapshot,
-    ReplayDivergence,
-    ReplayError,
-    ReplayResult,
-    fork,
-    recorded_replies,
-    replay,
-    resume,
-    state_at,
-)
+import typing as _typing
+
+if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time see __getattr__
+    from ._diff import diff_events, summarize
+    from ._log import (
+        LOG_FORMAT,
+        LOG_FORMAT_VERSION,
+        LogError,
+        LogFormatError,
+        LogVersionError,
+        LogWriter,
+        TornLogError,
+        read_log,
+        write_log,
+    )
+    from ._replay import (
+        LoopSnapshot,
+        ReplayDivergence,
+        ReplayError,
+        ReplayResult,
+        fork,
+        recorded_replies,
+        replay,
+        resume,
+        state_at,
+    )
+
+# Names are imported on first use, so that loading the pytest plugin (an entry point
+# of this package) costs nothing in test sessions that never use it.
+_LAZY = {
+    "diff_events": "._diff",
+    "summarize": "._diff",
+    **dict.fromkeys(
+        (
+            "LOG_FORMAT",
+            "LOG_FORMAT_VERSION",
+            "LogError",
+            "LogFormatError",
+            "LogVersionError",
+            "LogWriter",
+            "TornLogError",
+            "read_log",
+            "write_log",
+        ),
+        "._log",
+    ),
+    **dict.fromkeys(
+        (
+            "LoopSnapshot",
+            "ReplayDivergence",
+            "ReplayError",
+            "ReplayResult",
+            "fork",
+            "recorded_replies",
+            "replay",
+            "resume",
+            "state_at",
+        ),
+        "._replay",
+    ),
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'replay' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "LOG_FORMAT",

@@ -213,7 +213,7 @@ def _diff(a: Any, b: Any, path: str, out: list[str], labels: tuple[str, str]) ->
             else:
                 _diff(a[key], b[key], sub, out, labels)
         return
-    if type(a) is list and type(b) is list:
+    if type(a) in (list, tuple) and type(b) in (list, tuple):
         for index, (x, y) in enumerate(zip(a, b, strict=False)):
             _diff(x, y, f"{path}[{index}]", out, labels)
         if len(a) != len(b):

@@ -813,3 +813,19 @@ def test_toolspec_validates_its_name() -> None:
         ToolSpec("has space")
     with pytest.raises(ValueError):
         ToolSpec("x" * 65)
+
+
+def test_keyboard_interrupt_in_a_hook_still_finishes_the_log() -> None:
+    def interrupt(payload: dict[str, Any]) -> None:
+        raise KeyboardInterrupt("ctrl-c")
+
+    hooks = HookRegistry()
+    hooks.on("before_tool_call", interrupt)
+    loop = agent_loop([USER], tools=[ADD], hooks=hooks)
+    next(loop)
+    with pytest.raises(KeyboardInterrupt):
+        loop.send(response("request-001", "r1", call("add", "c1", left=1, right=2)))
+    assert loop.result is not None and loop.result.status == "cancelled"
+    assert loop.result.reason == "KeyboardInterrupt: ctrl-c"
+    assert loop.state is State.DONE
+    check_log(loop.log.events)

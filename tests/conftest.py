@@ -1,0 +1,3 @@
+"""Shared pytest configuration: pytester drives the pytest plugin's own tests."""
+
+pytest_plugins = ["pytester"]
