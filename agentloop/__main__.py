@@ -14,19 +14,17 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from typing import IO
 
-import msgspec
+from replay import summarize  # the same one-line summaries as `python -m replay show`
 
 from . import (
     Event,
     EventLog,
     Model,
-    ModelFailure,
     RunResult,
     ScriptedModel,
     ScriptedResponse,
-    TextBlock,
     ThinkingBlock,
     ToolCall,
     Usage,
@@ -137,67 +135,6 @@ _COLORS = {
     "tool.error": "31",
     "budget.warn": "33",
 }
-
-
-def _short(text: str, width: int = 60) -> str:
-    text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _json(value: Any) -> str:
-    return msgspec.json.encode(value).decode()
-
-
-def _block(block: Any) -> str:
-    if type(block) is TextBlock:
-        return f"text {block.text!r}"
-    if type(block) is ThinkingBlock:
-        return f"thinking {_short(block.text, 50)!r}"
-    if type(block) is ToolCall:
-        return f"{block.name}({_short(_json(block.arguments), 50)}) [{block.id}]"
-    return type(block).__name__  # pragma: no cover - no other block types
-
-
-def summarize(event: Event) -> str:
-    """One short human-readable line of what ``event`` says."""
-    data: Any = event
-    match event.type:
-        case "session.start":
-            names = ", ".join(spec.name for spec in data.tools) or "none"
-            return f"tools: {names}; max_steps={data.max_steps}"
-        case "message.accepted":
-            message = data.message
-            return f"{type(message).__name__} {message.id}: {_short(repr(message.content))}"
-        case "step.start":
-            return str(data.request_id)
-        case "model.chunk":
-            return _block(data.chunk.block)
-        case "plan.draft":
-            reply = data.reply
-            if type(reply) is ModelFailure:
-                return f"failure {reply.code}: {_short(reply.message)}"
-            usage = f", {reply.usage.input_tokens}+{reply.usage.output_tokens} tokens"
-            return f"{reply.id}: stop_reason={reply.stop_reason}{usage if reply.usage else ''}"
-        case "plan.commit":
-            count = len(data.message.content)
-            return f"{data.message.id} ({count} block{'' if count == 1 else 's'})"
-        case "tool.call":
-            return _block(data.call)
-        case "tool.result" | "tool.error":
-            made = " (by the loop)" if data.reply is None else ""
-            return f"{data.message.tool_name} -> {_short(data.message.content)}{made}"
-        case "budget.warn":
-            return f"limit {data.limit} reached"
-        case "session.pause":
-            return f"reason {data.reason!r}"
-        case "session.resume":
-            return f"payload {_short(_json(data.reply.payload))}"
-        case "session.complete":
-            return f"{data.status} ({data.reason})"
-        case "run.finished":
-            error = f"; {data.error.code}: {_short(data.error.message)}" if data.error else ""
-            return f"{data.status} after {data.steps} steps ({data.reason}){error}"
-    return ""  # pragma: no cover - every event type is listed above
 
 
 class Timeline:
