@@ -168,3 +168,16 @@ def test_the_hook_table_lists_every_topic_in_order() -> None:
     text = between(page(), "### What each topic gets and may do", "### Returning and raising")
     rows = re.findall(r"^\| `(\w+)` \|", text, re.MULTILINE)
     assert tuple(rows) == HOOK_TOPICS
+
+
+def test_protocol_page_lists_every_limit_with_its_value_and_every_event_type() -> None:
+    import agentloop
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+    limits = dict(re.findall(r"\| `(MAX_[A-Z_]+)` \| (\d+) \|", page))
+    expected = {n: str(getattr(agentloop, n)) for n in agentloop.__all__ if n.startswith("MAX_")}
+    assert limits == expected
+    for event_type in agentloop.EVENT_TYPES:
+        assert f"`{event_type}`" in page, event_type
+    for code in agentloop.ERROR_CODES:
+        assert code in page, code
