@@ -130,21 +130,56 @@ def _draft_needs_tags(event: PlanDraftEvent) -> bool:
     """:func:`_needs_tags` for a ``plan.draft``, knowing where such values can be.
 
     The loop checked the reply's structure before recording it (strings are
-    strings, arguments are plain JSON), so only numbers need a look.
+    strings, arguments are plain JSON), so only numbers and tag-like keys need a
+    look. Anything unusual answers ``True``: the slow path then decides exactly.
     """
     reply = event.reply
     if reply.__class__ is not ModelResponse:
         return _needs_tags(reply)
     at = reply.at
-    if at is not None and _needs_tags(at):
+    if at is not None and (at.__class__ is not float or not _isfinite(at)):
         return True
     usage = reply.usage
-    if usage is not None and (_needs_tags(usage.input_tokens) or _needs_tags(usage.output_tokens)):
+    if usage is not None and not (
+        usage.input_tokens.__class__ is int
+        and usage.output_tokens.__class__ is int
+        and _INT_MIN <= usage.input_tokens < _INT_END
+        and _INT_MIN <= usage.output_tokens < _INT_END
+    ):
         return True
     for block in reply.content:
-        if block.__class__ is ToolCall and _needs_tags(block.arguments):
+        if block.__class__ is ToolCall and not _plain(block.arguments):
             return True
     return False
+
+
+def _plain(arguments: dict[str, Any]) -> bool:
+    """Fast, iterative: ``True`` when nothing in ``arguments`` needs a tag."""
+    stack: list[Any] = [arguments]
+    pop, push = stack.pop, stack.append
+    while stack:
+        container = pop()
+        if container.__class__ is dict:
+            if len(container) == 1 and next(iter(container)) in _TAGS:
+                return False
+            items = container.values()
+        else:
+            items = container
+        for value in items:
+            cls = value.__class__
+            if cls is str or cls is bool or value is None:
+                continue
+            if cls is int:
+                if not _INT_MIN <= value < _INT_END:
+                    return False
+            elif cls is float:
+                if not _isfinite(value):
+                    return False
+            elif cls is dict or cls is list or cls is tuple:
+                push(value)
+            else:
+                return False
+    return True
 
 
 def _needs_tags(value: Any) -> bool:

@@ -117,8 +117,6 @@ _MESSAGE_TYPES = (UserMessage, AssistantMessage, ToolResultMessage)
 _TEXTUAL = (TextBlock, ThinkingBlock)
 _FAILURE_CODES = (MODEL_ERROR, MODEL_PROTOCOL_ERROR)
 _CLOSED = Cancel(reason="closed")
-_json_encode = msgspec.json.Encoder().encode
-_json_decode = msgspec.json.Decoder().decode
 
 
 # --------------------------------------------------------------------------- control flow
@@ -272,17 +270,7 @@ def _tool_specs(tools: object) -> tuple[ToolSpec, ...]:
         if spec.name in names:
             raise ValueError(f"tools: duplicate tool name {spec.name!r}")
         names.add(spec.name)
-        problem = json_problem(spec.parameters, f"tools[{index}].parameters")
-        if problem is not None:
-            raise TypeError(f"tool {spec.name!r}: parameters must be plain JSON: {problem}")
-        # Snapshot: the schema dict is copied so later edits by the caller change nothing.
-        try:
-            parameters = _json_decode(_json_encode(spec.parameters))
-        except (TypeError, ValueError) as exc:
-            raise TypeError(
-                f"tools[{index}] ({spec.name}): parameters are not JSON: {exc}"
-            ) from None
-        specs.append(msgspec.structs.replace(spec, parameters=parameters))
+        specs.append(spec)  # frozen, and owns a copy of its schema: shared as it is
     return tuple(specs)
 
 

@@ -7,9 +7,13 @@ from typing import Any
 
 import msgspec
 
+from ._json import json_problem
+
 __all__ = ["ToolSpec"]
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(dict[str, Any]).decode
 
 
 class ToolSpec(msgspec.Struct, frozen=True):
@@ -18,7 +22,8 @@ class ToolSpec(msgspec.Struct, frozen=True):
     Attributes:
         name: 1-64 characters of ``A-Z a-z 0-9 _ -`` (what every provider accepts).
         description: shown to the model.
-        parameters: a JSON Schema for the arguments object.
+        parameters: a JSON Schema for the arguments object (plain JSON; the spec
+            keeps a copy, so treat ``spec.parameters`` as read-only).
         requires_approval: the loop pauses (reason ``approval``) before each call and
             acts on the ``Resume`` payload.
     """
@@ -41,6 +46,12 @@ class ToolSpec(msgspec.Struct, frozen=True):
             raise TypeError(
                 f"ToolSpec.parameters must be a JSON Schema dict, got {self.parameters!r}"
             )
+        problem = json_problem(self.parameters, "parameters")
+        if problem is not None:
+            raise TypeError(f"ToolSpec {self.name!r}: parameters must be plain JSON: {problem}")
+        # The spec keeps its own copy of the schema: it is frozen, and later edits of
+        # the caller's dict change nothing (runs can then share the spec as it is).
+        msgspec.structs.force_setattr(self, "parameters", _decode(_encode(self.parameters)))
         if type(self.requires_approval) is not bool:
             raise TypeError(
                 f"ToolSpec.requires_approval must be a bool, got {self.requires_approval!r}"

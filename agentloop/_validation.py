@@ -17,6 +17,9 @@ import math
 from typing import Any
 
 from ._budget import Budget
+from ._json import INT_END as _INT_END
+from ._json import INT_MIN as _INT_MIN
+from ._json import json_problem
 from ._limits import (
     MAX_ARGUMENT_DEPTH,
     MAX_ARGUMENT_ENTRIES,
@@ -37,8 +40,6 @@ from ._protocol import (
 
 __all__ = ["arguments_ok", "arguments_problems", "block_problem", "json_problem", "reply_problem"]
 
-_INT_MIN = -(2**63)
-_INT_END = 2**64  # msgspec encodes int64 and uint64
 _MAX_FLOAT_INT = 2**1023  # below float max: float(at) cannot overflow
 
 
@@ -151,30 +152,6 @@ def arguments_problems(arguments: object) -> tuple[str | None, str | None]:
             f"MAX_ARGUMENT_STRING_CODE_POINTS ({MAX_ARGUMENT_STRING_CODE_POINTS})"
         )
     return None, None
-
-
-def json_problem(value: object, path: str = "$") -> str | None:
-    """Why ``value`` is not plain, finite JSON (or ``None`` when it is)."""
-    stack: list[tuple[Any, str]] = [(value, path)]
-    while stack:
-        item, where = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            for key, sub in item.items():
-                if type(key) is not str:
-                    return f"{where}: object key {key!r} is not a string"
-                stack.append((sub, f"{where}.{key}"))
-        elif kind is list or kind is tuple:
-            stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
-        elif kind is float:
-            if not math.isfinite(item):
-                return f"{where}: {item!r} is not a finite number"
-        elif kind is int:
-            if not _INT_MIN <= item < _INT_END:
-                return f"{where}: integer {item} is outside the 64-bit range"
-        elif kind is not str and kind is not bool and item is not None:
-            return f"{where}: {kind.__name__} is not a JSON value"
-    return None
 
 
 def block_problem(block: object, where: str) -> str | None:

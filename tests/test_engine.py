@@ -829,3 +829,14 @@ def test_keyboard_interrupt_in_a_hook_still_finishes_the_log() -> None:
     assert loop.result.reason == "KeyboardInterrupt: ctrl-c"
     assert loop.state is State.DONE
     check_log(loop.log.events)
+
+
+def test_toolspec_owns_a_copy_of_its_schema_and_refuses_non_json() -> None:
+    schema: dict[str, Any] = {"type": "object", "properties": {}}
+    spec = ToolSpec("t", "", schema)
+    schema["properties"]["x"] = {"type": "string"}
+    assert spec.parameters == {"type": "object", "properties": {}}
+    with pytest.raises(TypeError, match="not a finite number"):
+        ToolSpec("t", "", {"type": "object", "maximum": math.inf})
+    with pytest.raises(TypeError, match="not a JSON value"):
+        ToolSpec("t", "", {"type": "object", "enum": {1, 2}})
