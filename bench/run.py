@@ -1,9 +1,15 @@
-"""Micro-benchmarks of the agent loop on this machine.
+"""Benchmarks of the agent loop on this machine, alone or side by side with its peers.
 
 Run from a checkout::
 
-    python bench/run.py           # full run (a few seconds)
+    python bench/run.py           # core suite: agentloop only (under a minute)
+    python bench/run.py --peers   # + pydantic-ai, openai-agents, LangGraph (the bench extra)
     python bench/run.py --quick   # smoke run, few iterations (CI)
+    python bench/run.py --micro   # only the in-process micro-benchmarks below
+
+The suite (``bench/peers``, see ``bench/README.md``) runs scenarios S1-S5 and the
+memory checks in one fresh process per framework and prints one table. ``--micro``
+keeps this script's original in-process table:
 
 The core numbers drive the raw generator with pre-built replies, so they measure
 the loop itself (validation, events, state), not a model or a tool. ``run()`` with
@@ -34,6 +40,9 @@ except ImportError:  # running from a checkout without installing it
     import agentloop
 
 import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/peers as ``peers``
+from peers import add_arguments, run_suite
 
 ADD = agentloop.ToolSpec(
     "add",
@@ -190,17 +199,26 @@ def steps_after(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="few iterations (smoke run)")
-    parser.add_argument("--repeat", type=int, default=None, help="batches per measurement")
+    add_arguments(parser)
+    parser.add_argument(
+        "--micro", action="store_true", help="only the in-process micro-benchmarks (no suite)"
+    )
     args = parser.parse_args(argv)
-    repeat = args.repeat or (2 if args.quick else 7)
-    scale = 1 if args.quick else 20  # iterations per batch, relative
-    warmup = 1 if args.quick else 5
+    if not args.micro:
+        return run_suite(args)
+    return micro(args.quick, args.repeat)
+
+
+def micro(quick: bool, repeat_option: int | None) -> int:
+    """The in-process micro-benchmark table (``--micro``)."""
+    repeat = repeat_option or (2 if quick else 7)
+    scale = 1 if quick else 20  # iterations per batch, relative
+    warmup = 1 if quick else 5
 
     print(
         f"agentloop {agentloop.__version__} bench: Python {platform.python_version()}, "
         f"msgspec {msgspec.__version__}, {platform.machine()}; best of {repeat}"
-        + (" (quick)" if args.quick else "")
+        + (" (quick)" if quick else "")
     )
     rows: list[tuple[str, float, str, str]] = []
 

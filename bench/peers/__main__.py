@@ -1,0 +1,10 @@
+"""``python -m bench.peers [--peers] [--quick] [--no-memory] [--json FILE]``."""
+
+from __future__ import annotations
+
+import sys
+
+from ._harness import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""agentloop's worker: the raw generator and ``run()`` + ``ScriptedModel``, plus S4/S5.
+
+Variants:
+
+- ``raw generator``: ``agent_loop(...)`` driven with ``send()`` and replies built
+  once in advance (``ModelResponse``/``ToolResult``): the loop itself (validation,
+  events, state), no model and no tool function.
+- ``run() + ScriptedModel``: the sync driver with the scripted model double (each
+  text block streamed as chunks) and the real ``add`` tool executed through the
+  ``ToolRegistry``: what a user's test pays, like the peers' runs.
+
+Agentloop-only scenarios (``extras``): S2 steps only (per-step cost after N
+initial messages, setup excluded), S4 ``replay.replay`` of a recorded 64-step
+session, S5 ``encode_event``/``decode_event`` over that session's log; and
+(``memory``) RSS while replaying the session back to back.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+import agentloop
+import replay
+
+from ._harness import (
+    ADD_ARGS,
+    FINAL_TEXT,
+    MEMORY_STEPS,
+    S2_SIZES,
+    S3_STEPS,
+    USER_TEXT,
+    Job,
+    RunFactory,
+    Settings,
+    add,
+    call_id,
+    history_plan,
+    measure_all,
+    rss_mib,
+    worker_main,
+)
+
+FRAMEWORK = "agentloop"
+ADD_TOOL = agentloop.tool(add)
+ADD_SPEC = ADD_TOOL.spec
+USER = agentloop.UserMessage("user-question", USER_TEXT)
+Replies = dict[str, Any]  # request id or call id -> the reply to send
+
+
+def versions() -> dict[str, str]:
+    return {"agentloop": agentloop.__version__, "msgspec": msgspec.__version__}
+
+
+def transcript(history: int) -> list[agentloop.Message]:
+    """``history`` earlier messages (see ``history_plan``), then the S1 question."""
+    messages: list[agentloop.Message] = []
+    for kind, i in history_plan(history):
+        if kind == "user":
+            messages.append(agentloop.UserMessage(f"u{i}", f"question {i}"))
+        elif kind == "call":
+            call = agentloop.ToolCall(f"old-{i}", "add", {"left": i, "right": 1})
+            messages.append(agentloop.AssistantMessage(f"a{i}", (call,)))
+        elif kind == "result":
+            messages.append(
+                agentloop.ToolResultMessage(f"t{i}", f"old-{i}", "add", f'{{"sum":{i + 1}}}')
+            )
+        else:
+            messages.append(
+                agentloop.AssistantMessage(f"b{i}", (agentloop.TextBlock(f"answer {i}"),))
+            )
+    messages.append(USER)
+    return messages
+
+
+def replies_for(steps: int) -> Replies:
+    """Pre-built replies for ``steps`` requests: ``steps - 1`` add() calls, then the answer."""
+    replies: Replies = {}
+    for step in range(1, steps + 1):
+        request_id = f"request-{step:03d}"
+        if step < steps:
+            call = agentloop.ToolCall(call_id(step), "add", dict(ADD_ARGS))
+            replies[request_id] = agentloop.ModelResponse(
+                request_id, f"resp-{step}", (call,), "tool_call"
+            )
+            replies[call.id] = agentloop.ToolResult(call.id, '{"sum":42}')
+        else:
+            replies[request_id] = agentloop.ModelResponse(
+                request_id, f"resp-{step}", (agentloop.TextBlock(FINAL_TEXT),), "stop"
+            )
+    return replies
+
+
+def script_for(steps: int) -> list[agentloop.ScriptedResponse]:
+    """The same conversation as :func:`replies_for`, for ``ScriptedModel``."""
+    script = [
+        agentloop.ScriptedResponse.tool_calls(
+            f"resp-{step}", agentloop.ToolCall(call_id(step), "add", dict(ADD_ARGS))
+        )
+        for step in range(1, steps)
+    ]
+    script.append(agentloop.ScriptedResponse.text(f"resp-{steps}", FINAL_TEXT))
+    return script
+
+
+def drive(loop: agentloop.AgentLoop, effect: Any, replies: Replies) -> agentloop.RunResult:
+    """Answer every effect from ``replies`` until the run ends."""
+    model_request, send = agentloop.ModelRequest, loop.send
+    try:
+        while True:
+            if type(effect) is model_request:
+                effect = send(replies[effect.id])
+            else:
+                effect = send(replies[effect.call.id])
+    except StopIteration as stop:
+        result: agentloop.RunResult = stop.value
+        return result
+
+
+def make_raw(history: int, steps: int) -> Callable[[], str]:
+    messages = transcript(history)
+    replies = replies_for(steps)
+    tools = (ADD_SPEC,)
+
+    def run() -> str:
+        loop = agentloop.agent_loop(messages, tools=tools, max_steps=steps, started_at=0.0)
+        return drive(loop, next(loop), replies).final_text or ""
+
+    return run
+
+
+def make_driven(history: int, steps: int) -> Callable[[], str]:
+    messages = transcript(history)
+    script = script_for(steps)
+    tools = [ADD_TOOL]
+
+    def run() -> str:
+        model = agentloop.ScriptedModel(script)
+        result = agentloop.run(messages, model=model, tools=tools, max_steps=steps)
+        return result.final_text or ""
+
+    return run
+
+
+def variants() -> dict[str, RunFactory]:
+    return {"raw generator": make_raw, "run() + ScriptedModel": make_driven}
+
+
+def record_session(steps: int = MEMORY_STEPS) -> list[agentloop.Event]:
+    """The log of a ``steps``-step ``run()`` + ``ScriptedModel`` session (chunks included)."""
+    log = agentloop.EventLog()
+    ticks = iter(range(1_000_000))
+    result = agentloop.run(
+        [USER],
+        model=agentloop.ScriptedModel(script_for(steps)),
+        tools=[ADD_TOOL],
+        max_steps=steps,
+        log=log,
+        clock=lambda: 1_700_000_000.0 + next(ticks) / 1000,
+    )
+    if result.status != "completed" or result.steps != steps:
+        raise AssertionError(f"recording failed: {result}")
+    return list(log)
+
+
+def steps_only_jobs(steps: int = S3_STEPS) -> dict[str, Job]:
+    """Per-step cost of ``steps`` steps after N initial messages, setup excluded.
+
+    Setup (``agent_loop(...)`` + the first ``next()``: validating, snapshotting
+    and recording the N messages) is O(N) by design and timed on its own.
+    """
+    jobs: dict[str, Job] = {}
+    replies = replies_for(steps)
+    tools = (ADD_SPEC,)
+    for size in S2_SIZES:
+        messages = transcript(size - 1)
+
+        def setup(messages: Sequence[agentloop.Message] = messages) -> int:
+            start = time.perf_counter_ns()
+            loop = agentloop.agent_loop(messages, tools=tools, max_steps=steps, started_at=0.0)
+            next(loop)
+            elapsed = time.perf_counter_ns() - start
+            loop.close()
+            return elapsed
+
+        def sample(messages: Sequence[agentloop.Message] = messages) -> int:
+            loop = agentloop.agent_loop(messages, tools=tools, max_steps=steps, started_at=0.0)
+            effect = next(loop)
+            start = time.perf_counter_ns()
+            result = drive(loop, effect, replies)
+            elapsed = time.perf_counter_ns() - start
+            assert result.steps == steps, result
+            return elapsed
+
+        jobs[f"steps:{size}"] = Job(sample, sampled=True)
+        jobs[f"setup:{size}"] = Job(setup, sampled=True)
+    return jobs
+
+
+def extras(settings: Settings) -> dict[str, Any]:
+    events = record_session()
+    check = replay.replay(events)
+    assert check.result is not None and check.result.status == "completed", check
+    count = len(events)
+    encode, decode = agentloop.encode_event, agentloop.decode_event
+    encoded = [encode(event) for event in events]
+    assert [decode(data) for data in encoded] == events
+    size = sum(len(data) for data in encoded)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "session.jsonl"
+        replay.write_log(path, events)
+        file_bytes = path.stat().st_size
+        jobs = steps_only_jobs()
+        jobs["replay"] = Job(lambda: replay.replay(events))
+        jobs["replay_file"] = Job(lambda: replay.replay(replay.read_log(path)))
+        jobs["encode"] = Job(lambda: [encode(event) for event in events])
+        jobs["decode"] = Job(lambda: [decode(data) for data in encoded])
+        ns = measure_all(jobs, settings)
+    return {
+        "S2_steps_only": {
+            str(n): {
+                "ns_per_step": ns[f"steps:{n}"] / S3_STEPS,
+                "steps": S3_STEPS,
+                "setup_ns": ns[f"setup:{n}"],
+            }
+            for n in S2_SIZES
+        },
+        "S4": {
+            "steps": MEMORY_STEPS,
+            "events": count,
+            "ns_per_replay": ns["replay"],
+            "events_per_s": count / ns["replay"] * 1e9,
+            "file_events_per_s": count / ns["replay_file"] * 1e9,
+            "file_bytes": file_bytes,
+        },
+        "S5": {
+            "steps": MEMORY_STEPS,
+            "events": count,
+            "encode_events_per_s": count / ns["encode"] * 1e9,
+            "decode_events_per_s": count / ns["decode"] * 1e9,
+            "roundtrip_events_per_s": count / (ns["encode"] + ns["decode"]) * 1e9,
+            "bytes": size,
+            "bytes_per_step": size / MEMORY_STEPS,
+            "bytes_per_event": size / count,
+        },
+    }
+
+
+def memory(settings: Settings) -> dict[str, Any]:
+    """RSS while replaying one recorded session ``settings.replays`` times back to back."""
+    events = record_session()
+    sessions = settings.replays
+    marks = {1, 10, 100, sessions}
+    checkpoints: dict[str, Any] = {}
+    for n in range(1, sessions + 1):
+        result = replay.replay(events).result
+        assert result is not None and result.steps == MEMORY_STEPS
+        if n in marks:
+            checkpoints[str(n)] = rss_mib()
+    return {"steps": MEMORY_STEPS, "sessions": sessions, "checkpoints": checkpoints}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return worker_main(FRAMEWORK, versions, variants, extras=extras, memory=memory, argv=argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Smoke test of the benchmark suite (bench/peers): the quick core mode runs and reports.
+
+No peers and no timing assertions: timing is not a test. The suite is loaded with
+``importlib`` (``bench`` is a directory of scripts, not an installed package).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentloop
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def harness() -> Any:
+    sys.path.insert(0, str(ROOT))
+    try:
+        yield importlib.import_module("bench.peers._harness")
+    finally:
+        sys.path.remove(str(ROOT))
+
+
+@pytest.fixture(scope="module")
+def core(harness: Any) -> Any:
+    return importlib.import_module("bench.peers.agentloop_bench")
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4, 9, 999, 4095])
+def test_history_plan_has_the_asked_size_and_is_a_valid_transcript(core, size):
+    messages = core.transcript(size)
+    assert len(messages) == size + 1
+    assert messages[-1].content == core.USER_TEXT
+    agentloop.validate_transcript(messages)
+
+
+@pytest.mark.parametrize("variant", ["raw generator", "run() + ScriptedModel"])
+@pytest.mark.parametrize(("history", "steps"), [(0, 2), (9, 2), (0, 50), (4095, 2)])
+def test_core_variants_complete_every_scenario(core, variant, history, steps):
+    run = core.variants()[variant](history, steps)
+    assert run() == core.FINAL_TEXT
+    assert run() == core.FINAL_TEXT  # each call is a fresh run
+
+
+def test_recorded_session_replays_and_round_trips(core):
+    events = core.record_session()
+    assert events[-1].type == "run.finished"
+    result = importlib.import_module("replay").replay(events).result
+    assert result is not None and result.steps == core.MEMORY_STEPS
+    encoded = [agentloop.encode_event(event) for event in events]
+    assert [agentloop.decode_event(data) for data in encoded] == events
+
+
+def test_quick_core_run_prints_the_table_and_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.peers", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = proc.stdout
+    for needle in ("S1 one tool call", "S3 50 sequential", "S4 replay", "S5 event log", "targets"):
+        assert needle in report, report
+    assert "agentloop: raw generator" in report
+    assert "agentloop: run() + ScriptedModel" in report
+    (data,) = json.loads(out.read_text())
+    assert data["framework"] == "agentloop"
+    assert set(data["variants"]) == {"raw generator", "run() + ScriptedModel"}
+    for variant in data["variants"].values():
+        assert set(variant["S2"]) == {"10", "1000", "4096"}
+        assert variant["S1"]["ns_per_run"] > 0
+    assert data["extras"]["S5"]["bytes_per_step"] > 0
+    checkpoints = data["memory_extra"]["checkpoints"]
+    assert "100" in checkpoints and checkpoints["100"]["peak_mib"] > 0
+
+
+def test_report_compares_peers_with_agentloop(harness):
+    def variant(ns: float) -> dict[str, Any]:
+        cell = {"ns_per_run": ns, "steps": 2}
+        return {
+            "S1": cell,
+            "S2": {str(size): {"ns_per_run": ns + size, "steps": 2} for size in (10, 1000, 4096)},
+            "S3": {"ns_per_run": ns * 25, "steps": 50},
+        }
+
+    results = [
+        {
+            "framework": "agentloop",
+            "versions": {"agentloop": "0"},
+            "variants": {"raw generator": variant(1000), "run() + ScriptedModel": variant(2000)},
+        },
+        {"framework": "peer", "versions": {"peer": "9"}, "variants": {"run": variant(100_000)}},
+        {"framework": "absent", "error": "not installed: absent"},
+    ]
+    report = harness.format_report(results, harness.Settings.make(quick=True))
+    assert "peer: run" in report
+    assert "100x" in report and "50x" in report  # vs raw, vs run()
+    assert "SKIPPED (not installed: absent)" in report
+    assert "+0.001 µs per extra message" in report
