@@ -952,7 +952,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                         parts = []
                     if type(block) is ThinkingBlock:
                         text_points += len(block.text)
-                    elif type(block) is ToolCall:
+                    elif type(block) is ToolCall:  # pragma: no branch - send() checked the type
                         _, semantic = arguments_problems(block.arguments)
                         if semantic is not None:
                             raise _failed(

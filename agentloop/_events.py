@@ -271,15 +271,6 @@ class EventLog:
     def __repr__(self) -> str:
         return f"<EventLog {len(self._events)} events>"
 
-    def _append(self, event: Event) -> None:
-        if event.sequence != len(self._events):  # pragma: no cover - engine bug
-            raise AssertionError(
-                f"event sequence {event.sequence} appended at offset {len(self._events)}"
-            )
-        self._events.append(event)
-        for fn in self._subscribers:
-            fn(event)
-
 
 class _ReadOnly(Sequence[Any]):
     __slots__ = ("_items",)

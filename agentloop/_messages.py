@@ -140,18 +140,6 @@ def validate_transcript(messages: Iterable[Message]) -> None:
         raise ValueError(f"tool call(s) without a result: {missing}")
 
 
-def dangling_calls(messages: Sequence[Message]) -> list[ToolCall]:
-    """Tool calls in ``messages`` that no tool result answers, in transcript order."""
-    answered = {m.tool_call_id for m in messages if type(m) is ToolResultMessage}
-    return [
-        block
-        for m in messages
-        if type(m) is AssistantMessage
-        for block in m.content
-        if type(block) is ToolCall and block.id not in answered
-    ]
-
-
 def close_dangling_calls(
     messages: Sequence[Message], *, content: str = "interrupted"
 ) -> tuple[Message, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import msgspec
@@ -193,11 +194,26 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def _clip(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _show(a: Any, b: Any) -> tuple[str, str]:
     sa, sb = short(a), short(b)
-    if sa == sb:
-        sa, sb = f"{sa} ({type(a).__name__})", f"{sb} ({type(b).__name__})"
-    return sa, sb
+    if sa != sb:
+        return sa, sb
+    full_a, full_b = short(a, sys.maxsize), short(b, sys.maxsize)
+    if full_a != full_b:
+        # Long values that differ past the cut: show both from just before the
+        # first difference.
+        first = next(
+            (i for i, (x, y) in enumerate(zip(full_a, full_b, strict=False)) if x != y),
+            min(len(full_a), len(full_b)),
+        )
+        start = max(0, first - 20)
+        return _clip("…" + full_a[start:]), _clip("…" + full_b[start:])
+    # Same text, different values: name the types. (Not seen with decoded events.)
+    return f"{sa} ({type(a).__name__})", f"{sb} ({type(b).__name__})"  # pragma: no cover
 
 
 def _diff(a: Any, b: Any, path: str, out: list[str], labels: tuple[str, str]) -> None:

@@ -404,7 +404,7 @@ def _describe(effect: Effect | None) -> str:
         return f"ToolRequest {effect.call.id} ({effect.call.name})"
     if type(effect) is Pause:
         return f"Pause ({effect.reason})"
-    return "nothing"
+    return "nothing"  # pragma: no cover - only a finished run has no effect, checked first
 
 
 def _events(events: Iterable[Event]) -> list[Event]:

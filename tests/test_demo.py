@@ -174,3 +174,26 @@ def test_demo_with_a_real_model_but_no_key_says_what_to_set(tmp_path: Path) -> N
     assert done.returncode == 2
     assert "OPENAI_API_KEY" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_demo_with_another_model_uses_it_on_the_wall_clock(tmp_path):
+    # Any Model will do (here a FunctionModel answering at once); the log stays replayable.
+    import replay
+    from agentloop import FunctionModel
+    from agentloop.__main__ import demo
+
+    model = FunctionModel(lambda request: "No tools needed: 42.")
+    out = io.StringIO()
+    path = tmp_path / "other.jsonl"
+    result = demo(str(path), quiet=False, stream=out, model=model)
+    assert (result.status, result.final_text, model.call_count) == (
+        "completed",
+        "No tools needed: 42.",
+        1,
+    )
+    assert out.getvalue().startswith(
+        f"agentloop {agentloop.__version__} demo: FunctionModel with tools"
+    )
+    events = replay.read_log(path)
+    assert events[0].at is not None and events[0].at > 1e9  # time.time(), not the demo epoch
+    assert replay.replay(events).result == result

@@ -940,3 +940,14 @@ def test_after_plan_payload_does_not_alias_the_draft() -> None:
     assert reply.content == (add_call("c1", 1, 2),)  # the caller's own reply
     assert loop.log[3].reply.content == (add_call("c1", 1, 2),)  # plan.draft: recorded input
     assert loop.messages[1].content == (add_call("c1", 1000, 2),)  # the hook's edit
+
+
+def test_skip_stays_the_same_singleton_through_copies_and_pickles() -> None:
+    """Hooks get deep copies of their payloads; SKIP must survive that by identity."""
+    import copy
+    import pickle
+
+    assert copy.deepcopy({"result": SKIP})["result"] is SKIP
+    assert copy.copy(SKIP) is SKIP
+    assert pickle.loads(pickle.dumps(SKIP)) is SKIP
+    assert repr(SKIP) == "SKIP"

@@ -388,3 +388,32 @@ def test_recording_that_raises_leaves_no_cassette(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         cassette.run(MESSAGES, model=_model(), tools=[add], hooks=hooks, on_pause=on_pause)
     assert os.listdir(tmp_path) == []
+
+
+def test_cassette_cut_after_its_initial_messages_diverges(tmp_path: Path) -> None:
+    # A recording that died before its first step: the start matches, then the loop
+    # goes on where the cassette stops.
+    _cassette_at(tmp_path, "once").run(MESSAGES, model=_model(), tools=[add])
+    path = tmp_path / "session.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:3]))  # header, session.start, message.accepted
+    with pytest.raises(pytest.fail.Exception) as info:
+        _cassette_at(tmp_path, "none").run(MESSAGES, model=None, tools=[add])
+    message = str(info.value)
+    assert "the loop emitted more events than the log holds (2)" in message
+    assert "regenerated: #2 step.start step 1  request-001" in message
+
+
+@pytest.mark.parametrize("root", ["elsewhere", None])
+def test_a_cassette_outside_the_root_is_shown_by_its_full_path(
+    tmp_path: Path, root: str | None
+) -> None:
+    rootpath = None if root is None else tmp_path / root
+    cassette = AgentCassette(
+        directory=tmp_path / "cassettes", name="s", mode="none", rootpath=rootpath
+    )
+    with pytest.raises(pytest.fail.Exception) as info:
+        cassette.run(MESSAGES, model=None, tools=[add])
+    assert f"no cassette for this session: {tmp_path / 'cassettes' / 's.jsonl'}\n" in str(
+        info.value
+    )

@@ -11,7 +11,17 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentloop import RunFinishedEvent
+from agentloop import (
+    ModelResponse,
+    RunFinishedEvent,
+    ToolCall,
+    ToolRequest,
+    ToolResult,
+    ToolSpec,
+    Usage,
+    UserMessage,
+    agent_loop,
+)
 from replay import read_log, write_log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,3 +172,82 @@ def test_usage_errors() -> None:
     _one_line_error(cli("frobnicate", "x"))
     _one_line_error(cli("diff", "only-one"))
     assert cli("--help").returncode == 0
+
+
+# --------------------------------------------------------------------------- in process
+# The same entry point called directly: fast, for the less common paths.
+
+
+def _main(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    from replay.__main__ import main
+
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+USAGE = Usage(10, 3)
+
+
+def _timeless_unfinished_log(path: Path) -> None:
+    """A run without any clock, waiting on its second tool call after two reported usages
+    (the log as a process that died there left it)."""
+    loop = agent_loop([UserMessage("u1", "Add twice.")], tools=[ToolSpec("add")], max_steps=4)
+    next(loop)
+    loop.send(ModelResponse("request-001", "r1", (ToolCall("c1", "add", {}),), "tool_call", USAGE))
+    loop.send(ToolResult("c1", "ok"))
+    effect = loop.send(
+        ModelResponse("request-002", "r2", (ToolCall("c2", "add", {}),), "tool_call", USAGE)
+    )
+    assert type(effect) is ToolRequest and effect.call.id == "c2"
+    write_log(path, loop.log)
+    loop.close()
+    assert all(e.at is None for e in read_log(path))
+
+
+def test_show_colors_a_run_that_did_not_complete_red(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(capsys, "show", "--color", FIXTURES / "cancel_mid_tool.jsonl")
+    assert code == 0
+    assert "\x1b[1;31mrun.finished" in out
+    code, out, _ = _main(capsys, "show", "--color", FIXTURES / "plain_answer.jsonl")
+    assert "\x1b[1;32mrun.finished" in out
+
+
+def test_show_a_log_without_times_has_no_clock_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "timeless.jsonl"
+    _timeless_unfinished_log(path)
+    code, out, _ = _main(capsys, "show", "--no-color", path)
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == len(read_log(path))
+    assert lines[0].split()[:4] == ["0", "step", "0", "session.start"]
+    assert "+" not in "".join(line[:18] for line in lines)
+
+
+def test_stats_of_an_unfinished_log_sums_the_drafts_usage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "timeless.jsonl"
+    _timeless_unfinished_log(path)
+    code, out, _ = _main(capsys, "stats", path)
+    assert code == 0
+    assert "status        unfinished\n" in out
+    assert "steps         2\n" in out  # no "of max": the log does not say
+    assert "tokens        20 in / 6 out\n" in out
+    assert "duration      unknown (no times)\n" in out
+    code, out, _ = _main(capsys, "stats", "--json", path)
+    stats = json.loads(out)
+    assert (stats["status"], stats["max_steps"], stats["input_tokens"]) == ("unfinished", None, 20)
+    assert stats["duration_seconds"] is None
+
+
+def test_check_an_empty_log_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "empty.jsonl"
+    write_log(path, [])
+    code, out, err = _main(capsys, "check", path)
+    assert (code, out) == (2, "")
+    assert err == f"replay: error: {path}: the log has no events\n"

@@ -280,3 +280,27 @@ def test_log(snapshot):
     result = pytester.runpytest(*args)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(['*- *"content":"42"*', '*+ *"content":"43"*'])
+
+
+def test_hand_built_values_are_written_as_to_builtins_writes_them() -> None:
+    # Events the loop makes hold plain JSON; hand-built ones may hold anything
+    # msgspec.to_builtins knows, and any sequence (a deque, a range) is a list.
+    import collections
+    import datetime
+    import decimal
+
+    from agentloop import SessionPauseEvent
+
+    payload = {
+        "when": datetime.date(2026, 1, 2),
+        "price": decimal.Decimal("1.50"),
+        "queue": collections.deque([1, 2]),
+        "range": range(2),
+        "tags": frozenset(["a"]),
+    }
+    event = SessionPauseEvent(sequence=0, reason="approval", payload=payload)
+    assert to_text([event]).splitlines()[1:] == [
+        "#0 session.pause step=0",
+        '  reason: "approval"',
+        '  payload: {"when":"2026-01-02","price":"1.50","queue":[1,2],"range":[0,1],"tags":["a"]}',
+    ]

@@ -1,0 +1,218 @@
+"""The generator's less travelled paths: observations, late throw/close, odd inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentloop import (
+    AssistantMessage,
+    ModelRequest,
+    TextBlock,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    agent_loop,
+)
+from tests.helpers import ADD, call, check_log, chunks, finish, response, types
+
+USER = UserMessage("u1", "hi")
+
+
+# --------------------------------------------------------------------------- observations
+
+
+def test_transcript_view_compares_with_sequences_only() -> None:
+    loop = agent_loop([USER], tools=[ADD])
+    request = next(loop)
+    assert type(request) is ModelRequest
+    view = request.messages
+    assert view == [USER] and view == (USER,)
+    assert view != [USER, USER] and view != [UserMessage("u1", "bye")]
+    # Not sequences of messages: never equal (and no TypeError).
+    assert view != "hi" and view != b"hi" and view != 1 and view != {"u1": USER}
+    assert repr(view) == "TranscriptView([UserMessage(id='u1', content='hi')])"
+    loop.close()
+
+
+def test_loop_repr_and_tools() -> None:
+    loop = agent_loop([USER], tools=[ADD])
+    assert repr(loop) == "<AgentLoop state=IDLE step=0 events=0>"
+    assert loop.tools == (ADD,)
+    next(loop)
+    assert repr(loop) == "<AgentLoop state=PLANNING step=1 events=3>"
+    loop.close()
+
+
+# --------------------------------------------------------------------------- late throw / close
+
+
+def test_throw_and_close_after_the_run_finished_change_nothing() -> None:
+    loop = agent_loop([USER], tools=[ADD])
+    result = finish(loop, [response("request-001", "r1", "hello")])
+    events = list(loop.log)
+    with pytest.raises(ValueError, match="late"):
+        loop.throw(ValueError("late"))
+    loop.close()
+    assert list(loop.log) == events and loop.result == result
+
+
+INVALID = [ToolResultMessage("t1", "c9", "add", "3")]  # a result without a call
+
+
+def test_throw_into_a_loop_whose_run_fails_on_start_records_no_cancel() -> None:
+    loop = agent_loop(INVALID, tools=[ADD])
+    with pytest.raises(KeyError):
+        loop.throw(KeyError("stop"))
+    assert loop.result is not None and loop.result.error is not None
+    assert loop.result.error.code == "INVALID_TRANSCRIPT"  # the run ended before the throw
+    assert types(loop) == ["run.finished"]
+
+
+def test_close_of_a_loop_whose_run_fails_on_start_keeps_that_failure() -> None:
+    loop = agent_loop(INVALID, tools=[ADD])
+    loop.close()
+    assert loop.result is not None and loop.result.status == "failed"
+    assert types(loop) == ["run.finished"]
+    check_log(loop.log.events)
+
+
+# --------------------------------------------------------------------------- initial messages
+
+# Messages whose fields have the wrong Python type take the checked path: msgspec
+# converts what it can (a list is a tuple) and names the field it cannot.
+CONVERTED = {
+    "assistant content as a list": (
+        [USER, AssistantMessage("a1", [TextBlock("x")])],
+        AssistantMessage("a1", (TextBlock("x"),)),
+    ),
+}
+REFUSED = {
+    "assistant text an int": (
+        [USER, AssistantMessage("a1", (TextBlock(3),))],
+        "messages[1]: Expected `str`, got `int` - at `$.content[0].text`",
+    ),
+    "assistant id an int": (
+        [USER, AssistantMessage(5, (TextBlock("x"),))],
+        "messages[1]: Expected `str`, got `int` - at `$.id`",
+    ),
+    "tool result content an int": (
+        [
+            USER,
+            AssistantMessage("a1", (call("add", "c1"),)),
+            ToolResultMessage("t1", "c1", "add", 3),
+        ],
+        "messages[2]: Expected `str`, got `int` - at `$.content`",
+    ),
+    "tool result is_error an int": (
+        [
+            USER,
+            AssistantMessage("a1", (call("add", "c1"),)),
+            ToolResultMessage("t1", "c1", "add", "3", is_error=1),
+        ],
+        "messages[2]: Expected `bool`, got `int` - at `$.is_error`",
+    ),
+}
+
+
+@pytest.mark.parametrize(("messages", "kept"), CONVERTED.values(), ids=CONVERTED.keys())
+def test_convertible_initial_messages_are_converted(messages: list[Any], kept: Any) -> None:
+    loop = agent_loop(messages, tools=[ADD])
+    request = next(loop)
+    assert request.messages[-1] == kept and type(request.messages[-1].content) is tuple
+    loop.close()
+
+
+@pytest.mark.parametrize(("messages", "message"), REFUSED.values(), ids=REFUSED.keys())
+def test_mistyped_initial_messages_are_an_invalid_transcript(
+    messages: list[Any], message: str
+) -> None:
+    loop = agent_loop(messages, tools=[ADD])
+    with pytest.raises(StopIteration) as stop:
+        next(loop)
+    result = stop.value.value
+    assert result.error.code == "INVALID_TRANSCRIPT"
+    assert result.error.message == f"invalid transcript: {message}"
+
+
+# --------------------------------------------------------------------------- tool call ids
+
+
+def test_an_empty_tool_call_id_is_a_protocol_error() -> None:
+    loop = agent_loop([USER], tools=[ADD])
+    result = finish(loop, [response("request-001", "r1", ToolCall("", "add", {}))])
+    assert result.error is not None and result.error.code == "MODEL_PROTOCOL_ERROR"
+    assert result.error.message == "step 1: content[0]: tool call id is empty"
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (response("request-001", "", "hello"), "response id is empty"),
+        (
+            response("request-001", "r1", ToolCall("c1", "", {})),
+            "content[0] (tool call 'c1'): tool name is empty",
+        ),
+    ],
+    ids=["response id", "tool name"],
+)
+def test_empty_ids_and_names_are_protocol_errors(reply: Any, message: str) -> None:
+    result = finish(agent_loop([USER], tools=[ADD]), [reply])
+    assert result.error is not None and result.error.code == "MODEL_PROTOCOL_ERROR"
+    assert result.error.message == f"step 1: {message}"
+
+
+def test_a_call_whose_result_id_is_taken_is_a_protocol_error() -> None:
+    # The result message would be "tool-result-c1": that id is an initial message's.
+    loop = agent_loop([UserMessage("tool-result-c1", "hi")], tools=[ADD])
+    result = finish(loop, [response("request-001", "r1", call("add", "c1"))])
+    assert result.error is not None and result.error.code == "MODEL_PROTOCOL_ERROR"
+    assert result.error.message == (
+        "step 1: content[0] (tool call 'c1'): its result id tool-result-c1 is already taken"
+    )
+
+
+# --------------------------------------------------------------------------- chunks vs final
+
+ADD_CALL = call("add", "c1", left=1, right=2)
+# The streamed chunks and the final response must tell the same story once adjacent
+# text is merged; the first difference is named.
+MISMATCHES = {
+    "final goes on after the stream": (
+        ["Let me ", "add."],
+        ["Let me add.", ADD_CALL],
+        "streamed chunks make 1 normalized blocks, the final response 2",
+    ),
+    "stream goes on after the final": (
+        ["Let me ", ADD_CALL],
+        ["Let me "],
+        "streamed chunks make 2 normalized blocks, the final response 1",
+    ),
+    "different text": (
+        ["Let me ", "add!"],
+        ["Let me add."],
+        "streamed chunks disagree with the final response at normalized block 0: "
+        "streamed text 'Let me add!', final text 'Let me add.'",
+    ),
+}
+
+
+@pytest.mark.parametrize(("streamed", "final", "message"), MISMATCHES.values(), ids=MISMATCHES)
+def test_chunks_that_disagree_with_the_final_response_fail_the_run(
+    streamed: list[Any], final: list[Any], message: str
+) -> None:
+    loop = agent_loop([USER], tools=[ADD])
+    result = finish(
+        loop, [*chunks("request-001", *streamed), response("request-001", "r1", *final)]
+    )
+    assert result.error is not None and result.error.code == "MODEL_PROTOCOL_ERROR"
+    assert result.error.message == f"step 1: {message}"
+    assert result.messages == (USER,)
+
+
+def test_text_split_differently_in_chunks_and_final_is_the_same_story() -> None:
+    loop = agent_loop([USER], tools=[ADD])
+    final = response("request-001", "r1", TextBlock("Let "), TextBlock("me add."))
+    result = finish(loop, [*chunks("request-001", "Let me ", "add."), final])
+    assert (result.status, result.final_text) == ("completed", "Let me add.")

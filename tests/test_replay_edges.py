@@ -1,0 +1,363 @@
+"""replay's edges: logs cut or extended in odd places, summaries and field diffs."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from agentloop import (
+    SKIP,
+    AssistantMessage,
+    Budget,
+    BudgetUsage,
+    BudgetWarnEvent,
+    Cancel,
+    HookRegistry,
+    MessageAcceptedEvent,
+    ModelChunk,
+    ModelChunkEvent,
+    ModelFailure,
+    ModelRequest,
+    ModelResponse,
+    PlanDraftEvent,
+    Resume,
+    RunError,
+    RunFinishedEvent,
+    SessionCompleteEvent,
+    SessionPauseEvent,
+    SessionResumeEvent,
+    SessionStartEvent,
+    StepEndEvent,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolCallEvent,
+    ToolErrorEvent,
+    ToolResult,
+    ToolResultEvent,
+    ToolResultMessage,
+    ToolSpec,
+    UnrecognizedReply,
+    Usage,
+    UserMessage,
+    agent_loop,
+)
+from replay import (
+    ReplayDivergence,
+    ReplayError,
+    diff_events,
+    read_log,
+    replay,
+    resume,
+    state_at,
+    summarize,
+    write_log,
+)
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+TOOL_CALLS = read_log(FIXTURES / "tool_calls.jsonl")  # 22 events, ends completed
+APPROVAL = read_log(FIXTURES / "approval.jsonl")  # pauses at #8 and #12
+
+
+# --------------------------------------------------------------------------- odd logs
+
+
+def test_a_log_that_goes_on_after_its_run_finished_diverges_there() -> None:
+    extra = StepEndEvent(sequence=len(TOOL_CALLS), at=9.0, step=2)
+    events = [*TOOL_CALLS, extra]
+    with pytest.raises(ReplayDivergence) as info:
+        replay(events)
+    divergence = info.value
+    assert (divergence.sequence, divergence.expected, divergence.actual) == (22, extra, None)
+    assert divergence.reason == "the regenerated run finished (completed) but the log goes on"
+    assert "recorded:    #22 step.end step 2" in str(divergence)
+    assert "regenerated: (nothing)" in str(divergence)
+    # state_at reads up to that event: the same report.
+    with pytest.raises(ReplayDivergence, match="but the log goes on"):
+        state_at(events, 22)
+
+
+@pytest.mark.parametrize(
+    ("events", "waits_for"),
+    [
+        # A log whose recorded tool result (or resume) was lost, the rest kept.
+        ([*TOOL_CALLS[:9], TOOL_CALLS[-1]], "ToolRequest call-1 (add)"),
+        ([*APPROVAL[:9], APPROVAL[-1]], "Pause (approval)"),
+    ],
+    ids=["tool result lost", "resume lost"],
+)
+def test_a_log_missing_the_reply_the_loop_waits_for_names_the_effect(
+    events: list[Any], waits_for: str
+) -> None:
+    with pytest.raises(ReplayDivergence) as info:
+        replay(events)
+    assert info.value.sequence == 9 and info.value.actual is None
+    assert info.value.reason == (
+        f"the loop waits for a reply to {waits_for}, but the log records no further reply"
+    )
+    with pytest.raises(ReplayDivergence, match=re.escape(f"waits for a reply to {waits_for}")):
+        state_at(events, 9)
+
+
+def test_a_log_cut_after_its_initial_messages_resumes_at_the_first_request() -> None:
+    events = TOOL_CALLS[:2]  # session.start, message.accepted
+    assert [e.type for e in events] == ["session.start", "message.accepted"]
+    with pytest.raises(ReplayDivergence, match=r"more events than the log holds \(2\)"):
+        replay(events)
+    loop, effect = resume(events)
+    assert type(effect) is ModelRequest and effect.id == "request-001"
+    assert [e.type for e in loop.log] == ["session.start", "message.accepted", "step.start"]
+    loop.close()
+
+
+def test_resume_refuses_a_log_whose_last_reply_finishes_the_run() -> None:
+    events = TOOL_CALLS[:-1]  # run.finished lost: the last reply still finishes the run
+    with pytest.raises(ReplayError) as info:
+        resume(events)
+    assert str(info.value) == (
+        "the run finishes (completed) after the log's last reply without asking for "
+        "another one; nothing to resume"
+    )
+    assert not isinstance(info.value, ReplayDivergence)
+
+
+def test_a_run_that_ends_before_its_first_request_replays_with_its_hooks() -> None:
+    hooks = HookRegistry()
+    hooks.on("before_step", lambda payload: SKIP)
+    loop = agent_loop([UserMessage("u1", "hi")], tools=[ToolSpec("add")], hooks=hooks)
+    with pytest.raises(StopIteration) as stop:
+        next(loop)
+    events = list(loop.log)
+    replayed = replay(events, hooks=hooks)
+    assert replayed.result == stop.value.value
+    assert replayed.result.reason == "skipped_by_hook"
+    assert list(replayed.events) == events
+    with pytest.raises(ReplayDivergence):
+        replay(events)  # without the hook, the loop asks the model
+
+
+def test_write_log_failing_midway_keeps_the_old_file_and_leaves_no_temp(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    write_log(path, TOOL_CALLS)
+    before = path.read_bytes()
+    bad = ToolCallEvent(sequence=2, at=None, step=1, call=ToolCall("c1", "add", {"x": object()}))
+    with pytest.raises(TypeError):
+        write_log(path, [TOOL_CALLS[0], TOOL_CALLS[1], bad])
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]
+
+
+# --------------------------------------------------------------------------- summarize
+
+USAGE_DRAFT = ModelResponse(
+    "request-001",
+    "r1",
+    (*(TextBlock(t) for t in "abcd"), ToolCall("c1", "add", {"x": 1})),
+    "tool_call",
+    Usage(10, 2),
+)
+
+# One line per event kind and variant: what `python -m replay show` prints.
+SUMMARIES = {
+    "session.start, budget and system": (
+        SessionStartEvent(
+            sequence=0,
+            tools=(ToolSpec("add"),),
+            max_steps=4,
+            budget=Budget(max_turns=2),
+            system="Be brief.",
+        ),
+        'max_steps=4  tools: add  budget={"max_turns":2,"max_tool_calls":null,'
+        "\"max_wall_seconds\":null}  system='Be brief.'",
+    ),
+    "session.start, bare": (
+        SessionStartEvent(sequence=0, max_steps=8),
+        "max_steps=8  tools: no tools",
+    ),
+    "accepted assistant message": (
+        MessageAcceptedEvent(sequence=1, message=AssistantMessage("a1", ())),
+        "assistant a1: (empty)",
+    ),
+    "accepted tool error": (
+        MessageAcceptedEvent(
+            sequence=2, message=ToolResultMessage("r1", "c1", "add", "boom", is_error=True)
+        ),
+        "tool result c1 (error): 'boom'",
+    ),
+    "accepted tool result": (
+        MessageAcceptedEvent(sequence=2, message=ToolResultMessage("r1", "c1", "add", "3")),
+        "tool result c1: '3'",
+    ),
+    "thinking chunk": (
+        ModelChunkEvent(sequence=3, step=1, chunk=ModelChunk("request-001", ThinkingBlock("hm"))),
+        "thinking 'hm'",
+    ),
+    "draft with usage and many blocks": (
+        PlanDraftEvent(sequence=4, step=1, reply=USAGE_DRAFT),
+        "response r1 stop=tool_call usage=10/2: text 'a', text 'b', text 'c', +2 more",
+    ),
+    "draft failure": (
+        PlanDraftEvent(sequence=4, step=1, reply=ModelFailure("request-001", "rate limited")),
+        "failure MODEL_ERROR: 'rate limited'",
+    ),
+    "budget.warn": (
+        BudgetWarnEvent(
+            sequence=5,
+            step=1,
+            limit="turns",
+            usage=BudgetUsage(turns=2, tool_calls=1, wall_seconds=1.5),
+            budget=Budget(max_turns=2),
+        ),
+        "turns limit reached (turns=2 tool_calls=1 wall=1.5s)",
+    ),
+    "session.pause": (
+        SessionPauseEvent(sequence=6, step=1, reason="approval", payload={"call": {"id": "c1"}}),
+        'approval {"call":{"id":"c1"}}',
+    ),
+    "session.pause, non-finite payload": (
+        SessionPauseEvent(sequence=6, step=1, reason="approval", payload={"x": [math.nan]}),
+        "approval {'x': [nan]}",  # repr: JSON would have to lose the NaN
+    ),
+    "session.resume with a budget": (
+        SessionResumeEvent(
+            sequence=7, step=1, reply=Resume({"approved": True}, budget=Budget(max_turns=3))
+        ),
+        'resume {"approved":true} +budget',
+    ),
+    "session.resume, bare": (
+        SessionResumeEvent(sequence=7, step=1, reply=Resume()),
+        "resume None",
+    ),
+    "tool.error made by the loop": (
+        ToolErrorEvent(
+            sequence=8,
+            step=1,
+            message=ToolResultMessage("tool-result-c1", "c1", "nope", "unknown tool", True),
+        ),
+        "c1 nope (made by the loop): 'unknown tool'",
+    ),
+    "tool.result": (
+        ToolResultEvent(
+            sequence=8,
+            step=1,
+            message=ToolResultMessage("tool-result-c1", "c1", "add", "3"),
+            reply=ToolResult("c1", "3"),
+        ),
+        "c1 add: '3'",
+    ),
+    "session.complete with a reason": (
+        SessionCompleteEvent(sequence=9, step=1, status="completed", reason="goal_met"),
+        "completed (goal_met)",
+    ),
+    "session.complete, bare": (
+        SessionCompleteEvent(sequence=9, step=1, status="completed"),
+        "completed",
+    ),
+    "run.finished, bare": (RunFinishedEvent(sequence=10, status="completed"), "completed"),
+    "run.finished by a cancel": (
+        RunFinishedEvent(sequence=10, status="cancelled", reason="user", reply=Cancel("user")),
+        "cancelled (user) [cancel 'user']",
+    ),
+    "run.finished by misuse": (
+        RunFinishedEvent(
+            sequence=10,
+            status="failed",
+            error=RunError("CALLER_PROTOCOL_ERROR", "a set"),
+            reason="CALLER_PROTOCOL_ERROR",
+            reply=UnrecognizedReply("a set"),
+        ),
+        "failed (CALLER_PROTOCOL_ERROR) CALLER_PROTOCOL_ERROR: 'a set' "
+        "[unrecognized reply: 'a set']",
+    ),
+    "run.finished by a tool result": (
+        RunFinishedEvent(sequence=10, status="failed", reply=ToolResult("c9", "x", is_error=True)),
+        "failed [result for c9 (error): 'x']",
+    ),
+    "run.finished by a chunk": (
+        RunFinishedEvent(sequence=10, status="failed", reply=ModelChunk("r-2", TextBlock("hi"))),
+        "failed [chunk for r-2: text 'hi']",
+    ),
+    "step.end": (StepEndEvent(sequence=3, step=1), ""),
+}
+
+
+@pytest.mark.parametrize(("event", "line"), SUMMARIES.values(), ids=SUMMARIES.keys())
+def test_summaries(event: Any, line: str) -> None:
+    assert summarize(event) == line
+
+
+# --------------------------------------------------------------------------- diff_events
+
+
+def _pause(payload: Any, sequence: int = 6) -> SessionPauseEvent:
+    return SessionPauseEvent(sequence=sequence, step=1, reason="approval", payload=payload)
+
+
+def test_diff_tells_ints_floats_and_bools_apart() -> None:
+    lines = diff_events(_pause({"n": 1, "b": 1, "f": 1.5}), _pause({"n": 1.0, "b": True, "f": 1.5}))
+    assert lines == ["payload.n: 1 -> 1.0", "payload.b: 1 -> True"]
+
+
+def test_diff_treats_nan_as_equal_to_itself_only() -> None:
+    assert diff_events(_pause([math.nan]), _pause([math.nan])) == []
+    assert diff_events(_pause([math.nan]), _pause([1.0])) == ["payload[0]: nan -> 1.0"]
+
+
+LONG_A, LONG_B = "x" * 80 + "a", "x" * 80 + "b"  # differ after the 60-character cut
+
+
+def test_diff_of_long_strings_shows_where_they_differ() -> None:
+    (line,) = diff_events(_pause(LONG_A), _pause(LONG_B))
+    assert line == f"payload: …{'x' * 20}a' -> …{'x' * 20}b'"
+
+
+def test_diff_of_huge_numbers_that_differ_late() -> None:
+    (line,) = diff_events(_pause(10**70 + 1), _pause(10**70 + 2))
+    assert line == f"payload: …{'0' * 20}1 -> …{'0' * 20}2"
+
+
+def test_diff_reports_lists_of_different_lengths() -> None:
+    assert diff_events(_pause([1, 2]), _pause([1, 2, 3])) == ["payload: 2 items -> 3 items"]
+    assert diff_events(_pause([1, 2]), _pause([1, 5, 3])) == [
+        "payload[1]: 2 -> 5",
+        "payload: 2 items -> 3 items",
+    ]
+
+
+def test_diff_keys_only_on_one_side_use_the_labels() -> None:
+    lines = diff_events(_pause({"a": 1}), _pause({"b": 2}), labels=("A", "B"))
+    assert lines == ["payload.a: only in A: 1", "payload.b: only in B: 2"]
+
+
+def test_diff_stops_after_twenty_lines() -> None:
+    a = {f"k{i}": i for i in range(30)}
+    b = {f"k{i}": -i - 1 for i in range(30)}
+    lines = diff_events(_pause(a), _pause(b))
+    assert len(lines) == 20
+    assert lines[0] == "payload.k0: 0 -> -1" and lines[-1] == "payload.k19: 19 -> -20"
+
+
+def test_diff_of_different_event_types_names_the_type() -> None:
+    lines = diff_events(StepEndEvent(sequence=3, step=1), _pause(None, sequence=3))
+    assert lines[0] == "type: 'step.end' -> 'session.pause'"
+    assert "reason: only in regenerated: 'approval'" in lines
+
+
+def test_replay_divergence_str_lists_the_differences() -> None:
+    events = list(TOOL_CALLS)
+    result = events[9]
+    assert type(result) is ToolResultEvent
+    message = msgspec.structs.replace(result.message, content="41")
+    events[9] = msgspec.structs.replace(result, message=message)
+    with pytest.raises(ReplayDivergence) as info:
+        replay(events)
+    text = str(info.value)
+    assert text.splitlines()[0] == (
+        "replay diverged at event #9: the regenerated event differs from the recorded one"
+    )
+    assert "    message.content: '41' -> '42'" in text
