@@ -107,7 +107,7 @@ from ._protocol import (
     UnrecognizedReply,
     Usage,
 )
-from ._state import RESUME_INPUT, TRANSITIONS, Input, State
+from ._state import RESUME_INPUT, TRANSITIONS, IllegalTransition, Input, State
 from ._toolspec import ToolSpec
 from ._validation import arguments_problems, block_problem, json_problem, reply_problem
 
@@ -180,7 +180,8 @@ class TranscriptView(Sequence[Message]):
     def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
     def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
         if isinstance(index, slice):
-            return tuple(self._items[: self._length][index])
+            items = self._items
+            return tuple(items[i] for i in range(self._length)[index])
         length = self._length
         if index < 0:
             index += length
@@ -437,7 +438,6 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._rss = request_sequence_start
         self._log = log
         self._events = log._events
-        self._subscribers = log._subscribers
         self._started_at = started_at
 
         self._state = State.IDLE
@@ -552,6 +552,12 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         except CallerProtocolError as exc:
             self._dead = exc
             raise
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            if self._result is None:  # the generator died without finishing its log
+                self._dead = CallerProtocolError(f"the run stopped on {type(exc).__name__}: {exc}")
+            raise
 
     def throw(
         self,
@@ -560,39 +566,43 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         tb: object = None,
     ) -> NoReturn:
         """Cancel the run because of ``typ`` (recorded as ``Cancel("<Type>: <msg>")``), then
-        raise it."""
+        raise it. Before the loop was primed, nothing ran and nothing is recorded (as for
+        any generator)."""
         exc = typ if isinstance(typ, BaseException) else typ(*(() if val is None else (val,)))
-        if self._result is None and self._dead is None:
-            self._start_if_needed()
-            if self._result is None:
-                with contextlib.suppress(StopIteration):
-                    self._gen.send(Cancel(reason=f"{type(exc).__name__}: {exc}"))
+        if not self._started:
+            self.close()
+        elif self._result is None and self._dead is None:
+            with contextlib.suppress(StopIteration):
+                self._gen.send(Cancel(reason=f"{type(exc).__name__}: {exc}"))
         raise exc
 
     def close(self) -> None:
-        """Cancel the run (reason ``closed``) if it is still going; never raises for that."""
+        """Cancel the run (reason ``closed``) if it is still going; never raises for that.
+
+        Before the loop was primed nothing has run: as for any generator, closing it
+        records nothing (no session started) and ``next()`` then raises StopIteration.
+        """
         if self._result is not None or self._dead is not None:
             return
-        self._start_if_needed()
-        if self._result is None:
-            self._closing = True
-            self._gen.close()
-
-    def _start_if_needed(self) -> None:
         if not self._started:
             self._started = True
-            with contextlib.suppress(StopIteration):
-                self._gen.send(None)
-
-    # ------------------------------------------------------------------ internals
+            self._gen.close()  # an unstarted generator: its body never runs
+            return
+        self._closing = True
+        self._gen.close()
 
     def _set(self, event: Input) -> None:
         """The only place the state changes; an illegal transition raises."""
-        self._state = TRANSITIONS[self._state, event]
+        try:
+            self._state = TRANSITIONS[self._state, event]
+        except KeyError:  # pragma: no cover - would be a bug in this module
+            raise IllegalTransition(
+                f"no transition from {self._state.name} on {event.value}"
+            ) from None
 
     def _emit(self, event: Any) -> None:
         self._events.append(event)
-        for fn in self._subscribers:
+        for fn in self._log._subscribers:  # replaced, never edited, by (un)subscribe
             fn(event)
 
     def _ask(self, effect: Effect) -> Generator[Effect, Any, Reply]:
@@ -620,6 +630,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         # Snapshot the caller's argument dicts: mutating them later changes nothing here.
         if kind is ModelChunk and type(reply.block) is ToolCall:
             reply = msgspec.structs.replace(reply, block=_copy_call(reply.block))
+        elif kind is Resume and type(reply.payload) in _CONTAINERS:
+            reply = msgspec.structs.replace(reply, payload=_copy_json(reply.payload))
         elif kind is ModelResponse and any(type(b) is ToolCall for b in reply.content):
             reply = msgspec.structs.replace(
                 reply, content=tuple(_copy_block(block) for block in reply.content)
@@ -715,9 +727,13 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         except _Misuse as exc:
             misuse = exc
             outcome = _failed(CALLER_PROTOCOL_ERROR, exc.message, exc.reply)
-        except (KeyboardInterrupt, SystemExit) as exc:
-            # Raised by a hook: end the run like ``throw()`` does (a recorded cancel,
-            # run.finished last), then let the interrupt go on.
+        except BaseException as exc:
+            if isinstance(exc, (Exception, GeneratorExit)):
+                # A subscriber's bug (it would fail again on run.finished), or the
+                # garbage collector finalizing an abandoned loop: nothing to record.
+                raise
+            # KeyboardInterrupt and the like, raised by a hook: end the run like
+            # ``throw()`` does (a recorded cancel, run.finished last), then go on.
             cancel = Cancel(reason=f"{type(exc).__name__}: {exc}")
             self._finish(_Finish("cancelled", cancel.reason, reply=cancel))
             raise
@@ -755,23 +771,29 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._set(Input.FINISH)
         self._pending = None
         status, reason, error = outcome.status, outcome.reason, outcome.error
-        if error is not None:
-            self._observe_quietly("on_error", {"code": error.code, "message": error.message})
+        interrupt: BaseException | None = None
         try:
-            self._observe(
-                "on_complete",
-                {
-                    "status": status,
-                    "reason": reason,
-                    "final_text": outcome.final_text,
-                    "steps": self._step,
-                },
-            )
-        except _Finish as late:
-            if error is None:  # the first failure wins
-                status, reason, error = late.status, late.reason, late.error
-                assert error is not None
+            if error is not None:
                 self._observe_quietly("on_error", {"code": error.code, "message": error.message})
+            try:
+                self._observe(
+                    "on_complete",
+                    {
+                        "status": status,
+                        "reason": reason,
+                        "final_text": outcome.final_text,
+                        "steps": self._step,
+                    },
+                )
+            except _Finish as late:
+                if error is None:  # the first failure wins
+                    status, reason, error = late.status, late.reason, late.error
+                    assert error is not None
+                    self._observe_quietly(
+                        "on_error", {"code": error.code, "message": error.message}
+                    )
+        except (KeyboardInterrupt, SystemExit) as exc:
+            interrupt = exc  # finish the log first, then let it go on
         step = self._step
         sequence = len(self._events)
         self._emit(
@@ -806,6 +828,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 reply=outcome.reply,
             )
         )
+        if interrupt is not None:
+            raise interrupt
         return result
 
     def _observe_quietly(self, topic: str, payload: dict[str, Any]) -> None:
@@ -945,7 +969,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 block = reply.block
                 if type(block) is TextBlock:
                     text_points += len(block.text)
-                    parts.append(block.text)
+                    if block.text:  # an empty delta adds nothing (the final may omit it)
+                        parts.append(block.text)
                 else:
                     if parts:
                         streamed.append("".join(parts))
@@ -1075,7 +1100,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 problem = self._content_problem(content, stop_reason)
         if problem is not None:
             raise _failed(HOOK_ERROR, f"after_plan hook produced an invalid plan: {problem}")
-        return content, stop_reason
+        return tuple(_copy_block(block) for block in content), stop_reason
 
     # ------------------------------------------------------------------ tools
 
@@ -1106,7 +1131,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             content, is_error = loop_error, True
         else:
             self._set(Input.REQUEST_TOOL)
-            effect = ToolRequest(call, step)
+            effect = ToolRequest(_copy_call(call), step)  # the tool may mutate its copy
             answer = yield from self._ask(effect)
             if type(answer) is not ToolResult:
                 raise self._misuse(answer, effect, f"ToolResult(call_id={call.id!r}) or Cancel")
@@ -1160,6 +1185,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 )
             call = ToolCall(call.id, call.name, _copy_json(edited))
         if type(outcome) is PauseRequest:
+            if type(outcome.reason) is not str:
+                raise _failed(HOOK_ERROR, "before_tool_call PauseRequest.reason is not a str")
             if json_problem(outcome.payload) is not None:
                 raise _failed(HOOK_ERROR, "before_tool_call PauseRequest.payload is not plain JSON")
             return (yield from self._approval(call, outcome.reason, outcome.payload))
@@ -1281,7 +1308,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         resume_to = self._state
         self._set(Input.PAUSE)
         self._pause_reason = reason
-        effect = Pause(reason, payload)
+        effect = Pause(reason, _copy_json(payload))  # the caller may edit its copy
         reply = yield from self._ask(effect)
         if type(reply) is not Resume:
             raise self._misuse(reply, effect, "Resume or Cancel")
@@ -1313,16 +1340,40 @@ def _copy_block(block: Block) -> Block:
 
 
 def _copy_json(value: Any) -> Any:
-    """A deep copy of plain JSON data (hooks never alias the loop's own data)."""
+    """A deep copy of plain JSON data (hooks never alias the loop's own data).
+
+    Iterative, so arbitrarily deep input (which validation rejects later) cannot
+    exhaust the stack; tuples become lists, as in JSON.
+    """
     kind = type(value)
     if kind is dict:
         for item in value.values():
             if type(item) in _CONTAINERS:
-                return {key: _copy_json(item) for key, item in value.items()}
-        return value.copy()  # flat: the common case, at C speed
-    if kind is list or kind is tuple:
-        return [_copy_json(item) for item in value]
-    return value
+                break
+        else:
+            return value.copy()  # flat: the common case, at C speed
+    elif kind is not list and kind is not tuple:
+        return value
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]  # (source, target, key)
+    while stack:
+        source, target, key = stack.pop()
+        kind = type(source)
+        if kind is dict:
+            copy: Any = {}
+            for k, item in source.items():
+                copy[k] = item
+                if type(item) in _CONTAINERS:
+                    stack.append((item, copy, k))
+        elif kind is list or kind is tuple:
+            copy = list(source)
+            for index, item in enumerate(copy):
+                if type(item) in _CONTAINERS:
+                    stack.append((item, copy, index))
+        else:  # pragma: no cover - only containers are pushed
+            copy = source
+        target[key] = copy
+    return root[0]
 
 
 _CONTAINERS = frozenset({dict, list, tuple})
@@ -1333,7 +1384,8 @@ def _normalize(content: Iterable[Block]) -> list[str | Block]:
     parts: list[str] = []
     for block in content:
         if type(block) is TextBlock:
-            parts.append(block.text)
+            if block.text:
+                parts.append(block.text)
         else:
             if parts:
                 out.append("".join(parts))

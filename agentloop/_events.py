@@ -236,11 +236,15 @@ class EventLog:
         """Call ``fn(event)`` for each later event; returns a function that unsubscribes."""
         if not callable(fn):
             raise TypeError(f"subscriber must be callable, got {fn!r}")
-        self._subscribers.append(fn)
+        # Copy on write: a subscriber may (un)subscribe while the loop is calling the
+        # subscribers, and that call keeps going over the list it started with.
+        self._subscribers = [*self._subscribers, fn]
 
         def unsubscribe() -> None:
             if fn in self._subscribers:
-                self._subscribers.remove(fn)
+                remaining = list(self._subscribers)
+                remaining.remove(fn)
+                self._subscribers = remaining
 
         return unsubscribe
 

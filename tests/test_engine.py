@@ -693,11 +693,15 @@ def test_close_counts_as_a_cancel() -> None:
         next(loop)
 
 
-def test_close_before_start_still_logs_a_finished_run() -> None:
-    loop = add_loop()
+def test_close_before_start_runs_nothing() -> None:
+    hooks = HookRegistry()
+    calls: list[str] = []
+    hooks.on("before_step", lambda payload: calls.append("before_step"))
+    loop = add_loop(hooks=hooks)
     loop.close()
-    assert loop.result is not None and loop.result.status == "cancelled"
-    check_log(loop.log.events)
+    assert loop.result is None and len(loop.log) == 0 and calls == []
+    with pytest.raises(StopIteration):
+        next(loop)
 
 
 def test_throw_cancels_then_raises() -> None:
@@ -840,3 +844,124 @@ def test_toolspec_owns_a_copy_of_its_schema_and_refuses_non_json() -> None:
         ToolSpec("t", "", {"type": "object", "maximum": math.inf})
     with pytest.raises(TypeError, match="not a JSON value"):
         ToolSpec("t", "", {"type": "object", "enum": {1, 2}})
+
+
+# --------------------------------------------------------------------------- aliasing, robustness
+
+
+def test_a_tool_mutating_its_arguments_changes_neither_transcript_nor_log() -> None:
+    loop = add_loop()
+    next(loop)
+    tool_request = loop.send(response("request-001", "r1", call("add", "c1", left=1, right=2)))
+    tool_request.call.arguments["left"] = "MUTATED"
+    loop.send(ToolResult("c1", "3"))
+    assert loop.messages[1].content[0].arguments == {"left": 1, "right": 2}
+    assert all("MUTATED" not in msgspec.json.encode(e).decode() for e in loop.log)
+
+
+def test_pause_and_resume_payloads_are_not_shared_with_the_log() -> None:
+    approve = ToolSpec("send", "", {"type": "object"}, requires_approval=True)
+    loop = agent_loop([USER], tools=[approve])
+    next(loop)
+    pause = loop.send(response("request-001", "r1", call("send", "c1", to="a@example.com")))
+    assert type(pause) is Pause
+    pause.payload["call"]["arguments"]["to"] = "edited in place"
+    decision: dict[str, Any] = {"approved": True}
+    loop.send(Resume(decision))
+    decision["approved"] = False
+    paused = next(e for e in loop.log if e.type == "session.pause")
+    resumed = next(e for e in loop.log if e.type == "session.resume")
+    assert paused.payload["call"]["arguments"] == {"to": "a@example.com"}
+    assert resumed.reply.payload == {"approved": True}
+
+
+def test_deeply_nested_arguments_fail_the_run_instead_of_the_stack() -> None:
+    deep: dict[str, Any] = {}
+    for _ in range(3000):
+        deep = {"a": deep}
+    loop = add_loop()
+    next(loop)
+    with pytest.raises(StopIteration) as stop:
+        loop.send(ModelChunk("request-001", ToolCall("c1", "add", deep)))
+    assert stop.value.value.error.code == "MODEL_PROTOCOL_ERROR"
+    assert "MAX_ARGUMENT_DEPTH" in stop.value.value.error.message
+
+
+def test_a_subscriber_unsubscribing_itself_does_not_hide_an_event_from_the_next() -> None:
+    log = EventLog()
+    seen: list[int] = []
+
+    def once(event: Any) -> None:
+        if event.type == "step.start":
+            unsubscribe()
+
+    unsubscribe = log.subscribe(once)
+    log.subscribe(lambda event: seen.append(event.sequence))
+    finish(add_loop(log=log), [response("request-001", "r", "hi")])
+    assert seen == list(range(len(log)))
+
+
+def test_a_subscriber_error_kills_the_run_loudly() -> None:
+    log = EventLog()
+
+    def broken(event: Any) -> None:
+        if event.type == "plan.draft":
+            raise OSError("disk full")
+
+    log.subscribe(broken)
+    loop = add_loop(log=log)
+    next(loop)
+    with pytest.raises(OSError, match="disk full"):
+        loop.send(response("request-001", "r", "hi"))
+    with pytest.raises(CallerProtocolError, match="disk full"):
+        loop.send(Cancel())
+
+
+def test_pause_request_reason_must_be_a_string() -> None:
+    from agentloop import PauseRequest
+
+    hooks = HookRegistry()
+    hooks.on("before_tool_call", lambda payload: PauseRequest(("review", 1)))  # type: ignore[arg-type]
+    result = finish(
+        agent_loop([USER], tools=[ADD], hooks=hooks),
+        [response("request-001", "r", call("add", "c1", left=1, right=2))],
+    )
+    assert result.error is not None and result.error.code == "HOOK_ERROR"
+
+
+def test_interrupt_in_on_complete_still_finishes_the_log() -> None:
+    def interrupt(payload: dict[str, Any]) -> None:
+        raise KeyboardInterrupt
+
+    hooks = HookRegistry()
+    hooks.on("on_complete", interrupt)
+    loop = agent_loop([USER], tools=[ADD], hooks=hooks)
+    next(loop)
+    with pytest.raises(KeyboardInterrupt):
+        loop.send(response("request-001", "r", "hi"))
+    check_log(loop.log.events)
+    assert loop.result is not None and loop.result.status == "completed"
+
+
+def test_empty_text_deltas_are_ignored() -> None:
+    c = call("add", "c1", left=1, right=2)
+    effects, _ = drive(
+        add_loop(max_steps=1),
+        [
+            *chunks("request-001", "", c),
+            response("request-001", "r1", c),
+            ToolResult("c1", "3"),
+        ],
+    )
+    assert any(type(e) is ToolRequest for e in effects)
+
+
+def test_slicing_a_view_reads_only_the_slice() -> None:
+    from agentloop import TranscriptView
+
+    items: list[Any] = [UserMessage(f"u{i}", "x") for i in range(10)]
+    view = TranscriptView(items, 8)
+    items.append(UserMessage("later", "x"))
+    assert view[-3:] == tuple(items[5:8])
+    assert view[::4] == (items[0], items[4])
+    assert view[20:] == ()

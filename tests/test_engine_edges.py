@@ -15,7 +15,7 @@ from agentloop import (
     UserMessage,
     agent_loop,
 )
-from tests.helpers import ADD, call, check_log, chunks, finish, response, types
+from tests.helpers import ADD, call, chunks, finish, response
 
 USER = UserMessage("u1", "hi")
 
@@ -61,21 +61,21 @@ def test_throw_and_close_after_the_run_finished_change_nothing() -> None:
 INVALID = [ToolResultMessage("t1", "c9", "add", "3")]  # a result without a call
 
 
-def test_throw_into_a_loop_whose_run_fails_on_start_records_no_cancel() -> None:
+def test_throw_before_priming_runs_nothing_and_raises() -> None:
     loop = agent_loop(INVALID, tools=[ADD])
     with pytest.raises(KeyError):
         loop.throw(KeyError("stop"))
-    assert loop.result is not None and loop.result.error is not None
-    assert loop.result.error.code == "INVALID_TRANSCRIPT"  # the run ended before the throw
-    assert types(loop) == ["run.finished"]
+    assert loop.result is None and len(loop.log) == 0  # as for any unstarted generator
+    with pytest.raises(StopIteration):
+        next(loop)
 
 
-def test_close_of_a_loop_whose_run_fails_on_start_keeps_that_failure() -> None:
+def test_close_before_priming_records_nothing() -> None:
     loop = agent_loop(INVALID, tools=[ADD])
     loop.close()
-    assert loop.result is not None and loop.result.status == "failed"
-    assert types(loop) == ["run.finished"]
-    check_log(loop.log.events)
+    assert loop.result is None and len(loop.log) == 0
+    with pytest.raises(StopIteration):
+        next(loop)
 
 
 # --------------------------------------------------------------------------- initial messages
