@@ -19,9 +19,10 @@ exception anywhere (even ``KeyboardInterrupt``) still leaves a finished log.
 - ``Pause``: ask ``on_pause``; without one, a pause cancels the run.
 
 The :class:`CancelToken` is checked before opening a model stream, after each item
-pulled from it, and before and after each tool and pause callback; a cancel
-becomes ``Cancel(reason=token.reason)``. A call blocked inside the model or a tool
-is not interrupted: cancellation is cooperative.
+pulled from it, before each tool, and before and after each pause callback; a
+cancel becomes ``Cancel(reason=token.reason)``. A call blocked inside the model or
+a tool is not interrupted: cancellation is cooperative. A tool that finished is
+never thrown away: its result is recorded and the cancel takes effect right after.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ._engine import agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import EventLog
 from ._hooks import HookRegistry
+from ._json import SURROGATE
 from ._protocol import (
     Cancel,
     Effect,
@@ -54,6 +56,7 @@ from ._protocol import (
 )
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
+from ._validation import reply_problem
 
 __all__ = ["CancelToken", "Model", "run"]
 
@@ -209,6 +212,14 @@ def run(
         loop.close()
 
 
+def _valid_unicode(text: str) -> str:
+    """``text`` with lone surrogates (e.g. from ``os.listdir`` file names) escaped as
+    ``\\udce9``, so the log can hold it."""
+    if text.isascii() or SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class _Driver:
     """Computes the reply to each effect; holds the open model stream between sends."""
 
@@ -273,26 +284,33 @@ class _Driver:
         if cancel is not None:
             return cancel
         kind = type(item)
-        if kind is ModelChunk:
-            chunk: ModelChunk = msgspec.structs.replace(item, at=float(self._clock()))
-            return chunk
-        self.close_stream()
-        if kind is ModelResponse or kind is ModelFailure:
-            final: ModelResponse | ModelFailure = msgspec.structs.replace(
-                item, at=float(self._clock())
+        problem: str | None
+        if kind is not ModelChunk and kind is not ModelResponse and kind is not ModelFailure:
+            problem = f"yielded {kind.__name__}, expected ModelChunk, ModelResponse or ModelFailure"
+        else:
+            # Output the loop would refuse as malformed (wrong field types, arguments
+            # that are not a JSON object, text that is not valid Unicode) is the
+            # model's fault: a failed run, not a CallerProtocolError out of run().
+            problem = reply_problem(item)
+        if problem is not None:
+            self.close_stream()
+            return ModelFailure(
+                request.id,
+                f"the model's output was malformed: {problem}",
+                code=MODEL_PROTOCOL_ERROR,
+                at=float(self._clock()),
             )
-            return final
-        return ModelFailure(
-            request.id,
-            f"model stream yielded {kind.__name__}, expected ModelChunk, "
-            f"ModelResponse or ModelFailure",
-            code=MODEL_PROTOCOL_ERROR,
-            at=float(self._clock()),
+        reply: ModelChunk | ModelResponse | ModelFailure = msgspec.structs.replace(
+            item, at=float(self._clock())
         )
+        if kind is not ModelChunk:
+            self.close_stream()
+        return reply
 
     def _failure(self, request: ModelRequest, exc: Exception) -> ModelFailure:
         self.close_stream()
         message = exc.message if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
+        message = _valid_unicode(message)
         code = (
             MODEL_PROTOCOL_ERROR
             if getattr(exc, "code", None) == MODEL_PROTOCOL_ERROR
@@ -305,10 +323,10 @@ class _Driver:
         if cancel is not None:
             return cancel
         content, is_error = self._registry.execute(request.call)
-        # A cancel that arrived while the tool ran wins: the call keeps no result
-        # (DESIGN §11), rather than one the user asked us to stop waiting for.
-        return self._cancel() or ToolResult(
-            request.call.id, content, is_error, at=float(self._clock())
+        # The tool ran: its result is recorded even if a cancel arrived meanwhile
+        # (nothing that happened is lost); the cancel takes effect right after.
+        return ToolResult(
+            request.call.id, _valid_unicode(content), is_error, at=float(self._clock())
         )
 
     def _pause_reply(self, pause: Pause) -> Any:

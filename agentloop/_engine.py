@@ -70,6 +70,7 @@ from ._events import (
     ToolResultEvent,
 )
 from ._hooks import SKIP, HookAbort, HookRegistry, PauseRequest
+from ._json import surrogate_problem
 from ._limits import (
     MAX_AGENT_STEPS,
     MAX_ASSISTANT_BLOCKS,
@@ -109,7 +110,13 @@ from ._protocol import (
 )
 from ._state import RESUME_INPUT, TRANSITIONS, IllegalTransition, Input, State
 from ._toolspec import ToolSpec
-from ._validation import arguments_problems, block_problem, json_problem, reply_problem
+from ._validation import (
+    arguments_problems,
+    block_problem,
+    json_problem,
+    message_problem,
+    reply_problem,
+)
 
 __all__ = ["AgentLoop", "TranscriptView", "agent_loop"]
 
@@ -234,8 +241,12 @@ def _check_options(
             f"go past MAX_AGENT_STEPS ({MAX_AGENT_STEPS}); lower max_steps or "
             "request_sequence_start"
         )
-    if system is not None and type(system) is not str:
-        raise TypeError(f"system must be a str or None, got {type(system).__name__}")
+    if system is not None:
+        if type(system) is not str:
+            raise TypeError(f"system must be a str or None, got {type(system).__name__}")
+        problem = surrogate_problem(system, "system")
+        if problem is not None:
+            raise ValueError(problem)
     if budget is not None and type(budget) is not Budget:
         raise TypeError(f"budget must be a Budget or None, got {type(budget).__name__}")
     if hooks is not None and not isinstance(hooks, HookRegistry):
@@ -302,6 +313,9 @@ def _snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
                             [],
                             f"messages[{index}]: tool call {block.id!r}: {structural or semantic}",
                         )
+        problem = message_problem(message, f"messages[{index}]")
+        if problem is not None:
+            return [], problem
         rebuilt.append(message)
     try:
         validate_transcript(rebuilt)
@@ -1187,6 +1201,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         if type(outcome) is PauseRequest:
             if type(outcome.reason) is not str:
                 raise _failed(HOOK_ERROR, "before_tool_call PauseRequest.reason is not a str")
+            problem = surrogate_problem(outcome.reason, "before_tool_call PauseRequest.reason")
+            if problem is not None:
+                raise _failed(HOOK_ERROR, problem)
             if json_problem(outcome.payload) is not None:
                 raise _failed(HOOK_ERROR, "before_tool_call PauseRequest.payload is not plain JSON")
             return (yield from self._approval(call, outcome.reason, outcome.payload))
@@ -1242,6 +1259,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 HOOK_ERROR,
                 "after_tool_call hook set 'content' to a non-str or 'is_error' to a non-bool",
             )
+        problem = surrogate_problem(content, "after_tool_call hook's 'content'")
+        if problem is not None:
+            raise _failed(HOOK_ERROR, problem)
         return content, is_error
 
     # ------------------------------------------------------------------ pauses and budget

@@ -40,7 +40,8 @@ class FunctionModel:
     - a :class:`~agentloop.ModelFailure`: the model call fails (sent as is,
       ``request_id`` filled in);
     - a ``str``: a final text answer (stop reason ``stop``) with the response
-      id ``function-<n>`` (``n`` counts the calls from 1).
+      id ``function-<request id>-<n>``, ``n`` the number of messages the request
+      carried (unique within a run, and across runs that continue a transcript).
 
     An exception raised by ``fn`` propagates out of :meth:`stream`, so
     :func:`agentloop.run` ends the run ``failed`` (``MODEL_ERROR``) with its message.
@@ -86,7 +87,9 @@ class FunctionModel:
         if kind is ModelFailure:
             return iter((ModelFailure(request.id, answer.message, answer.code),))
         if kind is str:
-            scripted = ScriptedResponse.text(f"function-{self.call_count}", answer)
+            scripted = ScriptedResponse.text(
+                f"function-{request.id}-{len(request.messages)}", answer
+            )
         elif kind is ScriptedResponse:
             scripted = answer
         elif kind is ModelResponse or _looks_like_response(answer):

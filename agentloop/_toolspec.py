@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from ._json import json_problem
+from ._json import json_problem, surrogate_problem
 
 __all__ = ["ToolSpec"]
 
@@ -42,6 +42,9 @@ class ToolSpec(msgspec.Struct, frozen=True):
             )
         if type(self.description) is not str:
             raise TypeError(f"ToolSpec.description must be a str, got {self.description!r}")
+        problem = surrogate_problem(self.description, f"ToolSpec {self.name!r} description")
+        if problem is not None:
+            raise ValueError(problem)
         if not isinstance(self.parameters, dict):
             raise TypeError(
                 f"ToolSpec.parameters must be a JSON Schema dict, got {self.parameters!r}"

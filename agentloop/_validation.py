@@ -19,14 +19,21 @@ from typing import Any
 from ._budget import Budget
 from ._json import INT_END as _INT_END
 from ._json import INT_MIN as _INT_MIN
-from ._json import json_problem
+from ._json import SURROGATE, json_problem, surrogate_problem
 from ._limits import (
     MAX_ARGUMENT_DEPTH,
     MAX_ARGUMENT_ENTRIES,
     MAX_ARGUMENT_STRING_CODE_POINTS,
     MAX_ARGUMENT_VALUES,
 )
-from ._messages import TextBlock, ThinkingBlock, ToolCall
+from ._messages import (
+    AssistantMessage,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultMessage,
+)
 from ._protocol import (
     Cancel,
     ModelChunk,
@@ -38,7 +45,14 @@ from ._protocol import (
     Usage,
 )
 
-__all__ = ["arguments_ok", "arguments_problems", "block_problem", "json_problem", "reply_problem"]
+__all__ = [
+    "arguments_ok",
+    "arguments_problems",
+    "block_problem",
+    "json_problem",
+    "message_problem",
+    "reply_problem",
+]
 
 _MAX_FLOAT_INT = 2**1023  # below float max: float(at) cannot overflow
 
@@ -62,6 +76,8 @@ def arguments_ok(arguments: object) -> bool:
             for key in container:
                 if type(key) is not str:
                     return False
+                if not key.isascii() and SURROGATE.search(key):
+                    return False
                 code_points += len(key)
             items = container.values()
         else:
@@ -69,6 +85,8 @@ def arguments_ok(arguments: object) -> bool:
         for value in items:
             kind = type(value)
             if kind is str:
+                if not value.isascii() and SURROGATE.search(value):
+                    return False
                 code_points += len(value)
             elif kind is int:
                 if not _INT_MIN <= value < _INT_END:
@@ -106,6 +124,9 @@ def arguments_problems(arguments: object) -> tuple[str | None, str | None]:
         values += 1
         kind = type(value)
         if kind is str:
+            problem = surrogate_problem(value, path)
+            if problem is not None:
+                return problem, None
             code_points += len(value)
         elif kind is dict:
             if depth > deepest:
@@ -114,6 +135,9 @@ def arguments_problems(arguments: object) -> tuple[str | None, str | None]:
             for key, item in value.items():
                 if type(key) is not str:
                     return f"{path}: object key {key!r} is not a string", None
+                problem = surrogate_problem(key, f"{path}: object key {key!r}")
+                if problem is not None:
+                    return problem, None
                 code_points += len(key)
                 push((item, depth + 1, f"{path}.{key}"))
         elif kind is list or kind is tuple:
@@ -158,20 +182,44 @@ def block_problem(block: object, where: str) -> str | None:
     if kind is TextBlock:
         if type(block.text) is not str:  # type: ignore[attr-defined]
             return f"{where}.text must be a str"
-    elif kind is ToolCall:
+        return surrogate_problem(block.text, f"{where}.text")  # type: ignore[attr-defined]
+    if kind is ToolCall:
         if type(block.id) is not str or type(block.name) is not str:  # type: ignore[attr-defined]
             return f"{where}: ToolCall.id and .name must be str"
+        problem = surrogate_problem(block.id, f"{where}.id") or surrogate_problem(  # type: ignore[attr-defined]
+            block.name,  # type: ignore[attr-defined]
+            f"{where}.name",
+        )
+        if problem is not None:
+            return problem
         structural, _ = arguments_problems(block.arguments)  # type: ignore[attr-defined]
         if structural is not None:
             return f"{where}: ToolCall {block.id!r} {structural}"  # type: ignore[attr-defined]
-    elif kind is ThinkingBlock:
-        if type(block.text) is not str or (  # type: ignore[attr-defined]
-            block.signature is not None and type(block.signature) is not str  # type: ignore[attr-defined]
-        ):
+        return None
+    if kind is ThinkingBlock:
+        text, signature = block.text, block.signature  # type: ignore[attr-defined]
+        if type(text) is not str or (signature is not None and type(signature) is not str):
             return f"{where}: ThinkingBlock.text must be a str and .signature a str or None"
+        return surrogate_problem(text, f"{where}.text") or (
+            None if signature is None else surrogate_problem(signature, f"{where}.signature")
+        )
+    return f"{where} must be a TextBlock, ThinkingBlock or ToolCall, got {kind.__name__}"
+
+
+def message_problem(message: Message, where: str) -> str | None:
+    """A string of ``message`` the log could not hold (a lone surrogate), or ``None``."""
+    kind = type(message)
+    if kind is AssistantMessage:
+        for index, block in enumerate(message.content):
+            problem = block_problem(block, f"{where}.content[{index}]")
+            if problem is not None:
+                return problem
+        names: tuple[str, ...] = ("id",)
+    elif kind is ToolResultMessage:
+        names = ("id", "tool_call_id", "tool_name", "content")
     else:
-        return f"{where} must be a TextBlock, ThinkingBlock or ToolCall, got {kind.__name__}"
-    return None
+        names = ("id", "content")
+    return _str_fields(message, *names)
 
 
 def _str_fields(reply: object, *names: str) -> str | None:
@@ -179,6 +227,10 @@ def _str_fields(reply: object, *names: str) -> str | None:
         value = getattr(reply, name)
         if type(value) is not str:
             return f"{type(reply).__name__}.{name} must be a str, got {type(value).__name__}"
+        if not value.isascii():
+            problem = surrogate_problem(value, f"{type(reply).__name__}.{name}")
+            if problem is not None:
+                return problem
     return None
 
 

@@ -965,3 +965,141 @@ def test_slicing_a_view_reads_only_the_slice() -> None:
     assert view[-3:] == tuple(items[5:8])
     assert view[::4] == (items[0], items[4])
     assert view[20:] == ()
+
+
+# --------------------------------------------------------------------------- lone surrogates
+
+
+LONE = "caf\udce9.txt"  # what os.listdir gives for a non-UTF-8 file name
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        ModelChunk("request-001", TextBlock(LONE)),
+        ModelChunk("request-001", ToolCall("c1", "add", {"path": LONE})),
+        ModelChunk("request-001", ToolCall("c1", "add", {LONE: 1})),
+        ModelFailure("request-001", LONE),
+        Cancel(LONE),
+    ],
+    ids=["text", "argument value", "argument key", "failure message", "cancel reason"],
+)
+def test_a_lone_surrogate_is_refused_where_it_enters_and_the_log_stays_encodable(
+    reply: Any,
+) -> None:
+    from agentloop import encode_event
+
+    loop = add_loop()
+    next(loop)
+    with pytest.raises(CallerProtocolError, match="not valid Unicode: lone surrogate"):
+        loop.send(reply)
+    assert type(loop.log[-1].reply) is UnrecognizedReply
+    for event in loop.log:
+        encode_event(event)
+
+
+def test_a_lone_surrogate_in_a_tool_result_is_escaped_by_run() -> None:
+    from agentloop import ScriptedModel, ScriptedResponse, encode_event, run, tool
+
+    @tool
+    def listdir() -> str:
+        """List the folder."""
+        return LONE
+
+    model = ScriptedModel(
+        [
+            ScriptedResponse.tool_calls("r1", ToolCall("c1", "listdir", {})),
+            ScriptedResponse.text("r2", "done"),
+        ]
+    )
+    log = EventLog()
+    result = run([USER], model=model, tools=[listdir], log=log)
+    assert result.status == "completed"
+    assert result.messages[2].content == "caf\\udce9.txt"
+    for event in log:
+        encode_event(event)
+
+
+def test_lone_surrogates_in_the_transcript_or_system_are_refused_up_front() -> None:
+    loop = agent_loop([UserMessage("u1", LONE)], tools=[])
+    with pytest.raises(StopIteration) as stop:
+        next(loop)
+    assert stop.value.value.error.code == "INVALID_TRANSCRIPT"
+    assert "lone surrogate" in stop.value.value.error.message
+    with pytest.raises(ValueError, match="lone surrogate"):
+        agent_loop([USER], tools=[], system=LONE)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        ToolSpec("t", LONE)
+
+
+def test_malformed_model_output_is_a_failed_run_under_run() -> None:
+    from agentloop import ScriptedModel, ScriptedResponse, run
+
+    model = ScriptedModel(
+        [ScriptedResponse("r1", (ToolCall("c1", "add", [1, 2]),), "tool_call")]  # type: ignore[arg-type]
+    )
+    result = run([USER], model=model, tools=[ADD])
+    assert result.status == "failed" and result.error is not None
+    assert result.error.code == "MODEL_PROTOCOL_ERROR"
+    assert "must be a JSON object" in result.error.message
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Resume({LONE: 1}),
+        Resume([LONE]),
+    ],
+    ids=["payload key", "payload string"],
+)
+def test_a_lone_surrogate_in_a_resume_payload_is_refused(reply: Any) -> None:
+    approve = ToolSpec("send", "", {"type": "object"}, requires_approval=True)
+    loop = agent_loop([USER], tools=[approve])
+    next(loop)
+    loop.send(response("request-001", "r1", call("send", "c1")))
+    with pytest.raises(CallerProtocolError, match="lone surrogate"):
+        loop.send(reply)
+
+
+def test_a_lone_surrogate_in_a_tool_call_id_is_refused() -> None:
+    loop = add_loop()
+    next(loop)
+    with pytest.raises(CallerProtocolError, match=r"ModelChunk.block.id is not valid Unicode"):
+        loop.send(ModelChunk("request-001", ToolCall(LONE, "add", {})))
+
+
+def test_a_lone_surrogate_in_an_initial_assistant_message_is_refused() -> None:
+    history = [USER, AssistantMessage("a1", (TextBlock(LONE),))]
+    with pytest.raises(StopIteration) as stop:
+        next(agent_loop(history, tools=[]))
+    assert "messages[1].content[0].text is not valid Unicode" in stop.value.value.error.message
+
+
+@pytest.mark.parametrize("topic", ["before_tool_call", "after_tool_call"])
+def test_a_hook_may_not_introduce_a_lone_surrogate(topic: str) -> None:
+    from agentloop import PauseRequest
+
+    def hook(payload: dict[str, Any]) -> Any:
+        if topic == "before_tool_call":
+            return PauseRequest(LONE)
+        payload["content"] = LONE
+        return None
+
+    hooks = HookRegistry()
+    hooks.on(topic, hook)
+    replies: list[Any] = [response("request-001", "r1", call("add", "c1", left=1, right=2))]
+    if topic == "after_tool_call":
+        replies.append(ToolResult("c1", "3"))
+    result = finish(agent_loop([USER], tools=[ADD], hooks=hooks), replies)
+    assert result.error is not None and result.error.code == "HOOK_ERROR"
+    assert "lone surrogate" in result.error.message
+
+
+def test_copy_json_copies_every_container_and_keeps_scalars() -> None:
+    from agentloop._engine import _copy_json
+
+    assert _copy_json(5) == 5 and _copy_json("s") == "s"
+    source: dict[str, Any] = {"a": ({"b": [1, (2, 3)]},)}
+    copy = _copy_json(source)
+    assert copy == {"a": [{"b": [1, [2, 3]]}]}
+    assert copy["a"][0] is not source["a"][0]

@@ -103,7 +103,7 @@ def test_str_is_a_final_text_answer() -> None:
     model = FunctionModel(lambda request: f"echo: {request.messages[-1].content}")
     result = run([UserMessage("u1", "hi")], model=model, tools=[])
     assert result.final_text == "echo: hi"
-    assert result.messages[-1].id == "message-function-1"
+    assert result.messages[-1].id == "message-function-request-001-1"
 
 
 def test_model_failure_fails_the_run() -> None:

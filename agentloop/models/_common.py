@@ -12,9 +12,11 @@ loop checks (DESIGN §8):
 - the streamed chunks, normalized (adjacent text merged, other blocks as
   boundaries), equal the final content; the final content is *built from* what was
   streamed, in the order it was streamed, so the two cannot disagree;
-- a step never needs more than ``MAX_CHUNKS_PER_STEP`` chunks: the first half of
+- text never pushes a step past ``MAX_CHUNKS_PER_STEP`` chunks: the first half of
   the budget streams text deltas one by one; after that, text is held back and sent
-  as one chunk before the next complete block and before the response;
+  as one chunk before the next complete block and before the response. (A response
+  of more than about 500 tool calls can still exceed the limit; the loop then fails
+  the run with ``MODEL_PROTOCOL_ERROR``, as for any model that streams too much.)
 - text deltas are streamed as they arrive; tool calls and thinking blocks are sent
   as one complete block each, when the provider says they are complete.
 
