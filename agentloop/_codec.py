@@ -154,7 +154,23 @@ def _draft_needs_tags(event: PlanDraftEvent) -> bool:
 
 
 def _plain(arguments: dict[str, Any]) -> bool:
-    """Fast, iterative: ``True`` when nothing in ``arguments`` needs a tag."""
+    """Fast: ``True`` when nothing in ``arguments`` needs a tag."""
+    # Flat arguments of strings and small numbers are the common case: one pass,
+    # no stack. Anything else takes the iterative walk below.
+    for value in arguments.values():
+        cls = value.__class__
+        if cls is str or cls is bool or value is None:
+            continue
+        if cls is int:
+            if not _INT_MIN <= value < _INT_END:
+                return False
+        elif cls is not float or not _isfinite(value):
+            return _plain_walk(arguments)
+    return len(arguments) != 1 or next(iter(arguments)) not in _TAGS
+
+
+def _plain_walk(arguments: dict[str, Any]) -> bool:
+    """Iterative: ``True`` when nothing in nested ``arguments`` needs a tag."""
     stack: list[Any] = [arguments]
     pop, push = stack.pop, stack.append
     while stack:

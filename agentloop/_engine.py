@@ -70,7 +70,7 @@ from ._events import (
     ToolResultEvent,
 )
 from ._hooks import SKIP, HookAbort, HookRegistry, PauseRequest
-from ._json import surrogate_problem
+from ._json import SURROGATE, surrogate_problem
 from ._limits import (
     MAX_AGENT_STEPS,
     MAX_ASSISTANT_BLOCKS,
@@ -304,6 +304,9 @@ def _snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
                 message = msgspec.convert(raw, Message)
             except (msgspec.ValidationError, TypeError) as exc:
                 return [], f"messages[{index}]: {exc}"
+            problem = message_problem(message, f"messages[{index}]")
+            if problem is not None:
+                return [], problem
         if type(message) is AssistantMessage:
             for block in message.content:
                 if type(block) is ToolCall:
@@ -313,9 +316,6 @@ def _snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
                             [],
                             f"messages[{index}]: tool call {block.id!r}: {structural or semantic}",
                         )
-        problem = message_problem(message, f"messages[{index}]")
-        if problem is not None:
-            return [], problem
         rebuilt.append(message)
     try:
         validate_transcript(rebuilt)
@@ -332,26 +332,31 @@ def _reuse(item: object) -> Message | None:
     """
     kind = type(item)
     if kind is UserMessage:
-        if type(item.id) is str and type(item.content) is str:  # type: ignore[attr-defined]
+        if _plain_str(item.id) and _plain_str(item.content):  # type: ignore[attr-defined]
             return item  # type: ignore[return-value]
     elif kind is ToolResultMessage:
         if (
-            type(item.id) is str  # type: ignore[attr-defined]
-            and type(item.tool_call_id) is str  # type: ignore[attr-defined]
-            and type(item.tool_name) is str  # type: ignore[attr-defined]
-            and type(item.content) is str  # type: ignore[attr-defined]
+            _plain_str(item.id)  # type: ignore[attr-defined]
+            and _plain_str(item.tool_call_id)  # type: ignore[attr-defined]
+            and _plain_str(item.tool_name)  # type: ignore[attr-defined]
+            and _plain_str(item.content)  # type: ignore[attr-defined]
             and type(item.is_error) is bool  # type: ignore[attr-defined]
         ):
             return item  # type: ignore[return-value]
     elif kind is AssistantMessage:
         content = item.content  # type: ignore[attr-defined]
         if (
-            type(item.id) is str  # type: ignore[attr-defined]
+            _plain_str(item.id)  # type: ignore[attr-defined]
             and type(content) is tuple
             and all(block_problem(block, "") is None for block in content)
         ):
             return AssistantMessage(item.id, tuple(_copy_block(block) for block in content))  # type: ignore[attr-defined]
     return None
+
+
+def _plain_str(value: object) -> bool:
+    """A ``str`` the log can hold (no lone surrogates); ASCII answers at C speed."""
+    return type(value) is str and (value.isascii() or SURROGATE.search(value) is None)
 
 
 def agent_loop(
