@@ -219,7 +219,11 @@ def message_problem(message: Message, where: str) -> str | None:
         names = ("id", "tool_call_id", "tool_name", "content")
     else:
         names = ("id", "content")
-    return _str_fields(message, *names)
+    for name in names:
+        problem = surrogate_problem(getattr(message, name), f"{where}.{name}")
+        if problem is not None:
+            return problem
+    return None
 
 
 def _str_fields(reply: object, *names: str) -> str | None:

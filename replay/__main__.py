@@ -10,6 +10,12 @@ Commands::
 Exit codes: 0 ok (logs identical, replay matched); 1 a divergence or a difference;
 2 a usage error or a file that cannot be read as a log. Errors are one line on
 stderr, never a traceback.
+
+A log with a header and no events (a writer created it, then its process died
+before the first event) is a valid log with nothing in it: ``show`` prints
+``(no events)``, ``stats`` reports the status ``empty``, ``diff`` compares it like
+any other, and ``check`` prints ``no events: nothing to replay`` and exits 1 (it
+proves nothing, so it is not ok).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from agentloop import (
 
 from ._diff import diff_events, summarize
 from ._log import LogError, TornLogError, read_log
-from ._replay import ReplayDivergence, ReplayError, replay
+from ._replay import ReplayDivergence, replay
 
 __all__ = ["main"]
 
@@ -118,6 +124,9 @@ def _color_of(event: Event) -> str:
 
 
 def _timeline(events: Sequence[Event], out: TextIO, color: bool) -> None:
+    if not events:
+        out.write("(no events)\n")
+        return
     start = next((e.at for e in events if e.at is not None), None)
     for event in events:
         clock = ""
@@ -154,14 +163,15 @@ def _show(path: str, color: bool | None) -> int:
 
 def _check(path: str) -> int:
     events = _read(path)
+    if not events:
+        print(f"{path}: no events: nothing to replay")
+        return EXIT_DIFFERENT
     try:
         outcome = replay(events)
     except ReplayDivergence as divergence:
         print(f"{path}: DIVERGED")
         print(divergence)
         return EXIT_DIFFERENT
-    except ReplayError as exc:
-        raise _Fail(f"{path}: {exc}") from None
     if outcome.result is None:
         pending = type(outcome.pending).__name__ if outcome.pending is not None else "nothing"
         print(f"{path}: ok, {len(events)} events replayed; unfinished (waits for a {pending})")
@@ -219,9 +229,10 @@ def _stats(events: Sequence[Event]) -> dict[str, Any]:
             if isinstance(reply, ModelResponse) and reply.usage is not None:
                 usage = usage + reply.usage
     times = [e.at for e in events if e.at is not None]
+    status = "empty" if not events else "unfinished"
     stats: dict[str, Any] = {
         "events": len(events),
-        "status": finished.status if finished is not None else "unfinished",
+        "status": finished.status if finished is not None else status,
         "reason": finished.reason if finished is not None else "",
         "steps": steps,
         "max_steps": finished.max_steps if finished is not None else None,
@@ -246,6 +257,8 @@ def _print_stats(path: str, as_json: bool) -> int:
         print(msgspec.json.encode(stats).decode())
         return EXIT_OK
     status = stats["status"] + (f" ({stats['reason']})" if stats["reason"] else "")
+    if not stats["events"]:
+        status += " (the log has no events)"
     steps = str(stats["steps"])
     if stats["max_steps"] is not None:
         steps += f" of max {stats['max_steps']}"

@@ -173,17 +173,43 @@ def summarize(event: Event) -> str:
 
 
 def diff_events(
-    expected: Event, actual: Event, *, labels: tuple[str, str] = ("recorded", "regenerated")
+    expected: Event,
+    actual: Event,
+    *,
+    labels: tuple[str, str] = ("recorded", "regenerated"),
+    limit: int = 20,
 ) -> list[str]:
     """The differing fields of two events, one line each: ``path: A -> B``.
 
     Paths use attribute and index syntax (``reply.content[0].arguments.x``). Values
     equal in Python but not in the log (``1`` and ``1.0``, ``1`` and ``True``) count
-    as different and show their types.
+    as different and show their types. At most ``limit`` differences are listed;
+    when there are more, a last line says how many: ``(+N more differences)``.
     """
-    lines: list[str] = []
-    _diff(msgspec.to_builtins(expected), msgspec.to_builtins(actual), "", lines, labels)
+    out = _Lines(limit)
+    _diff(msgspec.to_builtins(expected), msgspec.to_builtins(actual), "", out, labels)
+    lines = out.lines
+    if out.more:
+        lines.append(f"(+{out.more} more difference{'s' if out.more > 1 else ''})")
     return lines
+
+
+class _Lines:
+    """The difference lines so far, and how many more were found past the limit
+    (counted, not formatted)."""
+
+    __slots__ = ("limit", "lines", "more")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.lines: list[str] = []
+        self.more = 0
+
+    def full(self) -> bool:
+        if len(self.lines) < self.limit:
+            return False
+        self.more += 1
+        return True
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -216,25 +242,25 @@ def _show(a: Any, b: Any) -> tuple[str, str]:
     return f"{sa} ({type(a).__name__})", f"{sb} ({type(b).__name__})"  # pragma: no cover
 
 
-def _diff(a: Any, b: Any, path: str, out: list[str], labels: tuple[str, str]) -> None:
-    if len(out) >= 20:
-        return
+def _diff(a: Any, b: Any, path: str, out: _Lines, labels: tuple[str, str]) -> None:
     if type(a) is dict and type(b) is dict:
         for key in [*a, *(k for k in b if k not in a)]:
             sub = f"{path}.{key}" if path else str(key)
             if key not in b:
-                out.append(f"{sub}: only in {labels[0]}: {short(a[key])}")
+                if not out.full():
+                    out.lines.append(f"{sub}: only in {labels[0]}: {short(a[key])}")
             elif key not in a:
-                out.append(f"{sub}: only in {labels[1]}: {short(b[key])}")
+                if not out.full():
+                    out.lines.append(f"{sub}: only in {labels[1]}: {short(b[key])}")
             else:
                 _diff(a[key], b[key], sub, out, labels)
         return
     if type(a) in (list, tuple) and type(b) in (list, tuple):
         for index, (x, y) in enumerate(zip(a, b, strict=False)):
             _diff(x, y, f"{path}[{index}]", out, labels)
-        if len(a) != len(b):
-            out.append(f"{path or '.'}: {len(a)} items -> {len(b)} items")
+        if len(a) != len(b) and not out.full():
+            out.lines.append(f"{path or '.'}: {len(a)} items -> {len(b)} items")
         return
-    if not _same(a, b):
+    if not _same(a, b) and not out.full():
         sa, sb = _show(a, b)
-        out.append(f"{path or '.'}: {sa} -> {sb}")
+        out.lines.append(f"{path or '.'}: {sa} -> {sb}")

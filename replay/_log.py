@@ -14,11 +14,23 @@ but possibly a *torn* last line: a partial write with no newline. Readers detect
 that and raise :class:`TornLogError`, which carries the intact prefix; they never
 accept a partial line as data and never repair a file on their own.
 
+Readers also require every event line to be *canonical*: byte for byte what
+``encode_event`` writes for the event it decodes to. A line with an unknown or
+duplicated field, extra whitespace or another spelling of the same values is
+refused (:class:`LogFormatError`), so what a log says is exactly what replays and
+what ``show`` prints. One thing is tolerated, as the JSON Lines convention allows:
+a line may end with ``\\r\\n`` instead of ``\\n`` (a checkout through git's
+``autocrlf`` rewrites a committed log that way). An empty line, anywhere, is an
+error (a writer never writes one), and a last line without its ``\\n`` is torn.
+The header line is only checked for its ``format`` and ``version``.
+
 Evolution: a reader accepts every format version up to :data:`LOG_FORMAT_VERSION`
 and refuses newer ones (fail closed). Event fields follow msgspec's schema
 evolution rules (new fields get defaults, fields never change type, tags are never
-reused), so old logs keep decoding; a version bump is for changes that cannot be
-expressed that way, and then comes with a migration of the older versions here.
+reused). Because readers require canonical lines, though, any change to what
+``encode_event`` writes (a new field, even one with a default, appears on every
+line) is a change of the format: it comes with a version bump and a migration here
+that reads the older versions by their own canonical form.
 
 ``read_log`` checks the *file* (header, version, JSON, event types), not the
 *story*: missing, extra or reordered events are found by :func:`replay.replay`.
@@ -27,14 +39,23 @@ expressed that way, and then comes with a migration of the older versions here.
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
+import stat
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import IO, Any, Final
 
 import msgspec
 
-from agentloop import Event, EventLog, __version__, decode_event, encode_event
+from agentloop import (
+    Event,
+    EventLog,
+    PlanDraftEvent,
+    RunFinishedEvent,
+    __version__,
+    decode_event,
+    encode_event,
+)
 
 __all__ = [
     "LOG_FORMAT",
@@ -52,6 +73,8 @@ __all__ = [
 LOG_FORMAT: Final = "agentloop-log"
 #: The newest log format version this library reads and the one it writes.
 LOG_FORMAT_VERSION: Final = 1
+
+_POSIX: Final = os.name == "posix"
 
 StrPath = str | os.PathLike[str]
 
@@ -114,7 +137,7 @@ def _header_line() -> bytes:
 def _check_header(line: bytes, path: str) -> None:
     try:
         header = _header_decoder.decode(line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         header = None
     if header is None or header.get("format") != LOG_FORMAT:
         raise LogFormatError(
@@ -141,6 +164,25 @@ def _check_header(line: bytes, path: str) -> None:
         )
 
 
+# The canonical check, fast. msgspec's own encoding of every event at once is
+# compared with the file's bytes in one go. ``encode_event`` writes just that for
+# every event, except that in two event types it writes a tagged object for a value
+# JSON cannot hold (agentloop._codec): a non-finite float (msgspec writes ``null``,
+# which cannot have decoded to one, so the comparison fails anyway), an integer
+# outside int64/uint64 (19 digits or more) or a dict with a single "$..." key. Only
+# when the bytes hold a "$" or such a number are those two types checked one by one
+# with ``encode_event``; when the comparison fails, every line is (which also finds
+# the line to name).
+_encode_lines = msgspec.json.Encoder().encode_lines
+_MAY_BE_TAGGED: Final = (PlanDraftEvent, RunFinishedEvent)
+_DIGITS_TO_ZERO: Final = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_NUMBER: Final = b"0" * 19
+
+
+def _may_hold_tags(body: bytes) -> bool:
+    return b"$" in body or _LONG_NUMBER in body.translate(_DIGITS_TO_ZERO)
+
+
 def read_log(path: StrPath) -> list[Event]:
     """Read every event of a log file.
 
@@ -153,14 +195,19 @@ def read_log(path: StrPath) -> list[Event]:
         TornLogError: the last line is incomplete (``.events`` is the intact prefix).
         LogVersionError: the header names a format version newer than
             :data:`LOG_FORMAT_VERSION` (or an invalid one).
-        LogFormatError: anything else wrong with the file (no header, a line that
-            is not JSON or not a known event).
+        LogFormatError: anything else wrong with the file (no header, an empty
+            line, a line that is not JSON, not a known event, or not in the
+            canonical form ``encode_event`` writes).
     """
     name = os.fspath(path)
     with open(name, "rb") as file:
         data = file.read()
     if not data:
         raise LogFormatError(f"{name}: empty file, not an agentloop log", path=name, line=1)
+    if b"\r" in data:
+        # "\r\n" line ends are tolerated. (A raw "\r" cannot be inside a JSON string,
+        # so this only touches line ends; any other "\r" stays and is refused.)
+        data = data.replace(b"\r\n", b"\n")
     lines = data.split(b"\n")
     # A complete file ends with "\n", so the split leaves an empty last item; a
     # non-empty one is a last line the writer never finished.
@@ -171,23 +218,34 @@ def read_log(path: StrPath) -> list[Event]:
             path=name,
             line=1,
         )
-    _check_header(lines[0], name)
+    header = lines[0]
+    _check_header(header, name)
+    del lines[0]
     events: list[Event] = []
     append = events.append
     decode = decode_event
     number = 1
     try:
-        for number, line in enumerate(lines[1:], start=2):  # noqa: B007
+        for number, line in enumerate(lines, start=2):  # noqa: B007
             append(decode(line))
-    except msgspec.MsgspecError as exc:
-        raise LogFormatError(
-            f"{name}: line {number}: not a valid agentloop event ({exc})", path=name, line=number
-        ) from None
+    except (msgspec.MsgspecError, RecursionError) as exc:
+        if not lines[number - 2]:
+            problem = "an empty line (a log has none; was the file edited?)"
+        elif isinstance(exc, RecursionError):
+            problem = "not a valid agentloop event (nested too deeply)"
+        else:
+            problem = f"not a valid agentloop event ({exc})"
+        raise LogFormatError(f"{name}: line {number}: {problem}", path=name, line=number) from None
+    body = data[len(header) + 1 : len(data) - len(tail)]
+    if _encode_lines(events) != body:
+        _check_canonical(name, lines, events, None)
+    elif _may_hold_tags(body):
+        _check_canonical(name, lines, events, _MAY_BE_TAGGED)
     if tail:
-        number = len(lines) + 1
+        number = len(lines) + 2
         try:
             decode(tail)
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, RecursionError):
             raise TornLogError(
                 f"{name}: line {number} is torn (incomplete last line; the writer was "
                 f"interrupted); the {len(events)} events before it are intact "
@@ -208,18 +266,83 @@ def read_log(path: StrPath) -> list[Event]:
     return events
 
 
+def _check_canonical(
+    name: str, lines: list[bytes], events: list[Event], only: tuple[type, ...] | None
+) -> None:
+    """Raise :class:`LogFormatError` for the first line that is not ``encode_event``
+    of its event (among the events of the types ``only``, if given)."""
+    encode = encode_event
+    for index, event in enumerate(events):
+        if only is not None and event.__class__ not in only:
+            continue
+        canonical = encode(event)
+        line = lines[index]
+        if canonical != line:
+            number = index + 2
+            difference = _first_difference(line, canonical)
+            raise LogFormatError(
+                f"{name}: line {number}: not in canonical form ({difference}; a log line is "
+                "byte for byte what encode_event writes: no unknown or repeated fields, no "
+                "extra spaces)",
+                path=name,
+                line=number,
+            )
+
+
+def _first_difference(line: bytes, canonical: bytes) -> str:
+    at = next(
+        (i for i, (x, y) in enumerate(zip(line, canonical, strict=False)) if x != y),
+        min(len(line), len(canonical)),
+    )
+    start = max(0, at - 20)
+
+    def excerpt(data: bytes) -> str:  # never empty: neither line is
+        text = data[start : at + 20].decode("utf-8", "replace")
+        return repr(("…" if start else "") + text + ("…" if at + 20 < len(data) else ""))
+
+    return f"at column {at + 1}: {excerpt(line)} where encode_event writes {excerpt(canonical)}"
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make a rename or a new file in ``directory`` durable (POSIX; best effort)."""
+    if not _POSIX:
+        return  # Windows cannot open a directory; NTFS journals the metadata
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # e.g. a directory we may write but not read
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems do not sync directories
+    finally:
+        os.close(fd)
+
+
 def write_log(path: StrPath, events: Iterable[Event]) -> None:
     """Write a whole log file (header + events), replacing ``path`` atomically.
 
     The file is written next to ``path`` under a temporary name, flushed, fsynced
     and renamed over ``path``, so readers see the old file or the new one, never a
-    mix. Use :class:`LogWriter` to record a run as it happens.
+    mix; on POSIX the directory is fsynced too, so the rename survives a power
+    loss. A replaced file keeps its permission bits; a new one gets those a
+    plain ``open(path, "w")`` gives (``0o666`` less the umask). Use
+    :class:`LogWriter` to record a run as it happens.
     """
     name = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(name))
-    fd, tmp = tempfile.mkstemp(prefix=".agentloop-log-", suffix=".tmp", dir=directory)
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(name).st_mode)
+    except FileNotFoundError:
+        mode = None
+    # Created by hand rather than with mkstemp (always 0o600): os.open applies the
+    # umask to 0o666 the way open() does.
+    tmp = os.path.join(directory, f".agentloop-log-{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as file:
+            if mode is not None:
+                os.chmod(tmp, mode)
             file.write(_header_line())
             encode = encode_event
             file.writelines(encode(event) + b"\n" for event in events)
@@ -229,6 +352,7 @@ def write_log(path: StrPath, events: Iterable[Event]) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+    _fsync_directory(directory)
 
 
 class LogWriter:
@@ -242,27 +366,36 @@ class LogWriter:
         fsync: also ``os.fsync`` after every event (durable against power loss,
             much slower). Flushing alone survives a killed process.
 
-    Use it as an :class:`~agentloop.EventLog` subscriber and as a context manager::
+    Use it as a context manager, and let it :meth:`follow` the loop's log::
 
         with LogWriter("session.jsonl") as writer:
             loop = agent_loop(messages, tools=tools)
-            loop.log.subscribe(writer.write)
+            writer.follow(loop.log)
             ...
 
     Events must arrive in sequence order, continuing the file (``write`` raises
     ``ValueError`` otherwise: one file records one run). :meth:`follow` writes the
-    events of a log that the file does not have yet, then subscribes.
+    events of a log that the file does not have yet, then subscribes; :meth:`close`
+    (the end of the ``with`` block) unsubscribes again, so a loop that outlives the
+    writer (or that the garbage collector closes later) keeps its further events in
+    ``loop.log`` instead of failing on a closed file. ``write`` can also be
+    subscribed by hand (``loop.log.subscribe(writer.write)``); then unsubscribe it
+    by hand before the writer closes.
     """
 
     def __init__(self, path: StrPath, *, fsync: bool = False) -> None:
         name = os.fspath(path)
         self.path = name
         self._fsync = fsync
-        fresh = not os.path.exists(name) or os.path.getsize(name) == 0
+        self._subscriptions: list[Callable[[], None]] = []
+        created = not os.path.exists(name)
+        fresh = created or os.path.getsize(name) == 0
         self._next = 0 if fresh else len(read_log(name))
         self._file: IO[bytes] | None = open(name, "ab", buffering=0)  # noqa: SIM115
         if fresh:
             self._write_line(_header_line())
+        if created and fsync:
+            _fsync_directory(os.path.dirname(os.path.abspath(name)))
 
     @property
     def next_sequence(self) -> int:
@@ -293,12 +426,22 @@ class LogWriter:
 
         After :func:`replay.resume` this appends whatever the resumed loop
         regenerated past the end of the file (nothing, unless the previous process
-        died between two events) and every event it records from then on.
-        Returns the unsubscribe function.
+        died between two events) and every event it records from then on, until
+        :meth:`close` (or the returned function) unsubscribes.
+
+        Returns:
+            The unsubscribe function (calling it more than once is harmless).
+
+        Raises:
+            ValueError: the writer is closed, or ``log`` does not continue the file.
         """
+        if self._file is None:
+            raise ValueError(f"{self.path}: LogWriter is closed")
         for event in log.since(self._next):
             self.write(event)
-        return log.subscribe(self.write)
+        unsubscribe = log.subscribe(self.write)
+        self._subscriptions.append(unsubscribe)
+        return unsubscribe
 
     def _write_line(self, line: bytes) -> None:
         file = self._file
@@ -312,7 +455,11 @@ class LogWriter:
             os.fsync(file.fileno())
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
+        """Unsubscribe from the logs :meth:`follow` subscribed to and close the file
+        (idempotent)."""
+        subscriptions, self._subscriptions = self._subscriptions, []
+        for unsubscribe in subscriptions:
+            unsubscribe()
         if self._file is not None:
             self._file.close()
             self._file = None

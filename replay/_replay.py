@@ -35,7 +35,9 @@ story when the recorded run ended that way (its ``run.finished`` failed with
 
 A log whose only event is a failed ``run.finished`` (``INVALID_TRANSCRIPT``) has
 nothing to replay: the loop never started, and the invalid transcript is not in
-the log. :func:`replay` returns it as it is, with an empty transcript.
+the log. Its one event is checked for the shape the loop gives it (sequence 0,
+failed, no steps, no usage, no reply, ...); then :func:`replay` returns it as it
+is, with an empty transcript.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from agentloop import (
     Pause,
     PlanDraftEvent,
     Reply,
+    RunError,
     RunFinishedEvent,
     RunResult,
     SessionResumeEvent,
@@ -415,28 +418,51 @@ def _events(events: Iterable[Event]) -> list[Event]:
 
 
 def _invalid_transcript(events: list[Event]) -> RunResult | None:
-    """The result of a log that is one failed ``run.finished`` (nothing to replay)."""
+    """The result of a log that is one failed ``run.finished`` (nothing to replay).
+
+    Such a log is checked as far as it can be: the loop writes that event with
+    sequence 0 and step 0, status ``failed``, reason and error code
+    ``INVALID_TRANSCRIPT``, no steps, no final text, no usage and no reply (only
+    ``at``, ``max_steps`` and the error message vary).
+    """
     first = events[0]
-    if (
-        type(first) is RunFinishedEvent
-        and first.error is not None
-        and first.error.code == INVALID_TRANSCRIPT
-    ):
-        if len(events) > 1:
-            raise ReplayDivergence(
-                1, events[1], None, reason="the log goes on after its run.finished"
-            )
-        return RunResult(
-            status=first.status,
-            final_text=first.final_text,
-            messages=(),
-            steps=first.steps,
-            max_steps=first.max_steps,
-            error=first.error,
-            usage=first.usage,
-            reason=first.reason,
+    if type(first) is not RunFinishedEvent:
+        return None
+    error = first.error
+    expected = RunFinishedEvent(
+        sequence=0,
+        at=first.at,
+        step=0,
+        status="failed",
+        final_text=None,
+        steps=0,
+        max_steps=first.max_steps,
+        error=RunError(INVALID_TRANSCRIPT, error.message if error is not None else ""),
+        usage=Usage(),
+        reason=INVALID_TRANSCRIPT,
+        reply=None,
+    )
+    if encode_event(first) != encode_event(expected):
+        raise ReplayDivergence(
+            0,
+            first,
+            expected,
+            reason="a log that starts with run.finished is the failed run of an invalid "
+            "transcript (sequence 0, step 0, failed, INVALID_TRANSCRIPT, no steps, no "
+            "final text, no usage, no reply), and this one is not",
         )
-    return None
+    if len(events) > 1:
+        raise ReplayDivergence(1, events[1], None, reason="the log goes on after its run.finished")
+    return RunResult(
+        status=first.status,
+        final_text=first.final_text,
+        messages=(),
+        steps=first.steps,
+        max_steps=first.max_steps,
+        error=first.error,
+        usage=first.usage,
+        reason=first.reason,
+    )
 
 
 # --------------------------------------------------------------------------- public API
@@ -482,8 +508,10 @@ def state_at(
     from the loop as that event is recorded; when the loop asks for a reply right
     after it (the event is the last before a pull point, or the run's last event),
     they are read at that point, so ``pending`` is the effect it waits for. (The
-    loop applies a ``Resume`` -- state, budget, counters -- just after recording
-    ``session.resume``: the next event shows them.)
+    loop applies a ``Resume`` -- state, budget, counters -- before it records
+    ``session.resume``, so the snapshot at ``session.resume`` already shows the
+    resumed state and budget usage; the one at ``session.pause`` shows the paused
+    loop, ``Pause`` pending.)
 
     Raises:
         ValueError: ``sequence`` is not the position of an event of the log.
@@ -563,7 +591,9 @@ def resume(
 
     Raises:
         ReplayError: the run already finished (nothing to resume).
-        ReplayDivergence: the log does not replay.
+        ReplayDivergence: the log does not replay, or goes on past the point where
+            the loop waits (events the loop does not regenerate, as :func:`replay`
+            finds them).
     """
     items = _events(events)
     if _invalid_transcript(items) is not None or type(items[-1]) is RunFinishedEvent:
@@ -575,6 +605,10 @@ def resume(
     try:
         session.start()
         session.feed_all()
+        # The log must end where the loop now waits (or before, if the process died
+        # between two events): recorded events the loop does not regenerate are a
+        # divergence, as in replay().
+        session.check_complete()
         if session.finished or session.effect is None:
             raise ReplayError(
                 f"the run finishes ({session._status()}) after the log's last reply without "

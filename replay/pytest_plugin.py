@@ -13,6 +13,15 @@ model and without calling any tool:
 
 Cassettes are JSONL event logs (``replay.read_log`` reads them) stored next to
 the test file, in ``cassettes/<test module>/<test name>.jsonl``; commit them.
+``<test name>`` is the test's class(es) and function, dot-separated, with its
+parameter ids (``TestGreeting.test_hello[c]``). A name that cannot be a file name
+as it is (it holds one of ``\\ / : * ? " < > |`` or a control character, or is
+longer than 200 bytes) is made safe (``_`` for those characters, cut) and gets
+``-`` and 12 hex digits of a hash of the full name, so two tests never share a
+cassette; two tests whose cassettes would still be one file (on a case-insensitive
+file system too) fail at setup, naming both. With ``--agentloop-record=all``, a
+test that passes also removes its cassettes beyond the sessions it ran (left from
+an older recording that ran more sessions).
 
 A replay first rebuilds the session's start from the test's *current*
 arguments (initial messages, tool specs, system prompt, ``max_steps``,
@@ -22,16 +31,18 @@ model and tool replies through the current loop with the test's hooks
 :class:`replay.ReplayDivergence` report: which event, what was recorded, what
 the code does now, field by field.
 
-The plugin does no work unless a test uses the fixture: it adds the option and
-reports what it recorded; everything else happens inside ``agent_cassette``.
+The plugin does no work unless a test uses the fixture: it adds the option,
+reports what it recorded and removed, and looks at the outcome of the tests that
+use the fixture; everything else happens inside ``agent_cassette``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -48,11 +59,16 @@ RECORD_MODES: Final = ("none", "once", "all")
 CASSETTE_DIR: Final = "cassettes"
 
 _RECORDED: Final = pytest.StashKey[list[Path]]()
+_REMOVED: Final = pytest.StashKey[list[Path]]()
+# (cassette folder, case-folded file name) -> the nodeid that uses it.
+_CLAIMED: Final = pytest.StashKey[dict[tuple[Path, str], str]]()
+_CASSETTE: Final = pytest.StashKey["AgentCassette"]()
 # run() options that only the driver uses; a replay has nothing to do with them.
 _DRIVER_ONLY: Final = frozenset(("signal", "on_pause", "clock", "started_at"))
 # run() options that shape the session's start, compared on replay.
 _CONFIG: Final = frozenset(("system", "max_steps", "budget"))
 _UNSAFE: Final = re.compile(r'[\x00-\x1f\\/:*?"<>|]')
+_MAX_NAME_BYTES: Final = 200
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -73,6 +89,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_RECORDED] = []
+    session.config.stash[_REMOVED] = []
+    session.config.stash[_CLAIMED] = {}
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -85,11 +103,22 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
-    recorded = config.stash.get(_RECORDED, [])
-    if recorded:
-        terminalreporter.write_sep("-", f"agentloop: {len(recorded)} cassette(s) recorded")
-        for path in recorded:
-            terminalreporter.write_line(_shown(path, config.rootpath))
+    for key, what in ((_RECORDED, "recorded"), (_REMOVED, "removed (stale)")):
+        paths = config.stash.get(key, [])
+        if paths:
+            terminalreporter.write_sep("-", f"agentloop: {len(paths)} cassette(s) {what}")
+            for path in paths:
+                terminalreporter.write_line(_shown(path, config.rootpath))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    outcome = yield
+    cassette = item.stash.get(_CASSETTE, None)
+    if cassette is not None and call.when == "call" and outcome.get_result().passed:
+        item.config.stash.get(_REMOVED, []).extend(cassette._remove_stale())
 
 
 @pytest.fixture
@@ -99,16 +128,45 @@ def agent_cassette(request: pytest.FixtureRequest) -> AgentCassette:
     See :class:`AgentCassette`.
     """
     node = request.node
-    names = node.nodeid.split("::")[1:] or [node.name]
+    config = request.config
+    # The nodes below the test file (classes, the function with its parameter ids),
+    # by name: unlike splitting the nodeid at "::", an id holding "::" stays whole.
+    chain = node.listchain()
+    files = [index for index, item in enumerate(chain) if isinstance(item, pytest.File)]
+    names = [item.name for item in chain[files[-1] + 1 :]] if files else [node.name]
     directory = Path(node.path).parent / CASSETTE_DIR / Path(node.path).stem
-    return AgentCassette(
+    cassette = AgentCassette(
         directory=directory,
         name=".".join(names),
-        mode=request.config.getoption("agentloop_record"),
+        mode=config.getoption("agentloop_record"),
         nodeid=node.nodeid,
-        recorded=request.config.stash.get(_RECORDED, []),
-        rootpath=request.config.rootpath,
+        recorded=config.stash.get(_RECORDED, []),
+        rootpath=config.rootpath,
     )
+    claimed = config.stash.get(_CLAIMED, {})
+    other = claimed.setdefault((directory, cassette._name.casefold()), node.nodeid)
+    if other != node.nodeid:
+        pytest.fail(
+            f"agentloop: the tests {other} and {node.nodeid} would share the cassette "
+            f"{_shown(cassette.path, config.rootpath)} (on macOS and Windows, file names "
+            "that differ only by case are one file); rename one of them or give its "
+            "parameters other ids",
+            pytrace=False,
+        )
+    node.stash[_CASSETTE] = cassette
+    return cassette
+
+
+def _file_name(name: str) -> str:
+    """``name`` if it can be a file name as it is; else a safe, cut version of it,
+    ``-`` and a hash of all of it (so different names never give one file)."""
+    safe = _UNSAFE.sub("_", name)
+    encoded = safe.encode("utf-8", "surrogatepass")
+    if safe == name and 0 < len(encoded) <= _MAX_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    cut = encoded[:_MAX_NAME_BYTES].decode("utf-8", "ignore")
+    return f"{cut}-{digest}"
 
 
 class AgentCassette:
@@ -141,7 +199,7 @@ class AgentCassette:
         self.events: list[Event] = []
         self.paths: list[Path] = []
         self._directory = directory
-        self._name = _UNSAFE.sub("_", name)[:200] or "session"
+        self._name = _file_name(name) if name else "session"
         self._nodeid = nodeid
         self._recorded = [] if recorded is None else recorded
         self._rootpath = rootpath
@@ -231,7 +289,7 @@ class AgentCassette:
         log = EventLog()
         try:
             with LogWriter(partial) as writer:
-                log.subscribe(writer.write)
+                writer.follow(log)
                 result = run(messages, model=model, tools=tools, hooks=hooks, log=log, **options)
             os.replace(partial, path)
         finally:
@@ -300,6 +358,24 @@ class AgentCassette:
             )
         self.events = list(replayed.events)
         return replayed.result
+
+    def _remove_stale(self) -> list[Path]:
+        """With ``--agentloop-record=all``: remove this test's cassettes beyond the
+        sessions it ran (an older recording ran more); returns what it removed."""
+        if self.mode != "all":
+            return []
+        pattern = re.compile(rf"{re.escape(self._name)}(?:\.([1-9][0-9]*))?\.jsonl")
+        removed: list[Path] = []
+        try:
+            entries = sorted(self._directory.iterdir())
+        except OSError:
+            return removed  # no cassette folder: nothing to remove
+        for path in entries:
+            match = pattern.fullmatch(path.name)
+            if match is not None and int(match.group(1) or 1) > len(self.paths):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+        return removed
 
     def _command(self, mode: str) -> str:
         target = f" {shlex.quote(self._nodeid)}" if self._nodeid else ""

@@ -92,6 +92,8 @@ class EventLogExtension(SingleFileSnapshotExtension):
     """
 
     file_extension = "eventlog"
+    # syrupy before 5 reads the private name (syrupy 4.0 would write ``.raw`` files).
+    _file_extension = "eventlog"
     _write_mode = WriteMode.TEXT
     mask: ClassVar[tuple[str, ...]] = DEFAULT_MASK
 

@@ -1103,3 +1103,20 @@ def test_copy_json_copies_every_container_and_keeps_scalars() -> None:
     copy = _copy_json(source)
     assert copy == {"a": [{"b": [1, [2, 3]]}]}
     assert copy["a"][0] is not source["a"][0]
+
+
+def test_a_lone_surrogate_in_a_dict_tool_result_message_is_refused() -> None:
+    history: list[Any] = [
+        USER,
+        AssistantMessage("a1", (ToolCall("c1", "add", {}),)),
+        {
+            "role": "tool_result",
+            "id": "t1",
+            "tool_call_id": "c1",
+            "tool_name": "add",
+            "content": LONE,
+        },
+    ]
+    with pytest.raises(StopIteration) as stop:
+        next(agent_loop(history, tools=[]))
+    assert "messages[2].content is not valid Unicode" in stop.value.value.error.message

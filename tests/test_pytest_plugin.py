@@ -8,8 +8,10 @@ cassette object directly for the smaller cases. No test touches the network: the
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
+import shutil
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from agentloop import (
     tool,
 )
 from replay import read_log
-from replay.pytest_plugin import _CONFIG, _DRIVER_ONLY, RECORD_MODES, AgentCassette
+from replay.pytest_plugin import _CONFIG, _DRIVER_ONLY, RECORD_MODES, AgentCassette, _file_name
 
 
 def _plugin_args() -> list[str]:
@@ -258,13 +260,137 @@ class TestGreeting:
     )
     run_inner(pytester, "--agentloop-record=once").assert_outcomes(passed=2)
     folder = pytester.path / "cassettes" / "test_names"
+    # "a/b" cannot be in a file name: made safe, and told apart by a hash.
+    digest = _digest("TestGreeting.test_hello[a/b]")
     assert sorted(p.name for p in folder.iterdir()) == [
-        "TestGreeting.test_hello[a_b].2.jsonl",
-        "TestGreeting.test_hello[a_b].jsonl",
+        f"TestGreeting.test_hello[a_b]-{digest}.2.jsonl",
+        f"TestGreeting.test_hello[a_b]-{digest}.jsonl",
         "TestGreeting.test_hello[c].2.jsonl",
         "TestGreeting.test_hello[c].jsonl",
     ]
     run_inner(pytester).assert_outcomes(passed=2)
+
+
+def _digest(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:12]
+
+
+SESSIONS = """
+import pytest
+from agentloop import ScriptedModel, ScriptedResponse, UserMessage
+
+
+@pytest.mark.parametrize("who", IDS, ids=IDS)
+def test_hello(agent_cassette, who):
+    model = ScriptedModel([ScriptedResponse.text("r1", who)])
+    result = agent_cassette.run([UserMessage("u1", "hi")], model=model, tools=[])
+    assert result.final_text == who
+"""
+
+
+def test_cassette_names_that_sanitize_alike_get_their_own_files(
+    pytester: pytest.Pytester,
+) -> None:
+    # "1/2" and "1_2" were one file; so were "a::b" and "a.b" (the nodeid split at
+    # "::"); a long name was cut to 200 characters.
+    long = "x" * 300
+    ids = ["1/2", "1_2", "a::b", "a.b", long, long + "y"]
+    pytester.makepyfile(test_ids=SESSIONS.replace("IDS", repr(ids)))
+    run_inner(pytester, "--agentloop-record=once").assert_outcomes(passed=6)
+    names = sorted(p.name for p in (pytester.path / "cassettes" / "test_ids").iterdir())
+    cut = f"test_hello[{long}"[:200]
+    assert names == sorted(
+        [
+            f"test_hello[1_2]-{_digest('test_hello[1/2]')}.jsonl",
+            "test_hello[1_2].jsonl",
+            f"test_hello[a__b]-{_digest('test_hello[a::b]')}.jsonl",
+            "test_hello[a.b].jsonl",
+            f"{cut}-{_digest(f'test_hello[{long}]')}.jsonl",
+            f"{cut}-{_digest(f'test_hello[{long}y]')}.jsonl",
+        ]
+    )
+    folder = pytester.path / "cassettes" / "test_ids"
+    finals = [getattr(read_log(folder / name)[-1], "final_text", None) for name in names]
+    assert sorted(map(str, finals)) == sorted(ids)
+    run_inner(pytester).assert_outcomes(passed=6)
+
+
+def test_tests_that_would_share_a_cassette_fail_clearly(pytester: pytest.Pytester) -> None:
+    # Names that differ by case alone are one file on macOS and Windows.
+    pytester.makepyfile(test_case=SESSIONS.replace("IDS", repr(["Paris", "paris"])))
+    result = run_inner(pytester, "--agentloop-record=once")
+    result.assert_outcomes(passed=1, errors=1)
+    assert (
+        "\nagentloop: the tests test_case.py::test_hello[Paris] and "
+        "test_case.py::test_hello[paris] would share the cassette "
+        "cassettes/test_case/test_hello[paris].jsonl (on macOS and Windows, file names "
+        "that differ only by case are one file); rename one of them or give its "
+        "parameters other ids\n"
+    ) in result.stdout.str()
+    assert [p.name for p in (pytester.path / "cassettes" / "test_case").iterdir()] == [
+        "test_hello[Paris].jsonl"
+    ]
+
+
+COUNTED = """
+import pathlib
+from agentloop import ScriptedModel, ScriptedResponse, UserMessage
+
+
+def test_sessions(agent_cassette):
+    count = int(pathlib.Path("count.txt").read_text())
+    for index in range(count):
+        model = ScriptedModel([ScriptedResponse.text("r1", str(index))])
+        agent_cassette.run([UserMessage("u1", "hi")], model=model, tools=[])
+    assert pathlib.Path("fail.txt").read_text() == "no"
+"""
+
+
+def test_record_all_removes_the_cassettes_of_sessions_no_longer_run(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_counted=COUNTED)
+    folder = pytester.path / "cassettes" / "test_counted"
+    count, fail = pytester.path / "count.txt", pytester.path / "fail.txt"
+    count.write_text("3")
+    fail.write_text("no")
+    run_inner(pytester, "--agentloop-record=all").assert_outcomes(passed=1)
+    three = ["test_sessions.2.jsonl", "test_sessions.3.jsonl", "test_sessions.jsonl"]
+    assert sorted(p.name for p in folder.iterdir()) == three
+    # Another test's cassettes and other files are left alone.
+    (folder / "test_sessions_more.2.jsonl").write_text("")
+    (folder / "notes.txt").write_text("")
+    kept = ["notes.txt", "test_sessions_more.2.jsonl"]
+    # A failing test removes nothing; neither does `once` (nor a replay).
+    count.write_text("1")
+    fail.write_text("yes")
+    run_inner(pytester, "--agentloop-record=all").assert_outcomes(failed=1)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*three, *kept])
+    fail.write_text("no")
+    run_inner(pytester, "--agentloop-record=once").assert_outcomes(passed=1)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*three, *kept])
+    # A passing `all` run of 1 session removes sessions 2 and 3, and says so.
+    result = run_inner(pytester, "--agentloop-record=all")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*agentloop: 1 cassette(s) recorded*",
+            "cassettes/test_counted/test_sessions.jsonl",
+            "*agentloop: 2 cassette(s) removed (stale)*",
+            "cassettes/test_counted/test_sessions.2.jsonl",
+            "cassettes/test_counted/test_sessions.3.jsonl",
+        ]
+    )
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["test_sessions.jsonl", *kept])
+    run_inner(pytester).assert_outcomes(passed=1)
+    # No session at all: its last cassette goes too.
+    count.write_text("0")
+    run_inner(pytester, "--agentloop-record=all").assert_outcomes(passed=1)
+    assert sorted(p.name for p in folder.iterdir()) == kept
+    # And without a cassette folder there is nothing to remove.
+    shutil.rmtree(pytester.path / "cassettes")
+    run_inner(pytester, "--agentloop-record=all").assert_outcomes(passed=1)
+    assert not (pytester.path / "cassettes").exists()
 
 
 # --------------------------------------------------------------------------- the cassette object
@@ -416,4 +542,19 @@ def test_a_cassette_outside_the_root_is_shown_by_its_full_path(
         cassette.run(MESSAGES, model=None, tools=[add])
     assert f"no cassette for this session: {tmp_path / 'cassettes' / 's.jsonl'}\n" in str(
         info.value
+    )
+
+
+def test_cassette_file_names(tmp_path: Path) -> None:
+    assert _file_name("TestA.test_b[x-1.5]") == "TestA.test_b[x-1.5]"
+    assert _file_name("a/b") == f"a_b-{_digest('a/b')}"
+    assert _file_name("tab\there") == f"tab_here-{_digest('tab' + chr(9) + 'here')}"
+    # Cut at 200 bytes, not characters, and never inside a character.
+    wide = "é" * 150  # 300 bytes
+    assert _file_name(wide) == "é" * 100 + "-" + _digest(wide)
+    assert _file_name("a" + wide) == "a" + "é" * 99 + "-" + _digest("a" + wide)
+    assert _file_name("a" * 200) == "a" * 200
+    assert _file_name("a" * 201) == "a" * 200 + "-" + _digest("a" * 201)
+    assert AgentCassette(directory=tmp_path, name="", mode="none").path == (
+        tmp_path / "session.jsonl"
     )

@@ -243,11 +243,58 @@ def test_stats_of_an_unfinished_log_sums_the_drafts_usage(
     assert stats["duration_seconds"] is None
 
 
-def test_check_an_empty_log_is_a_one_line_error(
+def test_a_header_only_log_is_a_log_with_no_events(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # What a LogWriter leaves when its process dies before the first event.
     path = tmp_path / "empty.jsonl"
     write_log(path, [])
+    assert _main(capsys, "show", path) == (0, "(no events)\n", "")
+    code, out, err = _main(capsys, "stats", path)
+    assert (code, err) == (0, "")
+    assert "events        0\n" in out
+    assert "status        empty (the log has no events)\n" in out
+    code, out, _ = _main(capsys, "stats", "--json", path)
+    assert (code, json.loads(out)["status"], json.loads(out)["events"]) == (0, "empty", 0)
+    # check: nothing was replayed, so it is not ok (exit 1), but not an error either.
+    assert _main(capsys, "check", path) == (1, f"{path}: no events: nothing to replay\n", "")
+    assert _main(capsys, "diff", path, path) == (0, "logs are identical (0 events)\n", "")
+
+
+def test_a_torn_log_with_no_intact_event_shows_no_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "torn.jsonl"
+    write_log(path, [])
+    with path.open("ab") as file:
+        file.write(b'{"type":"session.st')
+    code, out, err = _main(capsys, "show", path)
+    assert (code, out) == (2, "(no events)\n")
+    assert "line 2 is torn" in err
+
+
+def test_a_trailing_empty_line_is_reported_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "blank.jsonl"
+    path.write_bytes((FIXTURES / "plain_answer.jsonl").read_bytes() + b"\n")
+    for command in ("show", "check", "stats"):
+        code, out, err = _main(capsys, command, path)
+        assert (code, out) == (2, "")
+        assert err == (
+            f"replay: error: {path}: line 13: an empty line (a log has none; was the file "
+            "edited?)\n"
+        )
+
+
+def test_check_refuses_a_line_not_in_canonical_form(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "edited.jsonl"
+    data = (FIXTURES / "plain_answer.jsonl").read_bytes()
+    path.write_bytes(
+        data.replace(b'"request_id":"request-001"}', b'"request_id":"request-001"} ', 1)
+    )
     code, out, err = _main(capsys, "check", path)
     assert (code, out) == (2, "")
-    assert err == f"replay: error: {path}: the log has no events\n"
+    assert err.startswith(f"replay: error: {path}: line 4: not in canonical form (at column 83: ")

@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from agentloop import (
+    INVALID_TRANSCRIPT,
     SKIP,
     AssistantMessage,
     Budget,
@@ -24,6 +25,7 @@ from agentloop import (
     ModelFailure,
     ModelRequest,
     ModelResponse,
+    Pause,
     PlanDraftEvent,
     Resume,
     RunError,
@@ -32,12 +34,15 @@ from agentloop import (
     SessionPauseEvent,
     SessionResumeEvent,
     SessionStartEvent,
+    State,
     StepEndEvent,
+    StepStartEvent,
     TextBlock,
     ThinkingBlock,
     ToolCall,
     ToolCallEvent,
     ToolErrorEvent,
+    ToolRequest,
     ToolResult,
     ToolResultEvent,
     ToolResultMessage,
@@ -51,6 +56,7 @@ from replay import (
     ReplayDivergence,
     ReplayError,
     diff_events,
+    fork,
     read_log,
     replay,
     resume,
@@ -124,6 +130,89 @@ def test_resume_refuses_a_log_whose_last_reply_finishes_the_run() -> None:
         "another one; nothing to resume"
     )
     assert not isinstance(info.value, ReplayDivergence)
+
+
+def test_resume_refuses_a_log_that_goes_on_past_where_the_loop_waits() -> None:
+    # waiting_on_tool ends at its tool.call; an event after it is not the loop's.
+    events = read_log(FIXTURES / "waiting_on_tool.jsonl")
+    call = events[-1]
+    assert type(call) is ToolCallEvent
+    bogus = StepStartEvent(sequence=len(events), at=call.at, step=1, request_id="request-999")
+    extended = [*events, bogus]
+    for attempt in (replay, resume):
+        with pytest.raises(ReplayDivergence) as info:
+            attempt(extended)
+        assert info.value.sequence == len(events)
+        assert info.value.expected == bogus and info.value.actual is None
+        assert info.value.reason == (
+            "the loop waits for a reply to ToolRequest call-1 (add), but the log records "
+            "no further reply"
+        )
+    loop, effect = resume(events)  # the log as written resumes
+    assert type(effect) is ToolRequest and effect.call.id == "call-1"
+    loop.close()
+
+
+INVALID = read_log(FIXTURES / "invalid_transcript.jsonl")[0]
+
+
+@pytest.mark.parametrize(
+    ("changes", "difference"),
+    [
+        ({"sequence": 41}, "sequence: 41 -> 0"),
+        ({"step": 1}, "step: 1 -> 0"),
+        ({"status": "completed"}, "status: 'completed' -> 'failed'"),
+        ({"steps": 7}, "steps: 7 -> 0"),
+        ({"reason": "goal_met"}, "reason: 'goal_met' -> 'INVALID_TRANSCRIPT'"),
+        ({"final_text": "all good"}, "final_text: 'all good' -> None"),
+        ({"usage": Usage(1, 0)}, "usage.input_tokens: 1 -> 0"),
+        ({"reply": Cancel("stop")}, 'reply: {"kind":"cancel","reason":"stop","at":null} -> None'),
+        (
+            {"error": RunError(INVALID_TRANSCRIPT + "_NOT", "x")},
+            "error.code: 'INVALID_TRANSCRIPT_NOT' -> 'INVALID_TRANSCRIPT'",
+        ),
+        ({"error": None}, 'error: None -> {"code":"INVALID_TRANSCRIPT","message":""}'),
+    ],
+)
+def test_a_log_that_is_one_run_finished_must_be_an_invalid_transcripts(
+    changes: dict[str, Any], difference: str
+) -> None:
+    event = msgspec.structs.replace(INVALID, **changes)
+    for attempt in (replay, resume, lambda events: state_at(events, 0), lambda e: fork(e, 0)):
+        with pytest.raises(ReplayDivergence) as info:
+            attempt([event])
+        assert info.value.sequence == 0
+        assert info.value.expected == event
+        assert info.value.reason.startswith("a log that starts with run.finished is the failed")
+        assert difference in info.value.differences, info.value.differences
+
+
+def test_an_invalid_transcripts_time_max_steps_and_message_may_vary() -> None:
+    event = msgspec.structs.replace(
+        INVALID, at=12.5, max_steps=3, error=RunError(INVALID_TRANSCRIPT, "something else")
+    )
+    outcome = replay([event])
+    assert outcome.result is not None
+    assert (outcome.result.max_steps, outcome.result.error) == (3, event.error)
+
+
+def test_state_at_session_resume_shows_the_resume_applied() -> None:
+    # The loop applies a Resume (state, budget, counters) before it records
+    # session.resume: the snapshot there shows the resumed loop.
+    events = read_log(FIXTURES / "budget_pause_resume.jsonl")
+    types = [e.type for e in events]
+    pause, resumed = types.index("session.pause"), types.index("session.resume")
+    assert (pause, resumed) == (10, 11)
+    at_pause = state_at(events, pause)
+    assert at_pause.state is State.IDLE
+    assert type(at_pause.pending) is Pause and at_pause.pending.reason == "budget_exceeded:turns"
+    assert (at_pause.budget_usage.turns, at_pause.budget_usage.tool_calls) == (1, 1)
+    at_resume = state_at(events, resumed)
+    assert at_resume.state is State.REFLECTING  # where the pause came from
+    assert at_resume.budget_usage == BudgetUsage()  # counters reset by the Resume
+    assert at_resume.pending is None and at_resume.step == 1
+    after = state_at(events, resumed + 1)
+    assert after.event.type == "step.start" and after.budget_usage.turns == 1
 
 
 def test_a_run_that_ends_before_its_first_request_replays_with_its_hooks() -> None:
@@ -334,12 +423,41 @@ def test_diff_keys_only_on_one_side_use_the_labels() -> None:
     assert lines == ["payload.a: only in A: 1", "payload.b: only in B: 2"]
 
 
-def test_diff_stops_after_twenty_lines() -> None:
+def test_diff_stops_after_twenty_lines_and_says_how_many_more() -> None:
     a = {f"k{i}": i for i in range(30)}
     b = {f"k{i}": -i - 1 for i in range(30)}
     lines = diff_events(_pause(a), _pause(b))
-    assert len(lines) == 20
-    assert lines[0] == "payload.k0: 0 -> -1" and lines[-1] == "payload.k19: 19 -> -20"
+    assert len(lines) == 21
+    assert lines[0] == "payload.k0: 0 -> -1" and lines[19] == "payload.k19: 19 -> -20"
+    assert lines[20] == "(+10 more differences)"
+    # Every kind of difference past the limit is counted: values, keys only on one
+    # side, list lengths; and nested ones.
+    nested: dict[str, Any] = {"x": [[1, 2], [3]], "only_a": 1}
+    nested.update({f"k{i}": i for i in range(20)})
+    other: dict[str, Any] = {"x": [[1, 5], [3, 4]], "only_b": 2}
+    other.update({f"k{i}": -i for i in range(20)})
+    a, b = nested, other
+    lines = diff_events(_pause(a), _pause(b), limit=1)
+    assert lines == ["payload.x[0][1]: 2 -> 5", "(+22 more differences)"]
+    assert diff_events(_pause({"a": 1, "b": 2}), _pause({"a": 0, "b": 0}), limit=1) == [
+        "payload.a: 1 -> 0",
+        "(+1 more difference)",
+    ]
+    assert len(diff_events(_pause(a), _pause(b), limit=100)) == 23  # all of them, no note
+
+
+def test_a_divergence_says_how_many_differences_it_does_not_list() -> None:
+    events = list(APPROVAL)
+    pause = events[8]
+    assert type(pause) is SessionPauseEvent
+    payload = {f"k{i}": i for i in range(25)}
+    events[8] = msgspec.structs.replace(pause, payload=payload)
+    with pytest.raises(ReplayDivergence) as info:
+        replay(events)
+    everything = diff_events(info.value.expected, info.value.actual, limit=100)
+    assert len(everything) == 26
+    assert info.value.differences == [*everything[:20], "(+6 more differences)"]
+    assert str(info.value).splitlines()[-1] == "    (+6 more differences)"
 
 
 def test_diff_of_different_event_types_names_the_type() -> None:

@@ -73,6 +73,14 @@ def test_snapshot_file_layout() -> None:
     assert text.startswith(f"# agentloop events (serializer {SERIALIZER_VERSION}; masked: at,")
 
 
+def test_the_file_extension_is_set_for_every_syrupy_version() -> None:
+    # syrupy 5+ reads `file_extension`; syrupy 4 reads `_file_extension` (and would
+    # otherwise write `.raw` files). Checked by hand with syrupy 4.0.0 and 7.0.
+    for cls in (EventLogExtension, EventLogExtension.with_options(mask=())):
+        assert cls.file_extension == "eventlog"
+        assert cls._file_extension == "eventlog"
+
+
 # --------------------------------------------------------------------------- masking
 
 
