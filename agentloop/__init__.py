@@ -91,7 +91,7 @@ from ._protocol import (
     Usage,
 )
 from ._scripted import ScriptedModel, ScriptedResponse
-from ._state import State
+from ._state import IllegalTransition, State
 from ._tools import Tool, ToolRegistry, tool
 from ._toolspec import ToolSpec
 from ._version import __version__
@@ -135,6 +135,7 @@ __all__ = [
     "FunctionModel",
     "HookAbort",
     "HookRegistry",
+    "IllegalTransition",
     "Message",
     "MessageAcceptedEvent",
     "Model",
