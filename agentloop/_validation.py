@@ -219,20 +219,22 @@ def message_problem(message: Message, where: str) -> str | None:
         names = ("id", "tool_call_id", "tool_name", "content")
     else:
         names = ("id", "content")
-    for name in names:
-        problem = surrogate_problem(getattr(message, name), f"{where}.{name}")
-        if problem is not None:
-            return problem
-    return None
+    return _str_fields(message, *names, where=where)
 
 
-def _str_fields(reply: object, *names: str) -> str | None:
+def _str_fields(owner: object, *names: str, where: str | None = None) -> str | None:
+    """The first of ``owner``'s fields ``names`` that is not a str the log can hold.
+
+    Messages name the field after ``where`` (``messages[2].content``); replies after
+    their type (``ToolResult.content``).
+    """
+    label = type(owner).__name__ if where is None else where
     for name in names:
-        value = getattr(reply, name)
+        value = getattr(owner, name)
         if type(value) is not str:
-            return f"{type(reply).__name__}.{name} must be a str, got {type(value).__name__}"
+            return f"{label}.{name} must be a str, got {type(value).__name__}"
         if not value.isascii():
-            problem = surrogate_problem(value, f"{type(reply).__name__}.{name}")
+            problem = surrogate_problem(value, f"{label}.{name}")
             if problem is not None:
                 return problem
     return None
