@@ -12,6 +12,7 @@ exactly what to install or set, in a message meant to be shown as is::
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Mapping
 from typing import Final
@@ -61,35 +62,21 @@ def model_from_spec(spec: str, *, environ: Mapping[str, str] | None = None) -> M
         raise ModelSpecError(f"unknown model {spec!r}; use one of: {choices}")
     if not name:
         raise ModelSpecError(f"model {spec!r} names no model; use {provider}:<model>")
-    _, extra, key_name = SPEC_PROVIDERS[provider]
+    adapter_name, extra, key_name = SPEC_PROVIDERS[provider]
     sdk = "OpenAI" if extra == "openai" else "Anthropic"
-    key = env.get(key_name, "").strip()
-    if extra == "openai":
-        try:
-            import openai as openai_sdk
-
-            from . import openai as openai_adapter
-        except ImportError:
-            raise ModelSpecError(
-                f"install the {sdk} SDK to use --model {spec}: pip install 'agentloop[{extra}]'"
-            ) from None
-        if not key:
-            raise ModelSpecError(_missing_key(key_name, spec))
-        client = openai_sdk.OpenAI(api_key=key)
-        if provider == "openai-responses":
-            return openai_adapter.OpenAIResponsesModel(client, name)
-        return openai_adapter.OpenAIChatModel(client, name)
     try:
-        import anthropic as anthropic_sdk
-
-        from . import anthropic as anthropic_adapter
+        client_module = importlib.import_module(extra)
+        adapters = importlib.import_module(f".{extra}", __package__)
     except ImportError:
         raise ModelSpecError(
             f"install the {sdk} SDK to use --model {spec}: pip install 'agentloop[{extra}]'"
         ) from None
+    key = env.get(key_name, "").strip()
     if not key:
         raise ModelSpecError(_missing_key(key_name, spec))
-    return anthropic_adapter.AnthropicModel(anthropic_sdk.Anthropic(api_key=key), name)
+    client = getattr(client_module, sdk)(api_key=key)  # openai.OpenAI / anthropic.Anthropic
+    adapter: Model = getattr(adapters, adapter_name)(client, name)
+    return adapter
 
 
 def _missing_key(key_name: str, spec: str) -> str:
