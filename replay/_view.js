@@ -283,7 +283,7 @@
   function budgetText(b) {
     if (!isObject(b)) return scalarText(b);
     const part = (v, unit) => (v === null || v === undefined ? "∞" : scalarText(v) + (unit || ""));
-    return `${part(b.max_turns)} turns · ${part(b.max_tool_calls)} tool calls · ${part(b.max_wall_seconds, " s")}`;
+    return `turns ${part(b.max_turns)} · tool calls ${part(b.max_tool_calls)} · wall clock ${part(b.max_wall_seconds, " s")}`;
   }
 
   // ------------------------------------------------------------------ events
@@ -373,7 +373,8 @@
     "budget.warn"(e) {
       const u = e.usage || {};
       const b = e.budget || {};
-      const used = (v, limit) => scalarText(v) + " of " + (limit === null || limit === undefined ? "∞" : scalarText(limit));
+      const used = (v, limit, unit = "") =>
+        `${scalarText(v)}${unit} of ${limit === null || limit === undefined ? "∞" : scalarText(limit) + unit}`;
       return {
         cls: "pause",
         label: "budget",
@@ -382,7 +383,7 @@
           kv([
             ["turns", used(u.turns, b.max_turns)],
             ["tool calls", used(u.tool_calls, b.max_tool_calls)],
-            ["wall clock", used(u.wall_seconds, b.max_wall_seconds) + " s"],
+            ["wall clock", used(u.wall_seconds, b.max_wall_seconds, " s")],
           ]),
           evExtras(e, ["limit", "usage", "budget"]),
         ],

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -373,3 +374,18 @@ def test_view_as_a_user_runs_it(tmp_path: Path) -> None:
     assert "Exit codes: 0 written; 1 written, and --check or --diff found a" in " ".join(
         help_text.split()
     )
+
+
+def demo_script() -> dict[str, Any]:
+    return runpy.run_path(str(ROOT / "docs" / "make_viewer_png.py"))
+
+
+def test_the_screenshot_s_demo_session_replays() -> None:
+    events = demo_script()["demo_events"]()
+    assert check_report(events).ok
+    kinds = [e.type for e in events]
+    assert kinds.count("step.start") == 3
+    assert "tool.error" in kinds and "budget.warn" in kinds and "session.resume" in kinds
+    thinking = events[3].chunk.block  # type: ignore[union-attr]
+    assert thinking.text.startswith("The user wants a go/no-go.")
+    assert Path(ROOT / "docs" / "viewer.png").stat().st_size < 200_000

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import runpy
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -367,3 +368,12 @@ def test_a_long_log_opens_folded_and_expands(browser: Any, tmp_path: Path) -> No
     page.key("e")
     assert page.rendered() == [(i, e.type) for i, e in enumerate(events)]
     assert page.errors() == []
+
+
+def test_the_docs_screenshot_script(tmp_path: Path) -> None:
+    script = runpy.run_path(str(FIXTURES.parent / "docs" / "make_viewer_png.py"))
+    out = tmp_path / "viewer.png"
+    assert script["main"](["--out", str(out), "--html", str(tmp_path / "demo.html")]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 10_000 < out.stat().st_size < 600_000
+    assert "release-check.jsonl" in (tmp_path / "demo.html").read_text(encoding="utf-8")
