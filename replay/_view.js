@@ -34,7 +34,10 @@
   // The reviver costs time on every value, so it runs only where the data may hold
   // a number JavaScript prints differently (replay/_view.py looks: data-numbers).
   const dataNode = document.getElementById("agentloop-data");
-  const DATA = JSON.parse(dataNode.textContent, dataNode.dataset.numbers === "exact" ? reviver : undefined);
+  const DATA = JSON.parse(
+    dataNode.textContent,
+    dataNode.dataset.numbers === "exact" ? reviver : undefined,
+  );
   const META = DATA.meta;
   const EVENTS = DATA.events;
   const REPORT = DATA.report;
@@ -53,6 +56,13 @@
       node.append(kid instanceof Node ? kid : String(kid));
     }
     return node;
+  }
+
+  // node.append(...items) without spreading: a huge value makes too many arguments.
+  function appendAll(node, items) {
+    const fragment = document.createDocumentFragment();
+    for (const item of items) fragment.append(item);
+    node.append(fragment);
   }
 
   function attr(node, name, value) {
@@ -79,15 +89,16 @@
 
   // ------------------------------------------------------------------ values
 
-  // Pretty JSON as colored spans (keys, strings, numbers, literals).
-  function jsonNodes(v, indent, out) {
+  // Pretty JSON as colored spans (keys, strings, numbers, literals); as plain
+  // strings when `plain` (a big value: one text node instead of thousands of spans).
+  function jsonNodes(v, indent, out, plain) {
     if (Array.isArray(v)) {
       if (!v.length) return void out.push("[]");
       const inner = indent + "  ";
       out.push("[\n");
       v.forEach((item, index) => {
         out.push(inner);
-        jsonNodes(item, inner, out);
+        jsonNodes(item, inner, out, plain);
         out.push(index + 1 < v.length ? ",\n" : "\n");
       });
       return void out.push(indent + "]");
@@ -98,60 +109,92 @@
       const inner = indent + "  ";
       out.push("{\n");
       keys.forEach((key, index) => {
-        out.push(inner, h("span", "j-key", JSON.stringify(key)), ": ");
-        jsonNodes(v[key], inner, out);
+        const name = JSON.stringify(key);
+        out.push(inner, plain ? name : h("span", "j-key", name), ": ");
+        jsonNodes(v[key], inner, out, plain);
         out.push(index + 1 < keys.length ? ",\n" : "\n");
       });
       return void out.push(indent + "}");
     }
-    const cls = typeof v === "string" ? "j-str" : v === null || typeof v === "boolean" ? "j-lit" : "j-num";
-    out.push(h("span", cls, scalarText(v)));
+    const text = scalarText(v);
+    if (plain) return void out.push(text);
+    const cls =
+      typeof v === "string" ? "j-str" : v === null || typeof v === "boolean" ? "j-lit" : "j-num";
+    out.push(h("span", cls, text));
   }
 
   function compactText(v) {
     if (Array.isArray(v)) return "[" + v.map(compactText).join(", ") + "]";
     if (isObject(v)) {
-      return "{" + Object.keys(v).map((k) => JSON.stringify(k) + ": " + compactText(v[k])).join(", ") + "}";
+      return (
+        "{" +
+        Object.keys(v)
+          .map((k) => JSON.stringify(k) + ": " + compactText(v[k]))
+          .join(", ") +
+        "}"
+      );
     }
     return scalarText(v);
   }
 
-  // A long value is clamped to a few lines, with a button that shows all of it.
-  function clamp(node, text) {
-    const lines = text.split("\n").length;
-    if (text.length <= 1200 && lines <= 14) return node;
-    node.classList.add("clamped");
-    const button = h(
-      "button",
-      "more",
-      `Show all · ${fmtInt(text.length)} characters, ${plural(lines, "line")}`
-    );
+  const CLAMP_LINES = 14;
+  const CLAMP_CHARS = 1200;
+
+  // A long value shows its first lines, faded, with a button that shows all of it.
+  // The whole value enters the page only then: laying out a 200,000-line value
+  // would take seconds even if it were hidden.
+  function clamp(text, tag, cls, build) {
+    let lines = 1;
+    for (let at = text.indexOf("\n"); at !== -1; at = text.indexOf("\n", at + 1)) lines++;
+    if (text.length <= CLAMP_CHARS && lines <= CLAMP_LINES) return build();
+    const head = text.split("\n", CLAMP_LINES).join("\n").slice(0, CLAMP_CHARS);
+    const preview = h(tag, cls + " clamped", head);
+    const label = `Show all · ${fmtInt(text.length)} characters, ${plural(lines, "line")}`;
+    const button = h("button", "more", label);
     button.type = "button";
+    const box = h("div", "clamp-box", preview, button);
+    let full = null;
     button.addEventListener("click", () => {
-      const open = node.classList.toggle("clamped");
-      button.textContent = open ? `Show all · ${fmtInt(text.length)} characters, ${plural(lines, "line")}` : "Show less";
+      const shown = box.firstChild;
+      if (shown === preview) {
+        full = full || build();
+        box.replaceChild(full, preview);
+        button.textContent = "Show less";
+      } else {
+        box.replaceChild(preview, shown);
+        button.textContent = label;
+      }
     });
-    return h("div", "clamp-box", node, button);
+    return box;
   }
 
   function jsonBlock(v) {
     const compact = compactText(v);
     if (compact.length <= 90) return h("code", "json inline", compact);
-    const out = [];
-    jsonNodes(v, "", out);
-    const pre = h("pre", "json");
-    pre.append(...out);
-    return clamp(pre, pre.textContent);
+    const plain = [];
+    jsonNodes(v, "", plain, true);
+    const text = plain.join("");
+    return clamp(text, "pre", "json", () => {
+      if (compact.length > 20000) return h("pre", "json", text); // no colors: too many spans
+      const out = [];
+      jsonNodes(v, "", out, false);
+      const pre = h("pre", "json");
+      appendAll(pre, out);
+      return pre;
+    });
   }
 
   function textBlock(text, cls) {
-    return clamp(h("div", cls || "prose", text), text);
+    return clamp(text, "div", cls || "prose", () => h("div", cls || "prose", text));
   }
 
   // Tool output: JSON shown pretty, anything else as text.
   function contentBlock(text) {
     const trimmed = text.trim();
-    if ((trimmed.startsWith("{") && trimmed.endsWith("}")) || (trimmed.startsWith("[") && trimmed.endsWith("]"))) {
+    if (
+      (trimmed.startsWith("{") && trimmed.endsWith("}")) ||
+      (trimmed.startsWith("[") && trimmed.endsWith("]"))
+    ) {
       try {
         return jsonBlock(JSON.parse(trimmed, reviver));
       } catch (error) {
@@ -170,19 +213,28 @@
     const dl = h("dl", "kv");
     for (const [key, value] of pairs) {
       if (value === undefined) continue;
-      dl.append(h("dt", null, key), h("dd", null, value instanceof Node ? value : scalarTextOrPlain(value)));
+      dl.append(
+        h("dt", null, key),
+        h("dd", null, value instanceof Node ? value : scalarTextOrPlain(value)),
+      );
     }
     return dl;
   }
 
-  const scalarTextOrPlain = (v) => (typeof v === "string" ? v : isObject(v) || Array.isArray(v) ? jsonBlock(v) : scalarText(v));
+  const scalarTextOrPlain = (v) =>
+    typeof v === "string" ? v : isObject(v) || Array.isArray(v) ? jsonBlock(v) : scalarText(v);
 
   // Fields of an event, reply or block that the renderer for its type did not show
   // (a newer agentloop may add some): listed generically, so nothing is hidden.
   function extras(obj, shown) {
     const rest = Object.keys(obj).filter((k) => !shown.includes(k));
     if (!rest.length) return null;
-    return kv(rest.map((k) => [k, typeof obj[k] === "string" ? textBlock(obj[k], "prose field") : jsonBlock(obj[k])]));
+    return kv(
+      rest.map((k) => [
+        k,
+        typeof obj[k] === "string" ? textBlock(obj[k], "prose field") : jsonBlock(obj[k]),
+      ]),
+    );
   }
 
   const evExtras = (e, shown) => extras(e, [...shown, ...COMMON_FIELDS]);
@@ -205,7 +257,7 @@
           "block thinking",
           h("div", "block-label", "thinking"),
           textBlock(b.text, "prose thought"),
-          extras(b, ["type", "text", "signature"])
+          extras(b, ["type", "text", "signature"]),
         );
       case "tool_call":
         return h(
@@ -213,10 +265,15 @@
           "block call",
           h("div", "call-head", h("span", "fn", b.name), h("span", "id", b.id)),
           jsonBlock(b.arguments),
-          extras(b, ["type", "id", "name", "arguments"])
+          extras(b, ["type", "id", "name", "arguments"]),
         );
       default:
-        return h("div", "block generic", h("div", "block-label", String(b.type)), extras(b, ["type"]));
+        return h(
+          "div",
+          "block generic",
+          h("div", "block-label", String(b.type)),
+          extras(b, ["type"]),
+        );
     }
   }
 
@@ -229,15 +286,28 @@
   function messageParts(m) {
     if (!isObject(m)) return { head: [], body: [jsonBlock(m)] };
     if (m.role === "user") {
-      return { head: [chip("user", "role"), chip(m.id, "id")], body: [textBlock(m.content), extras(m, ["role", "id", "content"])] };
+      return {
+        head: [chip("user", "role"), chip(m.id, "id")],
+        body: [textBlock(m.content), extras(m, ["role", "id", "content"])],
+      };
     }
     if (m.role === "assistant") {
-      return { head: [chip("assistant", "role"), chip(m.id, "id")], body: [blocks(m.content), extras(m, ["role", "id", "content"])] };
+      return {
+        head: [chip("assistant", "role"), chip(m.id, "id")],
+        body: [blocks(m.content), extras(m, ["role", "id", "content"])],
+      };
     }
     if (m.role === "tool_result") {
       return {
-        head: [chip("tool result", m.is_error ? "role bad" : "role"), h("span", "fn", m.tool_name), chip(m.tool_call_id, "id")],
-        body: [contentBlock(m.content), extras(m, ["role", "id", "tool_call_id", "tool_name", "content", "is_error"])],
+        head: [
+          chip("tool result", m.is_error ? "role bad" : "role"),
+          h("span", "fn", m.tool_name),
+          chip(m.tool_call_id, "id"),
+        ],
+        body: [
+          contentBlock(m.content),
+          extras(m, ["role", "id", "tool_call_id", "tool_name", "content", "is_error"]),
+        ],
       };
     }
     return { head: [chip(String(m.role), "role")], body: [extras(m, [])] };
@@ -251,16 +321,39 @@
         return h(
           "div",
           "reply",
-          h("div", "reply-head", chip("response", "role"), chip(r.id, "id"), chip("stop: " + r.stop_reason), r.usage ? chip(usageText(r.usage), "usage") : null),
+          h(
+            "div",
+            "reply-head",
+            chip("response", "role"),
+            chip(r.id, "id"),
+            chip("stop: " + r.stop_reason),
+            r.usage ? chip(usageText(r.usage), "usage") : null,
+          ),
           blocks(r.content),
-          at(["request_id", "id", "content", "stop_reason", "usage"])
+          at(["request_id", "id", "content", "stop_reason", "usage"]),
         );
       case "model_failure":
-        return h("div", "reply", h("div", "failure", h("strong", null, r.code), " ", r.message), at(["request_id", "message", "code"]));
+        return h(
+          "div",
+          "reply",
+          h("div", "failure", h("strong", null, r.code), " ", r.message),
+          at(["request_id", "message", "code"]),
+        );
       case "model_chunk":
         return h("div", "reply", block(r.block), at(["request_id", "block"]));
       case "tool_result":
-        return h("div", "reply", h("div", "reply-head", chip("tool result", r.is_error ? "role bad" : "role"), chip(r.call_id, "id")), contentBlock(r.content), at(["call_id", "content", "is_error"]));
+        return h(
+          "div",
+          "reply",
+          h(
+            "div",
+            "reply-head",
+            chip("tool result", r.is_error ? "role bad" : "role"),
+            chip(r.call_id, "id"),
+          ),
+          contentBlock(r.content),
+          at(["call_id", "content", "is_error"]),
+        );
       case "resume":
         return h(
           "div",
@@ -269,7 +362,7 @@
             ["payload", r.payload === null ? "none" : jsonBlock(r.payload)],
             ["new budget", r.budget ? budgetText(r.budget) : undefined],
           ]),
-          at(["payload", "budget"])
+          at(["payload", "budget"]),
         );
       case "cancel":
         return h("div", "reply", kv([["cancel", r.reason || "(no reason)"]]), at(["reason"]));
@@ -295,10 +388,16 @@
         h(
           "div",
           "tool",
-          h("div", "tool-head", h("span", "fn", t.name), t.requires_approval ? chip("needs approval", "warn") : null, h("span", "muted", t.description || "")),
+          h(
+            "div",
+            "tool-head",
+            h("span", "fn", t.name),
+            t.requires_approval ? chip("needs approval", "warn") : null,
+            h("span", "muted", t.description || ""),
+          ),
           h("details", "schema", h("summary", null, "parameters"), jsonBlock(t.parameters)),
-          extras(t, ["name", "description", "parameters", "requires_approval"])
-        )
+          extras(t, ["name", "description", "parameters", "requires_approval"]),
+        ),
       );
       return {
         cls: "start",
@@ -317,49 +416,117 @@
     },
     "message.accepted"(e) {
       const parts = messageParts(e.message);
-      return { cls: "message", label: "message", head: parts.head, body: [...parts.body, evExtras(e, ["message"])] };
+      return {
+        cls: "message",
+        label: "message",
+        head: parts.head,
+        body: [...parts.body, evExtras(e, ["message"])],
+      };
     },
     "step.start"(e) {
-      return { cls: "compact", label: "step start", head: [chip(e.request_id, "id")], body: [evExtras(e, ["request_id"])] };
+      return {
+        cls: "compact",
+        label: "step start",
+        head: [chip(e.request_id, "id")],
+        body: [evExtras(e, ["request_id"])],
+      };
     },
     "model.chunk"(e) {
       const c = e.chunk || {};
       const b = c.block || {};
       let preview;
-      if (b.type === "text" || b.type === "thinking") preview = h("span", b.type === "thinking" ? "chunk-text thought" : "chunk-text", b.text);
-      else if (b.type === "tool_call") preview = h("span", "chunk-text", h("span", "fn", b.name), " ", compactText(b.arguments));
+      if (b.type === "text" || b.type === "thinking")
+        preview = h("span", b.type === "thinking" ? "chunk-text thought" : "chunk-text", b.text);
+      else if (b.type === "tool_call")
+        preview = h("span", "chunk-text", h("span", "fn", b.name), " ", compactText(b.arguments));
       else preview = h("span", "chunk-text", compactText(b));
-      return { cls: "compact chunk", label: b.type ? String(b.type) : "chunk", head: [preview], body: [extras(c, ["kind", "request_id", "block", "at"]), evExtras(e, ["chunk"])] };
+      return {
+        cls: "compact chunk",
+        label: b.type ? String(b.type) : "chunk",
+        head: [preview],
+        body: [extras(c, ["kind", "request_id", "block", "at"]), evExtras(e, ["chunk"])],
+      };
     },
     "plan.draft"(e) {
       const r = e.reply || {};
       if (r.kind === "model_failure") {
-        return { cls: "error", label: "model failed", head: [chip(r.code, "bad")], body: [h("div", "failure", r.message), extras(r, ["kind", "request_id", "message", "code", "at"]), evExtras(e, ["reply"])] };
+        return {
+          cls: "error",
+          label: "model failed",
+          head: [chip(r.code, "bad")],
+          body: [
+            h("div", "failure", r.message),
+            extras(r, ["kind", "request_id", "message", "code", "at"]),
+            evExtras(e, ["reply"]),
+          ],
+        };
       }
-      if (r.kind !== "model_response") return { cls: "model", label: "model reply", head: [], body: [reply(r), evExtras(e, ["reply"])] };
+      if (r.kind !== "model_response")
+        return {
+          cls: "model",
+          label: "model reply",
+          head: [],
+          body: [reply(r), evExtras(e, ["reply"])],
+        };
       return {
         cls: "model",
         label: "model",
-        head: [chip(r.id, "id"), chip("stop: " + r.stop_reason, r.stop_reason === "error" || r.stop_reason === "length" ? "warn" : ""), r.usage ? chip(usageText(r.usage), "usage") : null],
-        body: [blocks(r.content), extras(r, ["kind", "request_id", "id", "content", "stop_reason", "usage", "at"]), evExtras(e, ["reply"])],
+        head: [
+          chip(r.id, "id"),
+          chip(
+            "stop: " + r.stop_reason,
+            r.stop_reason === "error" || r.stop_reason === "length" ? "warn" : "",
+          ),
+          r.usage ? chip(usageText(r.usage), "usage") : null,
+        ],
+        body: [
+          blocks(r.content),
+          extras(r, ["kind", "request_id", "id", "content", "stop_reason", "usage", "at"]),
+          evExtras(e, ["reply"]),
+        ],
       };
     },
     "plan.commit"(e, i) {
       const m = e.message || {};
       const draft = i > 0 ? EVENTS[i - 1] : null;
       const same =
-        draft && draft.type === "plan.draft" && draft.reply && JSON.stringify(draft.reply.content) === JSON.stringify(m.content);
+        draft &&
+        draft.type === "plan.draft" &&
+        draft.reply &&
+        JSON.stringify(draft.reply.content) === JSON.stringify(m.content);
       const n = Array.isArray(m.content) ? m.content.length : 0;
       return {
         cls: "compact",
         label: "committed",
-        head: [chip(m.id, "id"), h("span", "muted", same ? `the response above (${plural(n, "block")}) joins the transcript` : `${plural(n, "block")} join the transcript`)],
-        body: [same ? null : blocks(m.content), extras(m, ["role", "id", "content"]), evExtras(e, ["message"])],
+        head: [
+          chip(m.id, "id"),
+          h(
+            "span",
+            "muted",
+            same
+              ? `the response above (${plural(n, "block")}) joins the transcript`
+              : `${plural(n, "block")} join the transcript`,
+          ),
+        ],
+        body: [
+          same ? null : blocks(m.content),
+          extras(m, ["role", "id", "content"]),
+          evExtras(e, ["message"]),
+        ],
       };
     },
     "tool.call"(e) {
       const c = e.call || {};
-      return { cls: "tool", label: "tool call", head: [h("span", "fn", c.name), chip(c.id, "id")], body: [jsonBlock(c.arguments), extras(c, ["type", "id", "name", "arguments"]), evExtras(e, ["call"])] };
+      return {
+        cls: "tool",
+        label: "tool call",
+        head: [h("span", "fn", c.name), chip(c.id, "id")],
+        body: [
+          jsonBlock(c.arguments),
+          extras(c, ["type", "id", "name", "arguments"]),
+          evExtras(e, ["call"]),
+        ],
+      };
     },
     "tool.result"(e) {
       return toolOutcome(e, false);
@@ -390,28 +557,63 @@
       };
     },
     "session.pause"(e) {
-      return { cls: "pause", label: "paused", head: [chip(e.reason, "warn")], body: [e.payload === null ? null : kv([["payload", jsonBlock(e.payload)]]), evExtras(e, ["reason", "payload"])] };
+      return {
+        cls: "pause",
+        label: "paused",
+        head: [chip(e.reason, "warn")],
+        body: [
+          e.payload === null ? null : kv([["payload", jsonBlock(e.payload)]]),
+          evExtras(e, ["reason", "payload"]),
+        ],
+      };
     },
     "session.resume"(e) {
-      return { cls: "resume", label: "resumed", head: [], body: [reply(e.reply), evExtras(e, ["reply"])] };
+      return {
+        cls: "resume",
+        label: "resumed",
+        head: [],
+        body: [reply(e.reply), evExtras(e, ["reply"])],
+      };
     },
     "session.complete"(e) {
-      return { cls: "compact", label: "complete", head: [chip(e.status, statusClass(e.status)), e.reason ? h("span", "muted", e.reason) : null], body: [evExtras(e, ["status", "reason"])] };
+      return {
+        cls: "compact",
+        label: "complete",
+        head: [
+          chip(e.status, statusClass(e.status)),
+          e.reason ? h("span", "muted", e.reason) : null,
+        ],
+        body: [evExtras(e, ["status", "reason"])],
+      };
     },
     "run.finished"(e) {
       return {
         cls: "finished " + statusClass(e.status),
         label: "run finished",
-        head: [chip(e.status, statusClass(e.status)), e.reason ? h("span", "muted", e.reason) : null],
+        head: [
+          chip(e.status, statusClass(e.status)),
+          e.reason ? h("span", "muted", e.reason) : null,
+        ],
         body: [
-          e.error ? h("div", "failure", h("strong", null, e.error.code), " ", e.error.message) : null,
+          e.error
+            ? h("div", "failure", h("strong", null, e.error.code), " ", e.error.message)
+            : null,
           e.final_text !== null && e.final_text !== undefined ? textBlock(e.final_text) : null,
           kv([
             ["steps", `${scalarText(e.steps)} of max ${scalarText(e.max_steps)}`],
             ["usage", usageText(e.usage) || undefined],
             ["ended by", e.reply ? reply(e.reply) : undefined],
           ]),
-          evExtras(e, ["status", "final_text", "steps", "max_steps", "error", "usage", "reason", "reply"]),
+          evExtras(e, [
+            "status",
+            "final_text",
+            "steps",
+            "max_steps",
+            "error",
+            "usage",
+            "reason",
+            "reply",
+          ]),
         ],
       };
     },
@@ -423,7 +625,11 @@
     return {
       cls: isError ? "error" : "tool",
       label: isError ? "tool error" : "tool result",
-      head: [h("span", "fn", m.tool_name), chip(m.tool_call_id, "id"), byLoop ? chip("made by the loop", "muted-chip") : null],
+      head: [
+        h("span", "fn", m.tool_name),
+        chip(m.tool_call_id, "id"),
+        byLoop ? chip("made by the loop", "muted-chip") : null,
+      ],
       body: [
         contentBlock(m.content),
         extras(m, ["role", "id", "tool_call_id", "tool_name", "content", "is_error"]),
@@ -437,13 +643,27 @@
     return { cls: "generic", label: String(e.type), head: [], body: [evExtras(e, [])] };
   }
 
-  const statusClass = (status) => (status === "completed" ? "good" : status === "failed" ? "bad" : "warn");
+  const statusClass = (status) =>
+    status === "completed" ? "good" : status === "failed" ? "bad" : "warn";
 
   // ------------------------------------------------------------------ time
 
   const TIMES = EVENTS.map((e) => (e.at === null || e.at === undefined ? null : num(e.at)));
   const START = TIMES.find((t) => t !== null);
   const seconds = (s) => (s < 10 ? s.toFixed(3) : s < 100 ? s.toFixed(2) : s.toFixed(1)) + " s";
+
+  // Last time minus first time of `times` (nulls skipped), or null. A loop, not
+  // Math.max(...times): spreading 100,000 values overflows the stack.
+  function span(times) {
+    let low = Infinity;
+    let high = -Infinity;
+    for (const t of times) {
+      if (t === null) continue;
+      if (t < low) low = t;
+      if (t > high) high = t;
+    }
+    return low === Infinity ? null : high - low;
+  }
 
   function clock(i) {
     const t = TIMES[i];
@@ -477,7 +697,13 @@
     raw.type = "button";
     attr(raw, "title", "the event as logged");
     attr(raw, "aria-label", "show the event as logged");
-    const head = h("div", "head", h("span", "label", parts.label), ...parts.head.filter(Boolean), raw);
+    const head = h(
+      "div",
+      "head",
+      h("span", "label", parts.label),
+      ...parts.head.filter(Boolean),
+      raw,
+    );
     const card = h("div", "card", head, ...parts.body.filter(Boolean));
     if (REPORT && !REPORT.ok && REPORT.index === i) {
       card.prepend(h("div", "diverged-note", "⚠ " + REPORT.title));
@@ -507,7 +733,15 @@
   }
 
   function groupStats(g) {
-    const s = { tools: 0, errors: 0, pauses: 0, usage: null, preview: "", failed: false, chunks: 0 };
+    const s = {
+      tools: 0,
+      errors: 0,
+      pauses: 0,
+      usage: null,
+      preview: "",
+      failed: false,
+      chunks: 0,
+    };
     for (let i = g.start; i < g.end; i++) {
       const e = EVENTS[i];
       if (e.type === "tool.call") s.tools++;
@@ -526,18 +760,20 @@
           }
           const text = (e.reply.content || []).find((b) => b && b.type === "text");
           const call = (e.reply.content || []).find((b) => b && b.type === "tool_call");
-          s.preview = s.preview || (text ? text.text : call ? `→ ${call.name}(${compactText(call.arguments)})` : "");
+          s.preview =
+            s.preview ||
+            (text ? text.text : call ? `→ ${call.name}(${compactText(call.arguments)})` : "");
         }
       } else if (e.type === "message.accepted" && e.message && e.message.role === "user") {
         s.preview = s.preview || e.message.content;
       } else if (e.type === "run.finished") {
         s.failed = e.status === "failed";
-        s.preview = e.error ? `${e.error.code}: ${e.error.message}` : e.final_text || e.reason || "";
+        s.preview = e.error
+          ? `${e.error.code}: ${e.error.message}`
+          : e.final_text || e.reason || "";
       }
     }
-    const times = TIMES.slice(g.start, g.end).filter((t) => t !== null);
-    s.duration = times.length ? Math.max(...times) - Math.min(...times) : null;
-    s.begin = times.length ? Math.min(...times) : null;
+    s.duration = span(TIMES.slice(g.start, g.end));
     return s;
   }
 
@@ -563,7 +799,13 @@
     if (s.errors) badges.append(chip(plural(s.errors, "error"), "bad"));
     if (s.failed) badges.append(chip("failed", "bad"));
     if (s.pauses) badges.append(chip("paused", "warn"));
-    if (REPORT && !REPORT.ok && REPORT.index !== null && REPORT.index >= g.start && REPORT.index < g.end) {
+    if (
+      REPORT &&
+      !REPORT.ok &&
+      REPORT.index !== null &&
+      REPORT.index >= g.start &&
+      REPORT.index < g.end
+    ) {
       badges.append(chip("diverges", "bad"));
       details.classList.add("has-divergence");
     }
@@ -573,7 +815,13 @@
       h("span", "group-title", groupTitle(g)),
       badges,
       h("span", "preview", clip(s.preview || "", 140)),
-      h("span", "group-meta", s.usage ? h("span", "usage", usageText(s.usage)) : null, s.duration !== null ? h("span", "dur", seconds(s.duration)) : null, h("span", "count", plural(g.end - g.start, "event")))
+      h(
+        "span",
+        "group-meta",
+        s.usage ? h("span", "usage", usageText(s.usage)) : null,
+        s.duration !== null ? h("span", "dur", seconds(s.duration)) : null,
+        h("span", "count", plural(g.end - g.start, "event")),
+      ),
     );
     const body = h("div", "events");
     details.append(summary, body);
@@ -604,7 +852,7 @@
       out.push(chunkGroup(i, j));
       i = j;
     }
-    g.body.append(...out);
+    appendAll(g.body, out);
   }
 
   // A run of streamed chunks: one line saying what streamed; the chunks on demand.
@@ -625,7 +873,7 @@
       chip(plural(end - start, "chunk")),
       text ? h("span", "chunk-text", clip(text, 120)) : null,
       calls.length ? h("span", "chunk-text", "→ " + clip(calls.join(", "), 80)) : null,
-      when ? h("span", "clock", when) : null
+      when ? h("span", "clock", when) : null,
     );
     const list = h("div", "chunk-list");
     const details = h("details", "chunks", summary, list);
@@ -635,13 +883,19 @@
       cg.rendered = true;
       const rows = [];
       for (let i = start; i < end; i++) rows.push(eventRow(i));
-      list.append(...rows);
+      appendAll(list, rows);
     };
     details.addEventListener("toggle", () => {
       if (details.open) cg.render();
     });
     for (let i = start; i < end; i++) chunkGroupOf.set(i, cg);
-    if (REPORT && !REPORT.ok && REPORT.index !== null && REPORT.index >= start && REPORT.index < end) {
+    if (
+      REPORT &&
+      !REPORT.ok &&
+      REPORT.index !== null &&
+      REPORT.index >= start &&
+      REPORT.index < end
+    ) {
       cg.render(); // the divergence is among these chunks: show them
       details.open = true;
     }
@@ -695,7 +949,14 @@
   // ------------------------------------------------------------------ totals
 
   function totals() {
-    const t = { steps: 0, tools: 0, errors: 0, pauses: 0, usage: { input_tokens: 0, output_tokens: 0 }, finished: null };
+    const t = {
+      steps: 0,
+      tools: 0,
+      errors: 0,
+      pauses: 0,
+      usage: { input_tokens: 0, output_tokens: 0 },
+      finished: null,
+    };
     let summed = false;
     for (const e of EVENTS) {
       if (e.type === "step.start") t.steps++;
@@ -703,23 +964,36 @@
       else if (e.type === "tool.error") t.errors++;
       else if (e.type === "session.pause") t.pauses++;
       else if (e.type === "run.finished") t.finished = e;
-      else if (e.type === "plan.draft" && e.reply && e.reply.kind === "model_response" && e.reply.usage) {
+      else if (
+        e.type === "plan.draft" &&
+        e.reply &&
+        e.reply.kind === "model_response" &&
+        e.reply.usage
+      ) {
         t.usage.input_tokens += num(e.reply.usage.input_tokens);
         t.usage.output_tokens += num(e.reply.usage.output_tokens);
         summed = true;
       }
     }
-    if (t.finished && t.finished.usage) t.usage = t.finished.usage;
-    else if (!summed) t.usage = null;
-    const times = TIMES.filter((x) => x !== null);
-    t.duration = times.length ? Math.max(...times) - Math.min(...times) : null;
+    const reported =
+      t.finished &&
+      t.finished.usage &&
+      (num(t.finished.usage.input_tokens) || num(t.finished.usage.output_tokens));
+    if (reported) t.usage = t.finished.usage;
+    else if (!summed) t.usage = null; // no response reported usage: "–", not "0 / 0"
+    t.duration = span(TIMES);
     return t;
   }
 
   // ------------------------------------------------------------------ page
 
   function stat(value, label, cls) {
-    return h("div", "stat" + (cls ? " " + cls : ""), h("div", "stat-value", value), h("div", "stat-label", label));
+    return h(
+      "div",
+      "stat" + (cls ? " " + cls : ""),
+      h("div", "stat-value", value),
+      h("div", "stat-label", label),
+    );
   }
 
   function header(t) {
@@ -727,14 +1001,33 @@
     const stats = h(
       "div",
       "stats",
-      stat(status, t.finished && t.finished.reason ? t.finished.reason : "status", "status " + statusClass(status)),
-      stat(fmtInt(t.steps), t.finished ? `steps of max ${scalarText(t.finished.max_steps)}` : "steps"),
-      stat(fmtInt(t.tools), t.errors ? `tool calls · ${plural(t.errors, "error")}` : "tool calls", t.errors ? "has-errors" : ""),
-      stat(t.usage ? fmtInt(t.usage.input_tokens) + " / " + fmtInt(t.usage.output_tokens) : "–", "tokens in / out"),
+      stat(
+        status,
+        t.finished && t.finished.reason ? t.finished.reason : "status",
+        "status " + statusClass(status),
+      ),
+      stat(
+        fmtInt(t.steps),
+        t.finished ? `steps of max ${scalarText(t.finished.max_steps)}` : "steps",
+      ),
+      stat(
+        fmtInt(t.tools),
+        t.errors ? `tool calls · ${plural(t.errors, "error")}` : "tool calls",
+        t.errors ? "has-errors" : "",
+      ),
+      stat(
+        t.usage ? fmtInt(t.usage.input_tokens) + " / " + fmtInt(t.usage.output_tokens) : "–",
+        "tokens in / out",
+      ),
       stat(t.duration === null ? "–" : seconds(t.duration), "duration"),
-      stat(fmtInt(EVENTS.length), t.pauses ? `events · ${plural(t.pauses, "pause")}` : "events")
+      stat(fmtInt(EVENTS.length), t.pauses ? `events · ${plural(t.pauses, "pause")}` : "events"),
     );
-    const title = h("div", "title", h("h1", null, "agentloop session"), h("span", "source", META.source));
+    const title = h(
+      "div",
+      "title",
+      h("h1", null, "agentloop session"),
+      h("span", "source", META.source),
+    );
     return h("header", "top", title, stats);
   }
 
@@ -761,7 +1054,7 @@
       h("span", "spacer"),
       button("Expand all", "open every step and every streamed chunk (e)", () => setAll(true)),
       button("Collapse all", "close every step (c)", () => setAll(false)),
-      button("?", "keyboard shortcuts (?)", () => toggleHelp())
+      button("?", "keyboard shortcuts (?)", () => toggleHelp()),
     );
     bar.id = "toolbar";
     wireSearch(search, count);
@@ -773,14 +1066,23 @@
     if (!steps.length) return null;
     const durations = steps.map((g) => g.stats.duration);
     const timed = durations.every((d) => d !== null) && durations.some((d) => d > 0);
+    const longest = timed ? durations.reduce((a, b) => Math.max(a, b), 0) : 1;
     const nav = h("nav", "minimap");
     attr(nav, "aria-label", "steps");
     for (const g of steps) {
       const s = g.stats;
-      const tick = h("a", "tick" + (s.failed || s.errors ? " bad" : s.pauses ? " warn" : s.tools ? " tool" : ""));
+      const tick = h(
+        "a",
+        "tick" + (s.failed || s.errors ? " bad" : s.pauses ? " warn" : s.tools ? " tool" : ""),
+      );
       attr(tick, "href", "#" + g.details.id);
-      attr(tick, "title", `${groupTitle(g)} · ${plural(s.tools, "tool call")}${s.duration !== null ? " · " + seconds(s.duration) : ""}`);
-      tick.style.flexGrow = String(timed ? Math.max(s.duration, 0.0001) : 1);
+      attr(
+        tick,
+        "title",
+        `${groupTitle(g)} · ${plural(s.tools, "tool call")}${s.duration !== null ? " · " + seconds(s.duration) : ""}`,
+      );
+      // Relative to the longest step, so the widths always add up to the whole bar.
+      tick.style.flexGrow = String(timed ? Math.max(s.duration / longest, 0.001) : 1);
       if (g.details.classList.contains("has-divergence")) tick.classList.add("diverges");
       tick.addEventListener("click", (event) => {
         event.preventDefault();
@@ -807,11 +1109,23 @@
         "side",
         h("div", "side-label", label),
         h("div", "side-summary", summary),
-        event === null ? null : h("details", "side-raw", h("summary", null, "event as logged"), jsonBlock(event))
+        event === null
+          ? null
+          : h("details", "side-raw", h("summary", null, "event as logged"), jsonBlock(event)),
       );
-    panel.append(h("div", "sides", side(REPORT.labels[0], REPORT.left_summary, REPORT.left), side(REPORT.labels[1], REPORT.right_summary, REPORT.right)));
+    panel.append(
+      h(
+        "div",
+        "sides",
+        side(REPORT.labels[0], REPORT.left_summary, REPORT.left),
+        side(REPORT.labels[1], REPORT.right_summary, REPORT.right),
+      ),
+    );
     if (REPORT.differences.length) {
-      panel.append(h("h3", null, `Differences (${REPORT.labels[0]} → ${REPORT.labels[1]})`), h("ul", "differences", ...REPORT.differences.map((d) => h("li", null, d))));
+      panel.append(
+        h("h3", null, `Differences (${REPORT.labels[0]} → ${REPORT.labels[1]})`),
+        h("ul", "differences", ...REPORT.differences.map((d) => h("li", null, d))),
+      );
     }
     if (REPORT.hint) panel.append(h("p", "hint", "Hint: " + REPORT.hint));
     if (REPORT.index !== null && REPORT.index < EVENTS.length) {
@@ -835,7 +1149,16 @@
       ["d", "the divergence, when there is one"],
       ["?", "this help; Esc closes it"],
     ];
-    const panel = h("div", "help", h("h2", null, "Keyboard"), h("dl", "kv", ...keys.flatMap(([k, v]) => [h("dt", null, h("kbd", null, k)), h("dd", null, v)])));
+    const panel = h(
+      "div",
+      "help",
+      h("h2", null, "Keyboard"),
+      h(
+        "dl",
+        "kv",
+        ...keys.flatMap(([k, v]) => [h("dt", null, h("kbd", null, k)), h("dd", null, v)]),
+      ),
+    );
     panel.id = "help";
     panel.hidden = true;
     return panel;
@@ -874,7 +1197,8 @@
     search.matches = [];
     search.at = -1;
     if (search.query) {
-      for (let i = 0; i < EVENTS.length; i++) if (haystack(i).includes(search.query)) search.matches.push(i);
+      for (let i = 0; i < EVENTS.length; i++)
+        if (haystack(i).includes(search.query)) search.matches.push(i);
     }
     showCount();
   }
@@ -882,7 +1206,11 @@
   function showCount() {
     if (!search.query) search.count.textContent = "";
     else if (!search.matches.length) search.count.textContent = "no match";
-    else search.count.textContent = search.at < 0 ? plural(search.matches.length, "match", "matches") : `${search.at + 1} of ${search.matches.length}`;
+    else
+      search.count.textContent =
+        search.at < 0
+          ? plural(search.matches.length, "match", "matches")
+          : `${search.at + 1} of ${search.matches.length}`;
   }
 
   function step(direction) {
@@ -960,7 +1288,8 @@
         focusRow(reveal(ERRORS[errorAt]));
       },
       d: () => {
-        if (REPORT && !REPORT.ok && REPORT.index !== null && REPORT.index < EVENTS.length) focusRow(reveal(REPORT.index));
+        if (REPORT && !REPORT.ok && REPORT.index !== null && REPORT.index < EVENTS.length)
+          focusRow(reveal(REPORT.index));
       },
       "?": () => toggleHelp(),
       Escape: () => toggleHelp(false),
@@ -982,7 +1311,7 @@
   timeline.id = "timeline";
   timeline.addEventListener("click", toggleRaw);
   if (!EVENTS.length) timeline.append(h("p", "empty", "This log has no events."));
-  timeline.append(...sections);
+  appendAll(timeline, sections);
   const parts = [
     header(t),
     toolbar(),
@@ -990,7 +1319,11 @@
     reportPanel(),
     minimap(),
     timeline,
-    h("footer", null, `Rendered by ${META.generator}. Keys: j/k steps · e/c expand/collapse · / search · x errors · ? help`),
+    h(
+      "footer",
+      null,
+      `Rendered by ${META.generator}. Keys: j/k steps · e/c expand/collapse · / search · x errors · ? help`,
+    ),
     helpPanel(),
   ];
   app.append(...parts.filter(Boolean));

@@ -166,6 +166,12 @@ def test_the_header_sums_up_the_run(browser: Any, tmp_path: Path) -> None:
     assert '"temp_c": -3' in text  # a JSON tool result, pretty
     assert page.count(".minimap .tick") == 2
 
+    # No response reported usage: the page says so ("–"), rather than "0 / 0".
+    events = read_log(FIXTURES / "budget_pause_resume.jsonl")
+    page = Page(browser, write_page(tmp_path / "no-usage.html", events))
+    tokens = page.js("return document.querySelectorAll('.stat .stat-value')[3].textContent")
+    assert tokens == "–"
+
 
 # --------------------------------------------------------------------------- hostile content
 
@@ -310,10 +316,28 @@ def test_long_values_are_clamped(browser: Any, tmp_path: Path) -> None:
     height = "return document.querySelector(arguments[0]).getBoundingClientRect().height"
     assert page.js(f"return document.querySelector('{box} .clamped') !== null")
     folded = page.js(height, box)
+    text = f"return document.querySelector('{box}').textContent"
+    assert page.js(text).count("line ") == 14  # the first lines only
     page.js(f"document.querySelector('{box} .more').click()")
     assert page.js(f"return document.querySelector('{box} .clamped')") is None
     assert page.js(height, box) > 5 * folded
-    assert page.js(f"return document.querySelector('{box}').textContent").count("line ") == 200
+    assert page.js(text).count("line ") == 200
+    page.js(f"document.querySelector('{box} .more').click()")  # show less
+    assert page.js(text).count("line ") == 14
+
+    # A huge JSON result (50,000 numbers) renders, pretty and clamped, in its row.
+    huge = json.dumps(list(range(50_000)))
+    events[9] = msgspec.structs.replace(
+        event, message=msgspec.structs.replace(event.message, content=huge)
+    )
+    page = Page(browser, write_page(tmp_path / "huge.html", events))
+    assert page.js("return document.querySelector('#e9 .label').textContent") == "tool result"
+    assert page.js(f"return document.querySelector('{box} pre.json.clamped') !== null")
+    page.js(f"document.querySelector('{box} .more').click()")
+    assert (
+        page.js(f"return document.querySelector('{box} pre.json').textContent").count(",") == 49_999
+    )
+    assert page.errors() == []
 
 
 def test_unknown_event_and_block_types_render_generically(browser: Any, tmp_path: Path) -> None:
