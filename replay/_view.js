@@ -1,0 +1,1340 @@
+// The renderer of `python -m replay view` (replay/_view.py inlines this file).
+//
+// Safety rule: data from the log is only ever put into the page as text
+// (Node.append of a string, textContent, an attribute value, a dataset entry),
+// never parsed as markup: this file uses no innerHTML, outerHTML,
+// insertAdjacentHTML, document.write or eval. The page's Content-Security-Policy
+// allows this script and the style sheet (by hash) and nothing else.
+"use strict";
+(() => {
+  // ------------------------------------------------------------------ data
+
+  // A number whose JSON text JavaScript would print differently (1.0, 1e-07, an
+  // integer past 2**53): shown as the log has it, computed with as `value`.
+  class Num {
+    constructor(value, source) {
+      this.value = value;
+      this.source = source;
+    }
+  }
+  const num = (x) => (x instanceof Num ? x.value : x);
+
+  const reviver = (key, value, context) => {
+    if (
+      typeof value === "number" &&
+      context &&
+      typeof context.source === "string" &&
+      String(value) !== context.source
+    ) {
+      return new Num(value, context.source);
+    }
+    return value;
+  };
+
+  // The reviver costs time on every value, so it runs only where the data may hold
+  // a number JavaScript prints differently (replay/_view.py looks: data-numbers).
+  const dataNode = document.getElementById("agentloop-data");
+  const DATA = JSON.parse(
+    dataNode.textContent,
+    dataNode.dataset.numbers === "exact" ? reviver : undefined,
+  );
+  const META = DATA.meta;
+  const EVENTS = DATA.events;
+  const REPORT = DATA.report;
+  const OUTCOME_TYPES = new Set(["session.complete", "run.finished"]);
+  const COMMON_FIELDS = new Set(["type", "sequence", "at", "step"]);
+  const EXPAND_BY_DEFAULT = 2000; // events; larger logs open collapsed
+
+  // ------------------------------------------------------------------ DOM helpers
+
+  // An element with a class and children; strings become text nodes, never markup.
+  function h(tag, cls, ...kids) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    for (const kid of kids) {
+      if (kid === null || kid === undefined || kid === false) continue;
+      node.append(kid instanceof Node ? kid : String(kid));
+    }
+    return node;
+  }
+
+  // node.append(...items) without spreading: a huge value makes too many arguments.
+  function appendAll(node, items) {
+    const fragment = document.createDocumentFragment();
+    for (const item of items) fragment.append(item);
+    node.append(fragment);
+  }
+
+  function attr(node, name, value) {
+    node.setAttribute(name, String(value));
+    return node;
+  }
+
+  const isObject = (v) =>
+    v !== null && typeof v === "object" && !Array.isArray(v) && !(v instanceof Num);
+
+  const plural = (n, word, words) => `${n} ${n === 1 ? word : words || word + "s"}`;
+  const fmtInt = (n) => Number(num(n)).toLocaleString("en-US");
+
+  function scalarText(v) {
+    if (v instanceof Num) return v.source;
+    if (typeof v === "string") return JSON.stringify(v);
+    return String(v);
+  }
+
+  function clip(text, width) {
+    const s = String(text).replace(/\s+/g, " ").trim();
+    return s.length > width ? s.slice(0, width - 1) + "…" : s;
+  }
+
+  // ------------------------------------------------------------------ values
+
+  // Pretty JSON as colored spans (keys, strings, numbers, literals); as plain
+  // strings when `plain` (a big value: one text node instead of thousands of spans).
+  function jsonNodes(v, indent, out, plain) {
+    if (Array.isArray(v)) {
+      if (!v.length) return void out.push("[]");
+      const inner = indent + "  ";
+      out.push("[\n");
+      v.forEach((item, index) => {
+        out.push(inner);
+        jsonNodes(item, inner, out, plain);
+        out.push(index + 1 < v.length ? ",\n" : "\n");
+      });
+      return void out.push(indent + "]");
+    }
+    if (isObject(v)) {
+      const keys = Object.keys(v);
+      if (!keys.length) return void out.push("{}");
+      const inner = indent + "  ";
+      out.push("{\n");
+      keys.forEach((key, index) => {
+        const name = JSON.stringify(key);
+        out.push(inner, plain ? name : h("span", "j-key", name), ": ");
+        jsonNodes(v[key], inner, out, plain);
+        out.push(index + 1 < keys.length ? ",\n" : "\n");
+      });
+      return void out.push(indent + "}");
+    }
+    const text = scalarText(v);
+    if (plain) return void out.push(text);
+    const cls =
+      typeof v === "string" ? "j-str" : v === null || typeof v === "boolean" ? "j-lit" : "j-num";
+    out.push(h("span", cls, text));
+  }
+
+  function compactText(v) {
+    if (Array.isArray(v)) return "[" + v.map(compactText).join(", ") + "]";
+    if (isObject(v)) {
+      return (
+        "{" +
+        Object.keys(v)
+          .map((k) => JSON.stringify(k) + ": " + compactText(v[k]))
+          .join(", ") +
+        "}"
+      );
+    }
+    return scalarText(v);
+  }
+
+  const CLAMP_LINES = 14;
+  const CLAMP_CHARS = 1200;
+
+  // A long value shows its first lines, faded, with a button that shows all of it.
+  // The whole value enters the page only then: laying out a 200,000-line value
+  // would take seconds even if it were hidden.
+  function clamp(text, tag, cls, build) {
+    let lines = 1;
+    for (let at = text.indexOf("\n"); at !== -1; at = text.indexOf("\n", at + 1)) lines++;
+    if (text.length <= CLAMP_CHARS && lines <= CLAMP_LINES) return build();
+    const head = text.split("\n", CLAMP_LINES).join("\n").slice(0, CLAMP_CHARS);
+    const preview = h(tag, cls + " clamped", head);
+    const label = `Show all · ${fmtInt(text.length)} characters, ${plural(lines, "line")}`;
+    const button = h("button", "more", label);
+    button.type = "button";
+    const box = h("div", "clamp-box", preview, button);
+    let full = null;
+    button.addEventListener("click", () => {
+      const shown = box.firstChild;
+      if (shown === preview) {
+        full = full || build();
+        box.replaceChild(full, preview);
+        button.textContent = "Show less";
+      } else {
+        box.replaceChild(preview, shown);
+        button.textContent = label;
+      }
+    });
+    return box;
+  }
+
+  function jsonBlock(v) {
+    const compact = compactText(v);
+    if (compact.length <= 90) return h("code", "json inline", compact);
+    const plain = [];
+    jsonNodes(v, "", plain, true);
+    const text = plain.join("");
+    return clamp(text, "pre", "json", () => {
+      if (compact.length > 20000) return h("pre", "json", text); // no colors: too many spans
+      const out = [];
+      jsonNodes(v, "", out, false);
+      const pre = h("pre", "json");
+      appendAll(pre, out);
+      return pre;
+    });
+  }
+
+  function textBlock(text, cls) {
+    return clamp(text, "div", cls || "prose", () => h("div", cls || "prose", text));
+  }
+
+  // Tool output: JSON shown pretty, anything else as text.
+  function contentBlock(text) {
+    const trimmed = text.trim();
+    if (
+      (trimmed.startsWith("{") && trimmed.endsWith("}")) ||
+      (trimmed.startsWith("[") && trimmed.endsWith("]"))
+    ) {
+      try {
+        return jsonBlock(JSON.parse(trimmed, reviver));
+      } catch (error) {
+        // not JSON after all: plain text
+      }
+    }
+    if (!text.length) return h("div", "muted", "(empty)");
+    return textBlock(text, "output");
+  }
+
+  function chip(text, cls) {
+    return h("span", "chip" + (cls ? " " + cls : ""), text);
+  }
+
+  function kv(pairs) {
+    const dl = h("dl", "kv");
+    for (const [key, value] of pairs) {
+      if (value === undefined) continue;
+      dl.append(
+        h("dt", null, key),
+        h("dd", null, value instanceof Node ? value : scalarTextOrPlain(value)),
+      );
+    }
+    return dl;
+  }
+
+  const scalarTextOrPlain = (v) =>
+    typeof v === "string" ? v : isObject(v) || Array.isArray(v) ? jsonBlock(v) : scalarText(v);
+
+  // Fields of an event, reply or block that the renderer for its type did not show
+  // (a newer agentloop may add some): listed generically, so nothing is hidden.
+  function extras(obj, shown) {
+    const rest = Object.keys(obj).filter((k) => !shown.includes(k));
+    if (!rest.length) return null;
+    return kv(
+      rest.map((k) => [
+        k,
+        typeof obj[k] === "string" ? textBlock(obj[k], "prose field") : jsonBlock(obj[k]),
+      ]),
+    );
+  }
+
+  const evExtras = (e, shown) => extras(e, [...shown, ...COMMON_FIELDS]);
+
+  function usageText(usage) {
+    if (!usage) return null;
+    return `${fmtInt(usage.input_tokens)} in · ${fmtInt(usage.output_tokens)} out`;
+  }
+
+  // ------------------------------------------------------------------ blocks, messages, replies
+
+  function block(b) {
+    if (!isObject(b)) return h("div", "block", jsonBlock(b));
+    switch (b.type) {
+      case "text":
+        return h("div", "block text", textBlock(b.text), extras(b, ["type", "text"]));
+      case "thinking":
+        return h(
+          "div",
+          "block thinking",
+          h("div", "block-label", "thinking"),
+          textBlock(b.text, "prose thought"),
+          extras(b, ["type", "text", "signature"]),
+        );
+      case "tool_call":
+        return h(
+          "div",
+          "block call",
+          h("div", "call-head", h("span", "fn", b.name), h("span", "id", b.id)),
+          jsonBlock(b.arguments),
+          extras(b, ["type", "id", "name", "arguments"]),
+        );
+      default:
+        return h(
+          "div",
+          "block generic",
+          h("div", "block-label", String(b.type)),
+          extras(b, ["type"]),
+        );
+    }
+  }
+
+  function blocks(list) {
+    if (!Array.isArray(list) || !list.length) return h("div", "muted", "(no content)");
+    return h("div", "blocks", ...list.map(block));
+  }
+
+  // Head chips and body nodes for one message.
+  function messageParts(m) {
+    if (!isObject(m)) return { head: [], body: [jsonBlock(m)] };
+    if (m.role === "user") {
+      return {
+        head: [chip("user", "role"), chip(m.id, "id")],
+        body: [textBlock(m.content), extras(m, ["role", "id", "content"])],
+      };
+    }
+    if (m.role === "assistant") {
+      return {
+        head: [chip("assistant", "role"), chip(m.id, "id")],
+        body: [blocks(m.content), extras(m, ["role", "id", "content"])],
+      };
+    }
+    if (m.role === "tool_result") {
+      return {
+        head: [
+          chip("tool result", m.is_error ? "role bad" : "role"),
+          h("span", "fn", m.tool_name),
+          chip(m.tool_call_id, "id"),
+        ],
+        body: [
+          contentBlock(m.content),
+          extras(m, ["role", "id", "tool_call_id", "tool_name", "content", "is_error"]),
+        ],
+      };
+    }
+    return { head: [chip(String(m.role), "role")], body: [extras(m, [])] };
+  }
+
+  function reply(r) {
+    if (!isObject(r)) return jsonBlock(r);
+    const at = (fields) => extras(r, [...fields, "kind", "at"]);
+    switch (r.kind) {
+      case "model_response":
+        return h(
+          "div",
+          "reply",
+          h(
+            "div",
+            "reply-head",
+            chip("response", "role"),
+            chip(r.id, "id"),
+            chip("stop: " + r.stop_reason),
+            r.usage ? chip(usageText(r.usage), "usage") : null,
+          ),
+          blocks(r.content),
+          at(["request_id", "id", "content", "stop_reason", "usage"]),
+        );
+      case "model_failure":
+        return h(
+          "div",
+          "reply",
+          h("div", "failure", h("strong", null, r.code), " ", r.message),
+          at(["request_id", "message", "code"]),
+        );
+      case "model_chunk":
+        return h("div", "reply", block(r.block), at(["request_id", "block"]));
+      case "tool_result":
+        return h(
+          "div",
+          "reply",
+          h(
+            "div",
+            "reply-head",
+            chip("tool result", r.is_error ? "role bad" : "role"),
+            chip(r.call_id, "id"),
+          ),
+          contentBlock(r.content),
+          at(["call_id", "content", "is_error"]),
+        );
+      case "resume":
+        return h(
+          "div",
+          "reply",
+          kv([
+            ["payload", r.payload === null ? "none" : jsonBlock(r.payload)],
+            ["new budget", r.budget ? budgetText(r.budget) : undefined],
+          ]),
+          at(["payload", "budget"]),
+        );
+      case "cancel":
+        return h("div", "reply", kv([["cancel", r.reason || "(no reason)"]]), at(["reason"]));
+      case "unrecognized":
+        return h("div", "reply", kv([["unrecognized reply", r.description]]), at(["description"]));
+      default:
+        return h("div", "reply", h("div", "block-label", String(r.kind)), extras(r, ["kind"]));
+    }
+  }
+
+  function budgetText(b) {
+    if (!isObject(b)) return scalarText(b);
+    const part = (v, unit) => (v === null || v === undefined ? "∞" : scalarText(v) + (unit || ""));
+    return `turns ${part(b.max_turns)} · tool calls ${part(b.max_tool_calls)} · wall clock ${part(b.max_wall_seconds, " s")}`;
+  }
+
+  // ------------------------------------------------------------------ events
+
+  // Each renderer returns {cls, label, head: [nodes], body: [nodes]}.
+  const RENDER = {
+    "session.start"(e) {
+      const tools = (e.tools || []).map((t) =>
+        h(
+          "div",
+          "tool",
+          h(
+            "div",
+            "tool-head",
+            h("span", "fn", t.name),
+            t.requires_approval ? chip("needs approval", "warn") : null,
+            h("span", "muted", t.description || ""),
+          ),
+          h("details", "schema", h("summary", null, "parameters"), jsonBlock(t.parameters)),
+          extras(t, ["name", "description", "parameters", "requires_approval"]),
+        ),
+      );
+      return {
+        cls: "start",
+        label: "session start",
+        head: [chip(plural((e.tools || []).length, "tool"))],
+        body: [
+          kv([
+            ["max steps", e.max_steps],
+            ["budget", e.budget ? budgetText(e.budget) : "none"],
+            ["system", e.system === null ? "none" : textBlock(e.system)],
+          ]),
+          tools.length ? h("div", "tools", ...tools) : null,
+          evExtras(e, ["system", "tools", "max_steps", "budget", "request_sequence_start"]),
+        ],
+      };
+    },
+    "message.accepted"(e) {
+      const parts = messageParts(e.message);
+      return {
+        cls: "message",
+        label: "message",
+        head: parts.head,
+        body: [...parts.body, evExtras(e, ["message"])],
+      };
+    },
+    "step.start"(e) {
+      return {
+        cls: "compact",
+        label: "step start",
+        head: [chip(e.request_id, "id")],
+        body: [evExtras(e, ["request_id"])],
+      };
+    },
+    "model.chunk"(e) {
+      const c = e.chunk || {};
+      const b = c.block || {};
+      let preview;
+      if (b.type === "text" || b.type === "thinking")
+        preview = h("span", b.type === "thinking" ? "chunk-text thought" : "chunk-text", b.text);
+      else if (b.type === "tool_call")
+        preview = h("span", "chunk-text", h("span", "fn", b.name), " ", compactText(b.arguments));
+      else preview = h("span", "chunk-text", compactText(b));
+      return {
+        cls: "compact chunk",
+        label: b.type ? String(b.type) : "chunk",
+        head: [preview],
+        body: [extras(c, ["kind", "request_id", "block", "at"]), evExtras(e, ["chunk"])],
+      };
+    },
+    "plan.draft"(e) {
+      const r = e.reply || {};
+      if (r.kind === "model_failure") {
+        return {
+          cls: "error",
+          label: "model failed",
+          head: [chip(r.code, "bad")],
+          body: [
+            h("div", "failure", r.message),
+            extras(r, ["kind", "request_id", "message", "code", "at"]),
+            evExtras(e, ["reply"]),
+          ],
+        };
+      }
+      if (r.kind !== "model_response")
+        return {
+          cls: "model",
+          label: "model reply",
+          head: [],
+          body: [reply(r), evExtras(e, ["reply"])],
+        };
+      return {
+        cls: "model",
+        label: "model",
+        head: [
+          chip(r.id, "id"),
+          chip(
+            "stop: " + r.stop_reason,
+            r.stop_reason === "error" || r.stop_reason === "length" ? "warn" : "",
+          ),
+          r.usage ? chip(usageText(r.usage), "usage") : null,
+        ],
+        body: [
+          blocks(r.content),
+          extras(r, ["kind", "request_id", "id", "content", "stop_reason", "usage", "at"]),
+          evExtras(e, ["reply"]),
+        ],
+      };
+    },
+    "plan.commit"(e, i) {
+      const m = e.message || {};
+      const draft = i > 0 ? EVENTS[i - 1] : null;
+      const same =
+        draft &&
+        draft.type === "plan.draft" &&
+        draft.reply &&
+        JSON.stringify(draft.reply.content) === JSON.stringify(m.content);
+      const n = Array.isArray(m.content) ? m.content.length : 0;
+      return {
+        cls: "compact",
+        label: "committed",
+        head: [
+          chip(m.id, "id"),
+          h(
+            "span",
+            "muted",
+            same
+              ? `the response above (${plural(n, "block")}) joins the transcript`
+              : `${plural(n, "block")} join the transcript`,
+          ),
+        ],
+        body: [
+          same ? null : blocks(m.content),
+          extras(m, ["role", "id", "content"]),
+          evExtras(e, ["message"]),
+        ],
+      };
+    },
+    "tool.call"(e) {
+      const c = e.call || {};
+      return {
+        cls: "tool",
+        label: "tool call",
+        head: [h("span", "fn", c.name), chip(c.id, "id")],
+        body: [
+          jsonBlock(c.arguments),
+          extras(c, ["type", "id", "name", "arguments"]),
+          evExtras(e, ["call"]),
+        ],
+      };
+    },
+    "tool.result"(e) {
+      return toolOutcome(e, false);
+    },
+    "tool.error"(e) {
+      return toolOutcome(e, true);
+    },
+    "step.end"(e) {
+      return { cls: "compact", label: "step end", head: [], body: [evExtras(e, [])] };
+    },
+    "budget.warn"(e) {
+      const u = e.usage || {};
+      const b = e.budget || {};
+      const used = (v, limit, unit = "") =>
+        `${scalarText(v)}${unit} of ${limit === null || limit === undefined ? "∞" : scalarText(limit) + unit}`;
+      return {
+        cls: "pause",
+        label: "budget",
+        head: [chip(e.limit + " limit reached", "warn")],
+        body: [
+          kv([
+            ["turns", used(u.turns, b.max_turns)],
+            ["tool calls", used(u.tool_calls, b.max_tool_calls)],
+            ["wall clock", used(u.wall_seconds, b.max_wall_seconds, " s")],
+          ]),
+          evExtras(e, ["limit", "usage", "budget"]),
+        ],
+      };
+    },
+    "session.pause"(e) {
+      return {
+        cls: "pause",
+        label: "paused",
+        head: [chip(e.reason, "warn")],
+        body: [
+          e.payload === null ? null : kv([["payload", jsonBlock(e.payload)]]),
+          evExtras(e, ["reason", "payload"]),
+        ],
+      };
+    },
+    "session.resume"(e) {
+      return {
+        cls: "resume",
+        label: "resumed",
+        head: [],
+        body: [reply(e.reply), evExtras(e, ["reply"])],
+      };
+    },
+    "session.complete"(e) {
+      return {
+        cls: "compact",
+        label: "complete",
+        head: [
+          chip(e.status, statusClass(e.status)),
+          e.reason ? h("span", "muted", e.reason) : null,
+        ],
+        body: [evExtras(e, ["status", "reason"])],
+      };
+    },
+    "run.finished"(e) {
+      return {
+        cls: "finished " + statusClass(e.status),
+        label: "run finished",
+        head: [
+          chip(e.status, statusClass(e.status)),
+          e.reason ? h("span", "muted", e.reason) : null,
+        ],
+        body: [
+          e.error
+            ? h("div", "failure", h("strong", null, e.error.code), " ", e.error.message)
+            : null,
+          e.final_text !== null && e.final_text !== undefined ? textBlock(e.final_text) : null,
+          kv([
+            ["steps", `${scalarText(e.steps)} of max ${scalarText(e.max_steps)}`],
+            ["usage", usageText(e.usage) || undefined],
+            ["ended by", e.reply ? reply(e.reply) : undefined],
+          ]),
+          evExtras(e, [
+            "status",
+            "final_text",
+            "steps",
+            "max_steps",
+            "error",
+            "usage",
+            "reason",
+            "reply",
+          ]),
+        ],
+      };
+    },
+  };
+
+  function toolOutcome(e, isError) {
+    const m = e.message || {};
+    const byLoop = e.reply === null || e.reply === undefined;
+    return {
+      cls: isError ? "error" : "tool",
+      label: isError ? "tool error" : "tool result",
+      head: [
+        h("span", "fn", m.tool_name),
+        chip(m.tool_call_id, "id"),
+        byLoop ? chip("made by the loop", "muted-chip") : null,
+      ],
+      body: [
+        contentBlock(m.content),
+        extras(m, ["role", "id", "tool_call_id", "tool_name", "content", "is_error"]),
+        e.reply ? extras(e.reply, ["kind", "call_id", "content", "is_error", "at"]) : null,
+        evExtras(e, ["message", "reply"]),
+      ],
+    };
+  }
+
+  function renderGeneric(e) {
+    return { cls: "generic", label: String(e.type), head: [], body: [evExtras(e, [])] };
+  }
+
+  const statusClass = (status) =>
+    status === "completed" ? "good" : status === "failed" ? "bad" : "warn";
+
+  // ------------------------------------------------------------------ time
+
+  const TIMES = EVENTS.map((e) => (e.at === null || e.at === undefined ? null : num(e.at)));
+  const START = TIMES.find((t) => t !== null);
+  const seconds = (s) => (s < 10 ? s.toFixed(3) : s < 100 ? s.toFixed(2) : s.toFixed(1)) + " s";
+
+  // Last time minus first time of `times` (nulls skipped), or null. A loop, not
+  // Math.max(...times): spreading 100,000 values overflows the stack.
+  function span(times) {
+    let low = Infinity;
+    let high = -Infinity;
+    for (const t of times) {
+      if (t === null) continue;
+      if (t < low) low = t;
+      if (t > high) high = t;
+    }
+    return low === Infinity ? null : high - low;
+  }
+
+  function clock(i) {
+    const t = TIMES[i];
+    if (t === null || START === undefined) return "";
+    return "+" + seconds(t - START).replace(" s", "s");
+  }
+
+  // ------------------------------------------------------------------ one event row
+
+  const rowOf = new Map(); // index -> rendered row
+
+  function eventRow(i) {
+    const e = EVENTS[i];
+    let parts;
+    try {
+      parts = (Object.hasOwn(RENDER, e.type) ? RENDER[e.type] : renderGeneric)(e, i);
+    } catch (error) {
+      parts = renderGeneric(e); // an event of a shape this viewer does not know
+    }
+    const row = h("article", "ev " + parts.cls);
+    row.id = "e" + i;
+    row.dataset.index = String(i);
+    row.dataset.type = String(e.type);
+    row.tabIndex = -1;
+    if (REPORT && !REPORT.ok && REPORT.index === i) row.classList.add("diverged");
+    const seq = h("a", "seq", "#" + scalarText(e.sequence));
+    attr(seq, "href", "#e" + i);
+    const time = h("span", "clock", clock(i));
+    if (TIMES[i] !== null) attr(time, "title", "at " + scalarText(e.at));
+    const raw = h("button", "raw-toggle", "{ }");
+    raw.type = "button";
+    attr(raw, "title", "the event as logged");
+    attr(raw, "aria-label", "show the event as logged");
+    const head = h(
+      "div",
+      "head",
+      h("span", "label", parts.label),
+      ...parts.head.filter(Boolean),
+      raw,
+    );
+    const card = h("div", "card", head, ...parts.body.filter(Boolean));
+    if (REPORT && !REPORT.ok && REPORT.index === i) {
+      card.prepend(h("div", "diverged-note", "⚠ " + REPORT.title));
+    }
+    row.append(h("div", "gutter", seq, time), card);
+    rowOf.set(i, row);
+    return row;
+  }
+
+  // ------------------------------------------------------------------ groups (steps)
+
+  const groups = [];
+  const groupOf = new Int32Array(EVENTS.length);
+  {
+    let key = null;
+    EVENTS.forEach((e, i) => {
+      const outcome = OUTCOME_TYPES.has(e.type);
+      const k = outcome ? "outcome" : "step " + scalarText(e.step);
+      if (k !== key) {
+        key = k;
+        groups.push({ key: k, outcome, step: num(e.step), start: i, end: i + 1 });
+      } else {
+        groups[groups.length - 1].end = i + 1;
+      }
+      groupOf[i] = groups.length - 1;
+    });
+  }
+
+  function groupStats(g) {
+    const s = {
+      tools: 0,
+      errors: 0,
+      pauses: 0,
+      usage: null,
+      preview: "",
+      failed: false,
+      chunks: 0,
+    };
+    for (let i = g.start; i < g.end; i++) {
+      const e = EVENTS[i];
+      if (e.type === "tool.call") s.tools++;
+      else if (e.type === "tool.error") s.errors++;
+      else if (e.type === "session.pause" || e.type === "budget.warn") s.pauses++;
+      else if (e.type === "model.chunk") s.chunks++;
+      else if (e.type === "plan.draft" && e.reply) {
+        if (e.reply.kind === "model_failure") {
+          s.failed = true;
+          s.preview = s.preview || `${e.reply.code}: ${e.reply.message}`;
+        } else if (e.reply.kind === "model_response") {
+          if (e.reply.usage) {
+            s.usage = s.usage || { input_tokens: 0, output_tokens: 0 };
+            s.usage.input_tokens += num(e.reply.usage.input_tokens);
+            s.usage.output_tokens += num(e.reply.usage.output_tokens);
+          }
+          const text = (e.reply.content || []).find((b) => b && b.type === "text");
+          const call = (e.reply.content || []).find((b) => b && b.type === "tool_call");
+          s.preview =
+            s.preview ||
+            (text ? text.text : call ? `→ ${call.name}(${compactText(call.arguments)})` : "");
+        }
+      } else if (e.type === "message.accepted" && e.message && e.message.role === "user") {
+        s.preview = s.preview || e.message.content;
+      } else if (e.type === "run.finished") {
+        s.failed = e.status === "failed";
+        s.preview = e.error
+          ? `${e.error.code}: ${e.error.message}`
+          : e.final_text || e.reason || "";
+      }
+    }
+    s.duration = span(TIMES.slice(g.start, g.end));
+    return s;
+  }
+
+  function groupTitle(g) {
+    if (g.outcome) return "Outcome";
+    if (g.step === 0) return "Session";
+    return "Step " + g.step;
+  }
+
+  const usedIds = new Set();
+
+  function groupSection(g, index) {
+    const s = (g.stats = groupStats(g));
+    const details = h("details", "group" + (g.outcome ? " outcome" : ""));
+    const base = g.outcome ? "outcome" : g.step === 0 ? "session" : "step-" + scalarText(g.step);
+    let id = base;
+    for (let n = 2; usedIds.has(id); n++) id = `${base}.${n}`; // a step seen twice
+    usedIds.add(id);
+    details.id = id;
+    details.dataset.group = String(index);
+    const badges = h("span", "badges");
+    if (s.tools) badges.append(chip(plural(s.tools, "tool call"), "tool-chip"));
+    if (s.errors) badges.append(chip(plural(s.errors, "error"), "bad"));
+    if (s.failed) badges.append(chip("failed", "bad"));
+    if (s.pauses) badges.append(chip("paused", "warn"));
+    if (
+      REPORT &&
+      !REPORT.ok &&
+      REPORT.index !== null &&
+      REPORT.index >= g.start &&
+      REPORT.index < g.end
+    ) {
+      badges.append(chip("diverges", "bad"));
+      details.classList.add("has-divergence");
+    }
+    const summary = h(
+      "summary",
+      null,
+      h("span", "group-title", groupTitle(g)),
+      badges,
+      h("span", "preview", clip(s.preview || "", 140)),
+      h(
+        "span",
+        "group-meta",
+        s.usage ? h("span", "usage", usageText(s.usage)) : null,
+        s.duration !== null ? h("span", "dur", seconds(s.duration)) : null,
+        h("span", "count", plural(g.end - g.start, "event")),
+      ),
+    );
+    const body = h("div", "events");
+    details.append(summary, body);
+    g.details = details;
+    g.body = body;
+    g.rendered = false;
+    details.addEventListener("toggle", () => {
+      if (details.open) renderGroup(g);
+    });
+    return details;
+  }
+
+  const chunkGroupOf = new Map(); // index -> the chunk group holding it
+
+  function renderGroup(g) {
+    if (g.rendered) return;
+    g.rendered = true;
+    const out = [];
+    let i = g.start;
+    while (i < g.end) {
+      if (EVENTS[i].type !== "model.chunk") {
+        out.push(eventRow(i));
+        i++;
+        continue;
+      }
+      let j = i;
+      while (j < g.end && EVENTS[j].type === "model.chunk") j++;
+      out.push(chunkGroup(i, j));
+      i = j;
+    }
+    appendAll(g.body, out);
+  }
+
+  // A run of streamed chunks: one line saying what streamed; the chunks on demand.
+  function chunkGroup(start, end) {
+    let text = "";
+    const calls = [];
+    for (let i = start; i < end; i++) {
+      const b = (EVENTS[i].chunk || {}).block || {};
+      if (b.type === "text" && text.length < 400) text += b.text;
+      else if (b.type === "tool_call") calls.push(b.name);
+    }
+    const cg = { start, end, rendered: false };
+    const when = clock(start);
+    const summary = h(
+      "summary",
+      null,
+      h("span", "label", "streamed"),
+      chip(plural(end - start, "chunk")),
+      text ? h("span", "chunk-text", clip(text, 120)) : null,
+      calls.length ? h("span", "chunk-text", "→ " + clip(calls.join(", "), 80)) : null,
+      when ? h("span", "clock", when) : null,
+    );
+    const list = h("div", "chunk-list");
+    const details = h("details", "chunks", summary, list);
+    cg.details = details;
+    cg.render = () => {
+      if (cg.rendered) return;
+      cg.rendered = true;
+      const rows = [];
+      for (let i = start; i < end; i++) rows.push(eventRow(i));
+      appendAll(list, rows);
+    };
+    details.addEventListener("toggle", () => {
+      if (details.open) cg.render();
+    });
+    for (let i = start; i < end; i++) chunkGroupOf.set(i, cg);
+    if (
+      REPORT &&
+      !REPORT.ok &&
+      REPORT.index !== null &&
+      REPORT.index >= start &&
+      REPORT.index < end
+    ) {
+      cg.render(); // the divergence is among these chunks: show them
+      details.open = true;
+    }
+    return details;
+  }
+
+  // One listener for every row's "{ }" button: show or hide the event as logged.
+  function toggleRaw(event) {
+    const button = event.target.closest ? event.target.closest(".raw-toggle") : null;
+    if (!button) return;
+    const row = button.closest(".ev");
+    const card = row.querySelector(":scope > .card");
+    const open = card.querySelector(":scope > .raw");
+    if (open) open.remove();
+    else card.append(h("div", "raw", jsonBlock(EVENTS[Number(row.dataset.index)])));
+  }
+
+  // Open whatever holds event i, render it, and return its row.
+  function reveal(i) {
+    const g = groups[groupOf[i]];
+    renderGroup(g);
+    g.details.open = true;
+    const cg = chunkGroupOf.get(i);
+    if (cg) {
+      cg.render();
+      cg.details.open = true;
+    }
+    return rowOf.get(i);
+  }
+
+  function focusRow(row, keepFocus) {
+    document.querySelectorAll(".ev.current").forEach((r) => r.classList.remove("current"));
+    row.classList.add("current");
+    if (!keepFocus) row.focus({ preventScroll: true });
+    row.scrollIntoView({ block: "center" });
+  }
+
+  function setAll(open) {
+    for (const g of groups) {
+      if (open) renderGroup(g);
+      g.details.open = open;
+    }
+    if (open) {
+      for (const cg of new Set(chunkGroupOf.values())) {
+        cg.render();
+        cg.details.open = true;
+      }
+    }
+  }
+
+  // ------------------------------------------------------------------ totals
+
+  function totals() {
+    const t = {
+      steps: 0,
+      tools: 0,
+      errors: 0,
+      pauses: 0,
+      usage: { input_tokens: 0, output_tokens: 0 },
+      finished: null,
+    };
+    let summed = false;
+    for (const e of EVENTS) {
+      if (e.type === "step.start") t.steps++;
+      else if (e.type === "tool.call") t.tools++;
+      else if (e.type === "tool.error") t.errors++;
+      else if (e.type === "session.pause") t.pauses++;
+      else if (e.type === "run.finished") t.finished = e;
+      else if (
+        e.type === "plan.draft" &&
+        e.reply &&
+        e.reply.kind === "model_response" &&
+        e.reply.usage
+      ) {
+        t.usage.input_tokens += num(e.reply.usage.input_tokens);
+        t.usage.output_tokens += num(e.reply.usage.output_tokens);
+        summed = true;
+      }
+    }
+    const reported =
+      t.finished &&
+      t.finished.usage &&
+      (num(t.finished.usage.input_tokens) || num(t.finished.usage.output_tokens));
+    if (reported) t.usage = t.finished.usage;
+    else if (!summed) t.usage = null; // no response reported usage: "–", not "0 / 0"
+    t.duration = span(TIMES);
+    return t;
+  }
+
+  // ------------------------------------------------------------------ page
+
+  function stat(value, label, cls) {
+    return h(
+      "div",
+      "stat" + (cls ? " " + cls : ""),
+      h("div", "stat-value", value),
+      h("div", "stat-label", label),
+    );
+  }
+
+  function header(t) {
+    const status = t.finished ? t.finished.status : EVENTS.length ? "unfinished" : "empty";
+    const stats = h(
+      "div",
+      "stats",
+      stat(
+        status,
+        t.finished && t.finished.reason ? t.finished.reason : "status",
+        "status " + statusClass(status),
+      ),
+      stat(
+        fmtInt(t.steps),
+        t.finished ? `steps of max ${scalarText(t.finished.max_steps)}` : "steps",
+      ),
+      stat(
+        fmtInt(t.tools),
+        t.errors ? `tool calls · ${plural(t.errors, "error")}` : "tool calls",
+        t.errors ? "has-errors" : "",
+      ),
+      stat(
+        t.usage ? fmtInt(t.usage.input_tokens) + " / " + fmtInt(t.usage.output_tokens) : "–",
+        "tokens in / out",
+      ),
+      stat(t.duration === null ? "–" : seconds(t.duration), "duration"),
+      stat(fmtInt(EVENTS.length), t.pauses ? `events · ${plural(t.pauses, "pause")}` : "events"),
+    );
+    const title = h(
+      "div",
+      "title",
+      h("h1", null, "agentloop session"),
+      h("span", "source", META.source),
+    );
+    return h("header", "top", title, stats);
+  }
+
+  function toolbar() {
+    const search = h("input", "search");
+    search.type = "search";
+    search.id = "search";
+    attr(search, "placeholder", "Search events  ( / )");
+    attr(search, "aria-label", "search the events");
+    attr(search, "autocomplete", "off");
+    const count = h("span", "search-count");
+    const button = (label, title, fn) => {
+      const b = h("button", "tool-button", label);
+      b.type = "button";
+      attr(b, "title", title);
+      b.addEventListener("click", fn);
+      return b;
+    };
+    const bar = h(
+      "div",
+      "toolbar",
+      search,
+      count,
+      h("span", "spacer"),
+      button("Expand all", "open every step and every streamed chunk (e)", () => setAll(true)),
+      button("Collapse all", "close every step (c)", () => setAll(false)),
+      button("?", "keyboard shortcuts (?)", () => toggleHelp()),
+    );
+    bar.id = "toolbar";
+    wireSearch(search, count);
+    return bar;
+  }
+
+  function minimap() {
+    const steps = groups.filter((g) => !g.outcome && g.step !== 0);
+    if (!steps.length) return null;
+    const durations = steps.map((g) => g.stats.duration);
+    const timed = durations.every((d) => d !== null) && durations.some((d) => d > 0);
+    const longest = timed ? durations.reduce((a, b) => Math.max(a, b), 0) : 1;
+    const nav = h("nav", "minimap");
+    attr(nav, "aria-label", "steps");
+    for (const g of steps) {
+      const s = g.stats;
+      const tick = h(
+        "a",
+        "tick" + (s.failed || s.errors ? " bad" : s.pauses ? " warn" : s.tools ? " tool" : ""),
+      );
+      attr(tick, "href", "#" + g.details.id);
+      attr(
+        tick,
+        "title",
+        `${groupTitle(g)} · ${plural(s.tools, "tool call")}${s.duration !== null ? " · " + seconds(s.duration) : ""}`,
+      );
+      // Relative to the longest step, so the widths always add up to the whole bar.
+      tick.style.flexGrow = String(timed ? Math.max(s.duration / longest, 0.001) : 1);
+      if (g.details.classList.contains("has-divergence")) tick.classList.add("diverges");
+      tick.addEventListener("click", (event) => {
+        event.preventDefault();
+        renderGroup(g);
+        g.details.open = true;
+        g.details.querySelector("summary").focus({ preventScroll: true });
+        g.details.scrollIntoView({ block: "start" });
+      });
+      nav.append(tick);
+    }
+    return h("div", "minimap-box", h("div", "minimap-label", "timeline"), nav);
+  }
+
+  function reportPanel() {
+    if (!REPORT) return null;
+    const panel = h("section", "report " + (REPORT.ok ? "ok" : "bad"));
+    panel.id = "report";
+    panel.append(h("h2", null, (REPORT.ok ? "✓ " : "✗ ") + REPORT.title));
+    if (REPORT.text) panel.append(h("p", null, REPORT.text));
+    if (REPORT.ok) return panel;
+    const side = (label, summary, event) =>
+      h(
+        "div",
+        "side",
+        h("div", "side-label", label),
+        h("div", "side-summary", summary),
+        event === null
+          ? null
+          : h("details", "side-raw", h("summary", null, "event as logged"), jsonBlock(event)),
+      );
+    panel.append(
+      h(
+        "div",
+        "sides",
+        side(REPORT.labels[0], REPORT.left_summary, REPORT.left),
+        side(REPORT.labels[1], REPORT.right_summary, REPORT.right),
+      ),
+    );
+    if (REPORT.differences.length) {
+      panel.append(
+        h("h3", null, `Differences (${REPORT.labels[0]} → ${REPORT.labels[1]})`),
+        h("ul", "differences", ...REPORT.differences.map((d) => h("li", null, d))),
+      );
+    }
+    if (REPORT.hint) panel.append(h("p", "hint", "Hint: " + REPORT.hint));
+    if (REPORT.index !== null && REPORT.index < EVENTS.length) {
+      const jump = h("button", "tool-button", "Show it in the timeline  ( d )");
+      jump.type = "button";
+      jump.id = "jump-divergence";
+      jump.addEventListener("click", () => focusRow(reveal(REPORT.index)));
+      panel.append(jump);
+    }
+    return panel;
+  }
+
+  function helpPanel() {
+    const keys = [
+      ["j / k", "next / previous step"],
+      ["Enter, Space", "open or close the focused step"],
+      ["e / c", "expand / collapse everything"],
+      ["/", "search; Enter and Shift+Enter go through the matches"],
+      ["n / N", "next / previous match"],
+      ["x", "next error"],
+      ["d", "the divergence, when there is one"],
+      ["?", "this help; Esc closes it"],
+    ];
+    const panel = h(
+      "div",
+      "help",
+      h("h2", null, "Keyboard"),
+      h(
+        "dl",
+        "kv",
+        ...keys.flatMap(([k, v]) => [h("dt", null, h("kbd", null, k)), h("dd", null, v)]),
+      ),
+    );
+    panel.id = "help";
+    panel.hidden = true;
+    return panel;
+  }
+
+  function toggleHelp(force) {
+    const panel = document.getElementById("help");
+    panel.hidden = force === undefined ? !panel.hidden : !force;
+  }
+
+  // ------------------------------------------------------------------ search
+
+  const haystacks = [];
+  function haystack(i) {
+    if (haystacks[i] === undefined) {
+      const parts = [];
+      const walk = (v) => {
+        if (Array.isArray(v)) v.forEach(walk);
+        else if (isObject(v)) {
+          for (const k of Object.keys(v)) {
+            parts.push(k);
+            walk(v[k]);
+          }
+        } else parts.push(v instanceof Num ? v.source : String(v));
+      };
+      walk(EVENTS[i]);
+      haystacks[i] = parts.join("\n").toLowerCase();
+    }
+    return haystacks[i];
+  }
+
+  const search = { query: "", matches: [], at: -1, count: null };
+
+  function runSearch(query) {
+    search.query = query.trim().toLowerCase();
+    search.matches = [];
+    search.at = -1;
+    if (search.query) {
+      for (let i = 0; i < EVENTS.length; i++)
+        if (haystack(i).includes(search.query)) search.matches.push(i);
+    }
+    showCount();
+  }
+
+  function showCount() {
+    if (!search.query) search.count.textContent = "";
+    else if (!search.matches.length) search.count.textContent = "no match";
+    else
+      search.count.textContent =
+        search.at < 0
+          ? plural(search.matches.length, "match", "matches")
+          : `${search.at + 1} of ${search.matches.length}`;
+  }
+
+  function step(direction) {
+    if (!search.matches.length) return;
+    search.at = (search.at + direction + search.matches.length) % search.matches.length;
+    document.querySelectorAll(".ev.hit").forEach((r) => r.classList.remove("hit"));
+    const row = reveal(search.matches[search.at]);
+    row.classList.add("hit");
+    focusRow(row, document.activeElement && document.activeElement.id === "search");
+    showCount();
+  }
+
+  function wireSearch(input, count) {
+    search.count = count;
+    let timer = null;
+    input.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => runSearch(input.value), 120);
+    });
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter") {
+        event.preventDefault();
+        clearTimeout(timer);
+        if (input.value.trim().toLowerCase() !== search.query) runSearch(input.value);
+        step(event.shiftKey ? -1 : 1);
+      } else if (event.key === "Escape") {
+        input.blur();
+      }
+    });
+  }
+
+  // ------------------------------------------------------------------ keyboard
+
+  const ERRORS = [];
+  EVENTS.forEach((e, i) => {
+    if (
+      e.type === "tool.error" ||
+      (e.type === "plan.draft" && e.reply && e.reply.kind === "model_failure") ||
+      (e.type === "run.finished" && e.error)
+    ) {
+      ERRORS.push(i);
+    }
+  });
+  let errorAt = -1;
+
+  function currentGroup() {
+    const active = document.activeElement;
+    const holder = active && active.closest ? active.closest("details.group") : null;
+    return holder ? Number(holder.dataset.group) : -1;
+  }
+
+  function moveGroup(direction) {
+    if (!groups.length) return;
+    const next = Math.min(Math.max(currentGroup() + direction, 0), groups.length - 1);
+    const summary = groups[next].details.querySelector("summary");
+    summary.focus({ preventScroll: true });
+    groups[next].details.scrollIntoView({ block: "start" });
+  }
+
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const target = event.target;
+    if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA")) return;
+    const actions = {
+      j: () => moveGroup(1),
+      k: () => moveGroup(-1),
+      e: () => setAll(true),
+      c: () => setAll(false),
+      "/": () => document.getElementById("search").focus(),
+      n: () => step(1),
+      N: () => step(-1),
+      x: () => {
+        if (!ERRORS.length) return;
+        errorAt = (errorAt + 1) % ERRORS.length;
+        focusRow(reveal(ERRORS[errorAt]));
+      },
+      d: () => {
+        if (REPORT && !REPORT.ok && REPORT.index !== null && REPORT.index < EVENTS.length)
+          focusRow(reveal(REPORT.index));
+      },
+      "?": () => toggleHelp(),
+      Escape: () => toggleHelp(false),
+    };
+    const action = Object.hasOwn(actions, event.key) ? actions[event.key] : null;
+    if (action) {
+      event.preventDefault();
+      action();
+    }
+  });
+
+  // ------------------------------------------------------------------ build
+
+  const app = document.getElementById("app");
+  document.title = META.title;
+  const sections = groups.map(groupSection);
+  const t = totals();
+  const timeline = h("main", "timeline");
+  timeline.id = "timeline";
+  timeline.addEventListener("click", toggleRaw);
+  if (!EVENTS.length) timeline.append(h("p", "empty", "This log has no events."));
+  appendAll(timeline, sections);
+  const parts = [
+    header(t),
+    toolbar(),
+    META.torn ? h("div", "banner bad", META.torn) : null,
+    reportPanel(),
+    minimap(),
+    timeline,
+    h(
+      "footer",
+      null,
+      `Rendered by ${META.generator}. Keys: j/k steps · e/c expand/collapse · / search · x errors · ? help`,
+    ),
+    helpPanel(),
+  ];
+  app.append(...parts.filter(Boolean));
+  const small = EVENTS.length <= EXPAND_BY_DEFAULT;
+  const lastStep = groups.filter((g) => !g.outcome).pop();
+  groups.forEach((g) => {
+    const holdsDivergence = g.details.classList.contains("has-divergence");
+    if (small || g.outcome || holdsDivergence || g === lastStep) {
+      renderGroup(g);
+      g.details.open = true;
+    }
+  });
+  document.body.dataset.ready = "true";
+})();

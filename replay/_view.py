@@ -1,0 +1,352 @@
+"""``python -m replay view``: a log as one self-contained HTML page.
+
+The page is the template ``_view.html`` with the style sheet ``_view.css``, the
+script ``_view.js`` and the log's events put inline: it fetches nothing (no CDN, no
+fonts, no network), so it opens offline, from an e-mail or a CI artifact, and
+looks the same in ten years.
+
+Theory of operation
+-------------------
+The events are embedded once, as data: the JSON array of ``encode_event`` of
+every event (the bytes the log file holds) inside a
+``<script type="application/json">`` element, and the page's script builds the
+DOM from it in the browser. Rendering HTML here instead would make the file
+several times the size of the log and draw every one of 10,000 events before the
+first is seen; the script draws a step only when it is opened (a large log opens
+with its steps collapsed), searches the data instead of the DOM, and can show any
+event exactly as logged.
+
+Escaping happens in two places, and nowhere else:
+
+- here, the embedded JSON has every ``<``, ``>``, ``&``, U+2028 and U+2029
+  written as a ``\\uXXXX`` escape (legal anywhere in a JSON string, where alone
+  those characters can be), so no value can end the ``<script>`` element or open a
+  comment in it;
+- in the script, values reach the page only as text (``Node.append`` of a string,
+  ``textContent``, attribute values), never as markup: ``_view.js`` uses no
+  ``innerHTML`` and no ``eval`` (a test checks the source).
+
+On top of that the page carries a Content-Security-Policy that allows exactly its
+own style sheet and script (by their SHA-256) and no network loads at all, so
+even a mistake in the above could not load or run anything.
+
+A divergence renders too: ``view LOG --check`` replays the log and shows ok or the
+first divergence (recorded and regenerated event, field differences) above the
+timeline, with the diverging event marked in it; ``view A --diff B`` does the same
+for the first event where log ``B`` differs from log ``A`` (the timeline is A's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import hashlib
+import html
+import os
+import re
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+import msgspec
+
+from agentloop import Event, __version__, encode_event
+
+from ._diff import diff_events
+from ._log import LogError, TornLogError, read_log
+from ._replay import ReplayDivergence, ReplayError, _line, replay
+
+__all__ = ["Report", "ViewError", "add_parser", "check_report", "diff_report", "render_html", "run"]
+
+EXIT_OK = 0
+EXIT_DIFFERENT = 1
+EXIT_ERROR = 2
+
+
+class ViewError(Exception):
+    """One line for stderr, and an exit code (the CLI prints ``replay: error: ...``)."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Report(msgspec.Struct, frozen=True, kw_only=True):
+    """A replay check or a comparison of two logs, as the page shows it.
+
+    ``index`` is the position of the event to mark in the timeline (``None``: none
+    of its events). ``left``/``right`` are the two events compared there, encoded
+    as in the log (``None`` where one side has no event); ``labels`` name the sides.
+    """
+
+    kind: str
+    ok: bool
+    title: str
+    text: str = ""
+    index: int | None = None
+    labels: tuple[str, str] = ("", "")
+    left: msgspec.Raw | None = None
+    right: msgspec.Raw | None = None
+    left_summary: str = ""
+    right_summary: str = ""
+    differences: tuple[str, ...] = ()
+    hint: str = ""
+
+
+def _raw(event: Event | None) -> msgspec.Raw | None:
+    return None if event is None else msgspec.Raw(encode_event(event))
+
+
+def check_report(events: Sequence[Event]) -> Report:
+    """Replay ``events`` and report ok or the first divergence."""
+    try:
+        outcome = replay(events)
+    except ReplayDivergence as d:
+        return Report(
+            kind="check",
+            ok=False,
+            title=f"Replay diverged at event #{d.sequence}",
+            text=d.reason,
+            index=d.sequence if d.sequence < len(events) else None,
+            labels=("recorded", "regenerated"),
+            left=_raw(d.expected),
+            right=_raw(d.actual),
+            left_summary=_line(d.expected),
+            right_summary=_line(d.actual),
+            differences=tuple(d.differences),
+            hint=d.hint,
+        )
+    except ReplayError as exc:
+        return Report(kind="check", ok=False, title="Nothing replayed", text=str(exc))
+    result = outcome.result
+    if result is None:
+        waits = type(outcome.pending).__name__ if outcome.pending is not None else "nothing"
+        end = f"the run is unfinished (it waits for a {waits})"
+    else:
+        end = f"the run {result.status} ({result.reason}) after {result.steps} step(s)"
+    return Report(
+        kind="check",
+        ok=True,
+        title="Replay matched",
+        text=f"All {len(events)} events were regenerated byte for byte; {end}.",
+    )
+
+
+def diff_report(a: Sequence[Event], b: Sequence[Event], names: tuple[str, str]) -> Report:
+    """Compare logs ``a`` and ``b`` event by event; report the first difference."""
+    labels = (f"A  {names[0]}", f"B  {names[1]}")
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if encode_event(x) != encode_event(y):
+            return Report(
+                kind="diff",
+                ok=False,
+                title=f"The logs differ at event #{index}",
+                text=f"The timeline below is A's. A is {names[0]}; B is {names[1]}.",
+                index=index,
+                labels=labels,
+                left=_raw(x),
+                right=_raw(y),
+                left_summary=_line(x),
+                right_summary=_line(y),
+                differences=tuple(diff_events(x, y, labels=("A", "B"))),
+            )
+    if len(a) == len(b):
+        return Report(
+            kind="diff",
+            ok=True,
+            title="The logs are identical",
+            text=f"{len(a)} events, byte for byte: {names[0]} and {names[1]}.",
+        )
+    shorter = min(len(a), len(b))
+    name, longer = ("A", a) if len(a) > len(b) else ("B", b)
+    extra = longer[shorter]
+    return Report(
+        kind="diff",
+        ok=False,
+        title=f"The logs agree on their first {shorter} events",
+        text=(
+            f"{name} goes on with {len(longer) - shorter} more, from #{extra.sequence} "
+            f"{extra.type}. The timeline below is A's."
+        ),
+        index=shorter if name == "A" else None,
+        labels=labels,
+        left=_raw(a[shorter] if name == "A" else None),
+        right=_raw(b[shorter] if name == "B" else None),
+        left_summary=_line(a[shorter] if name == "A" else None),
+        right_summary=_line(b[shorter] if name == "B" else None),
+    )
+
+
+# --------------------------------------------------------------------------- the page
+
+_MARKER = re.compile(r"@@([A-Z_]+)@@")
+# A number JavaScript would print otherwise than the log has it: a float with an
+# integral value (1.0), one with an exponent (1e-07, 1e+16) or an integer past 2**53
+# (16 digits or more). Matches inside strings only make the page a little slower.
+_INEXACT_NUMBER = re.compile(rb"[0-9]\.0[,}\]]|[0-9][eE][-+]?[0-9]|[0-9]{16}")
+# JSON may hold these only inside strings, where a \uXXXX escape means the same.
+_JSON_ESCAPES = (
+    (b"<", b"\\u003c"),
+    (b">", b"\\u003e"),
+    (b"&", b"\\u0026"),
+    ("\u2028".encode(), b"\\u2028"),
+    ("\u2029".encode(), b"\\u2029"),
+)
+
+
+@functools.cache
+def _asset(name: str) -> str:
+    return (resources.files(__package__) / name).read_text(encoding="utf-8")
+
+
+def _csp_hash(text: str) -> str:
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return "sha256-" + base64.b64encode(digest).decode("ascii")
+
+
+def embed_json(data: bytes) -> str:
+    """``data`` (JSON) made safe to put inside a ``<script>`` element."""
+    for raw, escaped in _JSON_ESCAPES:
+        data = data.replace(raw, escaped)
+    return data.decode("utf-8")
+
+
+def render_html(
+    events: Sequence[Event],
+    *,
+    source: str = "",
+    report: Report | None = None,
+    torn: str = "",
+) -> str:
+    """The page for ``events``.
+
+    Args:
+        events: the log's events (any event type: those this viewer does not know
+            render generically).
+        source: where the log came from (the page's title and header).
+        report: a replay check or a comparison, shown above the timeline.
+        torn: a warning shown above everything (e.g. the log's last line is torn).
+    """
+    name = os.path.basename(source) or "log"
+    generator = f"agentloop {__version__} · python -m replay view"
+    meta = {
+        "title": f"{name} · agentloop session",
+        "source": source,
+        "generator": generator,
+        "torn": torn,
+    }
+    data = msgspec.json.encode(
+        {
+            "meta": meta,
+            "events": [msgspec.Raw(encode_event(event)) for event in events],
+            "report": report,
+        }
+    )
+    script, style = _asset("_view.js"), _asset("_view.css")
+    values = {
+        "SCRIPT_HASH": _csp_hash(script),
+        "STYLE_HASH": _csp_hash(style),
+        "GENERATOR": html.escape(generator),
+        "NUMBERS": "exact" if _INEXACT_NUMBER.search(data) else "plain",
+        "STYLE": style,
+        "DATA": embed_json(data),
+        "SCRIPT": script,
+    }
+    # One pass: what is put in is never searched for markers again.
+    return _MARKER.sub(lambda m: values[m.group(1)], _asset("_view.html"))
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
+    """Add ``view`` to ``python -m replay``'s subcommands."""
+    view = commands.add_parser(
+        "view",
+        help="write a log as one self-contained HTML page",
+        description=(
+            "Write LOG as one HTML file that opens offline in any browser: steps, model "
+            "text and thinking, tool calls and results, pauses, errors, usage. Exit "
+            "codes: 0 written; 1 written, and --check or --diff found a divergence; 2 a "
+            "usage error or a log that cannot be read (a torn log is still written, with "
+            "its intact events)."
+        ),
+    )
+    view.add_argument("log")
+    view.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="the page to write (default: LOG with the suffix .html; - for stdout)",
+    )
+    against = view.add_mutually_exclusive_group()
+    against.add_argument(
+        "--check", action="store_true", help="replay LOG and show ok or the divergence"
+    )
+    against.add_argument(
+        "--diff", metavar="B", help="compare LOG with log B and show the first difference"
+    )
+
+
+def _read(path: str, *, allow_torn: bool) -> tuple[list[Event], str]:
+    try:
+        return read_log(path), ""
+    except TornLogError as exc:
+        if not allow_torn:
+            raise ViewError(str(exc)) from None
+        return exc.events, str(exc)
+    except LogError as exc:
+        raise ViewError(str(exc)) from None
+    except OSError as exc:
+        raise ViewError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _output_path(log: str, output: str | None) -> str | None:
+    """Where to write (``None``: stdout); never over one of the logs."""
+    if output == "-":
+        return None
+    if output is None:
+        output = os.path.splitext(log)[0] + ".html"
+    return output
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    """``python -m replay view``; returns the exit code or raises :class:`ViewError`."""
+    events, torn = _read(args.log, allow_torn=True)
+    report = None
+    if args.check:
+        report = check_report(events)
+    elif args.diff is not None:
+        other, _ = _read(args.diff, allow_torn=False)
+        report = diff_report(events, other, (args.log, args.diff))
+    output = _output_path(args.log, args.output)
+    for log in (args.log, args.diff):
+        if output is not None and log is not None and _same_file(output, log):
+            raise ViewError(f"{output}: that is a log, not overwritten; choose another -o FILE")
+    page = render_html(events, source=args.log, report=report, torn=torn).encode("utf-8")
+    if output is None:
+        sys.stdout.buffer.write(page)
+        sys.stdout.flush()
+        said = sys.stderr
+    else:
+        try:
+            with open(output, "wb") as file:
+                file.write(page)
+        except OSError as exc:
+            raise ViewError(f"{output}: cannot write: {exc.strerror or exc}") from None
+        said = sys.stdout
+        print(f"wrote {output} ({len(events)} events, {len(page):,} bytes)", file=said)
+    if report is not None:
+        print(f"{report.title}: {report.text}" if report.text else report.title, file=said)
+    if torn:
+        raise ViewError(f"{torn}; the page shows them")
+    return EXIT_OK if report is None or report.ok else EXIT_DIFFERENT
