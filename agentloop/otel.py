@@ -97,6 +97,7 @@ except ImportError as _exc:  # pragma: no cover - exercised without the extra
 
 __all__ = [
     "GENAI_CONVENTIONS",
+    "UNKNOWN_PROVIDER",
     "SpanRecorder",
     "instrument",
     "otlp_json",

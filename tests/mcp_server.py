@@ -104,6 +104,12 @@ def env(name: str) -> str:
     return os.environ.get(name, "<unset>")
 
 
+@server.tool()
+def pid() -> int:
+    """The server's process id."""
+    return os.getpid()
+
+
 @server.tool(name="dotted.name", title="A tool with a dot in its name")
 def dotted() -> str:
     return "dotted"

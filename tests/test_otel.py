@@ -934,33 +934,6 @@ def test_otlp_json_of_no_events() -> None:
     assert json.loads(otel.otlp_json([])) == {}
 
 
-# --------------------------------------------------------------------------- packaging
-
-
-def test_import_agentloop_does_not_import_opentelemetry() -> None:
-    code = (
-        "import sys, agentloop, replay, replay.__main__; "
-        "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry', 'google'))))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
-
-
-def test_without_the_extra_the_import_error_says_what_to_install() -> None:
-    code = (
-        "import sys; sys.modules['opentelemetry'] = None\n"
-        "try:\n    import agentloop.otel\n"
-        "except ImportError as exc:\n    print(exc)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
-    assert "pip install 'agentloop[otel]'" in done.stdout
-
-
 # --------------------------------------------------------------------------- CLI
 
 
