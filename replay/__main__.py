@@ -7,6 +7,7 @@ Commands::
     python -m replay diff A B                           the first differing event
     python -m replay stats LOG [--json]                 steps, tools, tokens, errors, time
     python -m replay view LOG [-o FILE] [--check | --diff B]   one self-contained HTML page
+    python -m replay otel LOG [-o FILE]                 OpenTelemetry spans, OTLP/JSON
 
 Exit codes: 0 ok (logs identical, replay matched); 1 a divergence or a difference;
 2 a usage error or a file that cannot be read as a log. Errors are one line on
@@ -43,7 +44,7 @@ from agentloop import (
     encode_event,
 )
 
-from . import _view
+from . import _otel, _view
 from ._diff import diff_events, summarize
 from ._log import LogError, TornLogError, read_log
 from ._replay import ReplayDivergence, replay
@@ -88,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("log")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
     _view.add_parser(commands)
+    _otel.add_parser(commands)
     return parser
 
 
@@ -303,6 +305,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _diff(args.a, args.b)
         if args.command == "view":
             return _view.run(args)
+        if args.command == "otel":
+            try:
+                return _otel.command(args, _read(args.log))
+            except _otel.OTelCommandError as exc:
+                raise _Fail(str(exc)) from None
         return _print_stats(args.log, args.json)
     except (_Fail, _view.ViewError) as fail:
         print(f"replay: error: {fail}", file=sys.stderr)

@@ -1,0 +1,733 @@
+"""OpenTelemetry spans for agentloop runs, following the GenAI semantic conventions.
+
+Install with ``pip install 'agentloop[otel]'``. ``import agentloop`` never imports
+OpenTelemetry; only this module does.
+
+Two ways in, one translation:
+
+- **Live**: a :class:`SpanRecorder` is a plain event subscriber. Attach it to the
+  run's :class:`~agentloop.EventLog` (``instrument(log)`` does
+  ``log.subscribe(SpanRecorder(...))``) or pass it wherever a driver takes a
+  per-event callback. It works with any driver because it only reads events.
+- **Offline**: :func:`record_log` feeds a recorded log through the same recorder,
+  into any tracer provider; :func:`otlp_json` writes the spans of a log as OTLP/JSON
+  (what ``python -m replay otel LOG`` prints), with trace and span ids derived from
+  the log, so the same log always gives the same file.
+
+Conventions
+-----------
+The names follow the OpenTelemetry GenAI semantic conventions as released in
+``semantic-conventions-genai`` v0.1.0 (the same names as semantic-conventions
+1.37-1.41, where ``gen_ai.provider.name`` replaced ``gen_ai.system``). One run is one
+trace::
+
+    invoke_agent {agent}          INTERNAL  the run, session.start .. run.finished
+    ├── chat {model}              CLIENT    one per model request (step)
+    ├── execute_tool {tool}       INTERNAL  one per tool call
+    ├── chat {model}
+    └── ...
+
+Span times are the events' ``at`` (the replies' times; the engine reads no
+clock). Errors follow the conventions' "recording errors" rule: status ``ERROR``
+and ``error.type`` = the agentloop error code (``MODEL_ERROR``,
+``MODEL_PROTOCOL_ERROR``, ``HOOK_ERROR``, ...) for failed runs and model calls,
+``tool_error`` for an error result from a tool and ``loop_error`` for one the loop
+made itself (unknown tool, hook abort or skip, denied approval, truncated call).
+Pauses, resumes, budget warnings and cancellation are span events
+(``agentloop.session.pause``, ``agentloop.session.resume``,
+``agentloop.budget.warn``, ``agentloop.cancel``); agentloop's own attributes are
+under ``agentloop.*``.
+
+Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
+``gen_ai.system_instructions``, ``gen_ai.tool.definitions``,
+``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``, pause and resume
+payloads, tool error texts) is recorded only with ``capture_content=True``: the
+conventions make these attributes opt-in because they hold user data. Structured
+values are recorded as JSON strings (the form the conventions allow where
+structured attributes are not supported, and the one GenAI backends read today).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import msgspec
+
+from ._codec import encode_event
+from ._events import (
+    BudgetWarnEvent,
+    Event,
+    EventLog,
+    MessageAcceptedEvent,
+    ModelChunkEvent,
+    PlanCommitEvent,
+    PlanDraftEvent,
+    RunFinishedEvent,
+    SessionPauseEvent,
+    SessionResumeEvent,
+    SessionStartEvent,
+    StepStartEvent,
+    ToolCallEvent,
+    ToolErrorEvent,
+    ToolResultEvent,
+)
+from ._messages import (
+    AssistantMessage,
+    Block,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    UserMessage,
+)
+from ._protocol import ModelFailure, Usage
+from ._version import __version__
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+except ImportError as _exc:  # pragma: no cover - exercised without the extra
+    raise ImportError("agentloop.otel needs OpenTelemetry: pip install 'agentloop[otel]'") from _exc
+
+__all__ = [
+    "GENAI_CONVENTIONS",
+    "UNKNOWN_PROVIDER",
+    "SpanRecorder",
+    "instrument",
+    "otlp_json",
+    "record_log",
+]
+
+#: The version of the GenAI semantic conventions the span names and attributes follow.
+GENAI_CONVENTIONS: Final = "semantic-conventions-genai v0.1.0"
+
+#: ``gen_ai.provider.name`` when neither ``provider_name`` nor the model says
+#: (the attribute is required; a log does not record which provider answered).
+UNKNOWN_PROVIDER: Final = "unknown"
+
+_logger = logging.getLogger("agentloop.otel")
+
+# Attribute names (GenAI semantic conventions).
+_OPERATION: Final = "gen_ai.operation.name"
+_PROVIDER: Final = "gen_ai.provider.name"
+_AGENT_NAME: Final = "gen_ai.agent.name"
+_CONVERSATION: Final = "gen_ai.conversation.id"
+_REQUEST_MODEL: Final = "gen_ai.request.model"
+_RESPONSE_ID: Final = "gen_ai.response.id"
+_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"
+_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+_TOOL_NAME: Final = "gen_ai.tool.name"
+_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+_TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
+_ERROR_TYPE: Final = "error.type"
+# Opt-in (content) attributes.
+_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+_TOOL_DEFINITIONS: Final = "gen_ai.tool.definitions"
+_TOOL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+_TOOL_RESULT: Final = "gen_ai.tool.call.result"
+
+_NANOS: Final = 1_000_000_000
+_encode = msgspec.json.Encoder().encode
+
+
+def _json(value: Any) -> str:
+    # msgspec writes NaN/inf as null and any int exactly; event values are valid Unicode.
+    return _encode(value).decode()
+
+
+class _Open:
+    """A span this recorder started and has not ended yet, with its start time."""
+
+    __slots__ = ("span", "start")
+
+    def __init__(self, span: Span, start: int | None) -> None:
+        self.span = span
+        self.start = start
+
+
+class SpanRecorder:
+    """Turns agentloop events into OpenTelemetry spans, one event at a time.
+
+    A plain subscriber: call it with each event of a run, in order
+    (``log.subscribe(recorder)``, or a driver's per-event callback). It keeps only
+    what it needs to end the spans it started (and, with ``capture_content``, the
+    transcript), and it never raises into the run: an unexpected error is logged to
+    the ``agentloop.otel`` logger and the event is skipped.
+
+    A recorder can follow one run after another; a ``session.start`` while a run is
+    still open ends that run's spans first (as :meth:`finish` does). Spans of a run
+    whose log ends without ``run.finished`` (a parked pause, a crash) stay open until
+    :meth:`finish`.
+
+    Args:
+        tracer_provider: where spans go; default: the global tracer provider.
+        model: the model the run uses; its ``provider`` and ``model`` attributes
+            (the agentloop adapters have both) fill ``provider_name`` and
+            ``request_model`` when those are not given.
+        provider_name: ``gen_ai.provider.name`` (e.g. ``openai``, ``anthropic``);
+            ``"unknown"`` when neither this nor ``model`` says.
+        request_model: ``gen_ai.request.model``; the chat spans are named
+            ``chat {request_model}`` (``chat`` without it).
+        agent_name: ``gen_ai.agent.name``; the root span is ``invoke_agent {agent_name}``.
+        conversation_id: ``gen_ai.conversation.id`` (e.g. a durable session's id).
+        capture_content: record message content (opt-in, see the module docs).
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        model: object | None = None,
+        provider_name: str | None = None,
+        request_model: str | None = None,
+        agent_name: str | None = None,
+        conversation_id: str | None = None,
+        capture_content: bool = False,
+    ) -> None:
+        if provider_name is None:
+            provider_name = _str_attribute(model, "provider") or UNKNOWN_PROVIDER
+        if request_model is None:
+            request_model = _str_attribute(model, "model")
+        for name, value in (
+            ("provider_name", provider_name),
+            ("request_model", request_model),
+            ("agent_name", agent_name),
+            ("conversation_id", conversation_id),
+        ):
+            if value is not None and (type(value) is not str or not value):
+                raise TypeError(f"{name} must be a non-empty str or None, got {value!r}")
+        if type(capture_content) is not bool:
+            raise TypeError(f"capture_content must be a bool, got {capture_content!r}")
+        self._tracer = trace.get_tracer("agentloop", __version__, tracer_provider=tracer_provider)
+        self.capture_content = capture_content
+        self._common: dict[str, str] = {_PROVIDER: provider_name}
+        if request_model is not None:
+            self._common[_REQUEST_MODEL] = request_model
+        self._agent_name = agent_name
+        self._conversation_id = conversation_id
+        self._chat_name = "chat" if request_model is None else f"chat {request_model}"
+        # Set by record_log for offline export: a root that ignores the ambient
+        # context, and the time used before any event has one.
+        self._root_context: Context | None = None
+        self._fallback_time: Callable[[Event], int | None] = _no_time
+        self._handlers: dict[type[Any], Callable[[Any, int | None], None]] = {
+            SessionStartEvent: self._session_start,
+            MessageAcceptedEvent: self._message_accepted,
+            StepStartEvent: self._step_start,
+            ModelChunkEvent: self._model_chunk,
+            PlanDraftEvent: self._plan_draft,
+            PlanCommitEvent: self._plan_commit,
+            ToolCallEvent: self._tool_call,
+            ToolResultEvent: self._tool_end,
+            ToolErrorEvent: self._tool_end,
+            BudgetWarnEvent: self._budget_warn,
+            SessionPauseEvent: self._session_pause,
+            SessionResumeEvent: self._session_resume,
+            RunFinishedEvent: self._run_finished,
+        }
+        self._reset()
+
+    def _reset(self) -> None:
+        self._root: _Open | None = None
+        self._chat: _Open | None = None
+        self._chat_chunked = False
+        self._tools: dict[str, _Open] = {}
+        self._descriptions: dict[str, str] = {}
+        self._system: str | None = None
+        self._transcript: list[str] = []  # JSON of each message (capture_content only)
+        self._input_recorded = False
+        self._output: str | None = None  # JSON of the last committed output message
+        self._stop_reason = "stop"
+        self._last_time: int | None = None
+
+    # ----------------------------------------------------------------- subscriber
+
+    def __call__(self, event: Event) -> None:
+        """Record one event (the subscriber entry point)."""
+        try:
+            handler = self._handlers.get(type(event))
+            starts = type(event) is SessionStartEvent
+            if starts and self._root is not None:
+                self.finish()  # the previous run never finished
+            at = self._time(event)
+            if self._root is None and not starts:
+                # Attached mid-run, or a log with only run.finished (an invalid
+                # transcript): the run's span starts at the first event seen.
+                self._start_root(at, None)
+            if handler is not None:
+                handler(event, at)
+        except Exception:
+            _logger.exception("agentloop.otel: cannot record %s", type(event).__name__)
+
+    def finish(self) -> None:
+        """End every span still open, marked ``agentloop.incomplete``.
+
+        For a run whose log ends without ``run.finished`` (a parked pause, a crash):
+        the spans end at the last event's time. Does nothing when no run is open.
+        """
+        root = self._root
+        if root is None:
+            return
+        at = self._last_time
+        for child in self._children():
+            child.span.set_attribute("agentloop.incomplete", True)
+            self._end(child, at)
+        root.span.set_attribute("agentloop.incomplete", True)
+        self._end(root, at)
+        self._reset()
+
+    # ----------------------------------------------------------------- time
+
+    def _time(self, event: Event) -> int | None:
+        """The event's time in ns since the epoch (``None``: let the SDK's clock say).
+
+        An event without a usable ``at`` takes the last time seen in this run.
+        """
+        at = event.at
+        if at is not None and math.isfinite(at) and at >= 0:
+            self._last_time = round(at * _NANOS)
+        elif self._last_time is None:
+            return self._fallback_time(event)
+        return self._last_time
+
+    # ----------------------------------------------------------------- spans
+
+    def _start(
+        self, name: str, kind: SpanKind, attributes: dict[str, Any], at: int | None
+    ) -> _Open:
+        assert self._root is not None
+        context = trace.set_span_in_context(self._root.span)
+        span = self._tracer.start_span(
+            name, context=context, kind=kind, attributes=attributes, start_time=at
+        )
+        return _Open(span, at)
+
+    def _end(self, opened: _Open, at: int | None) -> None:
+        if at is not None and opened.start is not None and at < opened.start:
+            at = opened.start  # a clock that went back: never end before the start
+        opened.span.end(end_time=at)
+
+    def _children(self) -> list[_Open]:
+        children = list(self._tools.values())
+        if self._chat is not None:
+            children.insert(0, self._chat)
+        self._chat = None
+        self._tools = {}
+        return children
+
+    def _start_root(self, at: int | None, event: SessionStartEvent | None) -> None:
+        attributes: dict[str, Any] = {_OPERATION: "invoke_agent", **self._common}
+        name = "invoke_agent"
+        if self._agent_name is not None:
+            attributes[_AGENT_NAME] = self._agent_name
+            name = f"invoke_agent {self._agent_name}"
+        if self._conversation_id is not None:
+            attributes[_CONVERSATION] = self._conversation_id
+        if event is not None:
+            attributes["agentloop.max_steps"] = event.max_steps
+            if self.capture_content:
+                if event.system is not None:
+                    attributes[_SYSTEM_INSTRUCTIONS] = _system_json(event.system)
+                attributes[_TOOL_DEFINITIONS] = _json(
+                    [
+                        {
+                            "type": "function",
+                            "name": spec.name,
+                            "description": spec.description,
+                            "parameters": spec.parameters,
+                        }
+                        for spec in event.tools
+                    ]
+                )
+        span = self._tracer.start_span(
+            name,
+            context=self._root_context,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=at,
+        )
+        self._root = _Open(span, at)
+
+    # ----------------------------------------------------------------- handlers
+
+    def _session_start(self, event: SessionStartEvent, at: int | None) -> None:
+        self._start_root(at, event)
+        self._descriptions = {spec.name: spec.description for spec in event.tools}
+        self._system = event.system
+
+    def _message_accepted(self, event: MessageAcceptedEvent, at: int | None) -> None:
+        self._remember(event.message)
+
+    def _remember(self, message: Message) -> None:
+        if self.capture_content:
+            self._transcript.append(_json(_message(message)))
+
+    def _messages_json(self) -> str:
+        return "[" + ",".join(self._transcript) + "]"
+
+    def _step_start(self, event: StepStartEvent, at: int | None) -> None:
+        assert self._root is not None
+        attributes: dict[str, Any] = {
+            _OPERATION: "chat",
+            **self._common,
+            "agentloop.request.id": event.request_id,
+            "agentloop.step": event.step,
+        }
+        if self.capture_content:
+            attributes[_INPUT_MESSAGES] = self._messages_json()
+            if self._system is not None:
+                attributes[_SYSTEM_INSTRUCTIONS] = _system_json(self._system)
+            if not self._input_recorded:
+                self._root.span.set_attribute(_INPUT_MESSAGES, attributes[_INPUT_MESSAGES])
+                self._input_recorded = True
+        if self._chat is not None:  # a request that never got an answer
+            self._end(self._chat, at)
+        self._chat = self._start(self._chat_name, SpanKind.CLIENT, attributes, at)
+        self._chat_chunked = False
+
+    def _model_chunk(self, event: ModelChunkEvent, at: int | None) -> None:
+        chat = self._chat
+        if chat is None or self._chat_chunked:
+            return
+        self._chat_chunked = True
+        if at is not None and chat.start is not None:
+            chat.span.set_attribute(_FIRST_CHUNK, max(at - chat.start, 0) / _NANOS)
+
+    def _plan_draft(self, event: PlanDraftEvent, at: int | None) -> None:
+        chat = self._chat
+        if chat is None:
+            return
+        reply = event.reply
+        if isinstance(reply, ModelFailure):
+            _set_error(chat.span, reply.code, reply.message)
+            self._chat = None
+            self._end(chat, at)
+            return
+        span = chat.span
+        span.set_attribute(_RESPONSE_ID, reply.id)
+        span.set_attribute(_FINISH_REASONS, (reply.stop_reason,))
+        self._stop_reason = reply.stop_reason
+        if reply.usage is not None:
+            _set_usage(span, reply.usage)
+        if self.capture_content:
+            output = {
+                "role": "assistant",
+                "parts": [_part(block) for block in reply.content],
+                "finish_reason": reply.stop_reason,
+            }
+            span.set_attribute(_OUTPUT_MESSAGES, _json([output]))
+
+    def _plan_commit(self, event: PlanCommitEvent, at: int | None) -> None:
+        self._remember(event.message)
+        if self.capture_content:
+            message = _message(event.message)
+            message["finish_reason"] = self._stop_reason
+            self._output = _json([message])
+        chat = self._chat
+        if chat is not None:
+            self._chat = None
+            self._end(chat, at)
+
+    def _tool_call(self, event: ToolCallEvent, at: int | None) -> None:
+        call = event.call
+        attributes: dict[str, Any] = {
+            _OPERATION: "execute_tool",
+            _TOOL_NAME: call.name,
+            _TOOL_CALL_ID: call.id,
+            "agentloop.step": event.step,
+        }
+        description = self._descriptions.get(call.name)
+        if description:
+            attributes[_TOOL_DESCRIPTION] = description
+        if self.capture_content:
+            attributes[_TOOL_ARGUMENTS] = _json(call.arguments)
+        previous = self._tools.pop(call.id, None)
+        if previous is not None:  # pragma: no cover - call ids are unique in a run
+            self._end(previous, at)
+        self._tools[call.id] = self._start(
+            f"execute_tool {call.name}", SpanKind.INTERNAL, attributes, at
+        )
+
+    def _tool_end(self, event: ToolResultEvent | ToolErrorEvent, at: int | None) -> None:
+        message = event.message
+        self._remember(message)
+        tool = self._tools.pop(message.tool_call_id, None)
+        if tool is None:  # its tool.call came before this recorder was attached
+            tool = self._start(
+                f"execute_tool {message.tool_name}",
+                SpanKind.INTERNAL,
+                {
+                    _OPERATION: "execute_tool",
+                    _TOOL_NAME: message.tool_name,
+                    _TOOL_CALL_ID: message.tool_call_id,
+                },
+                at,
+            )
+        span = tool.span
+        if event.reply is None:
+            span.set_attribute("agentloop.tool.loop_made", True)
+        if type(event) is ToolErrorEvent:
+            error_type = "tool_error" if event.reply is not None else "loop_error"
+            _set_error(span, error_type, message.content if self.capture_content else None)
+        elif self.capture_content:
+            span.set_attribute(_TOOL_RESULT, message.content)
+        self._end(tool, at)
+
+    def _budget_warn(self, event: BudgetWarnEvent, at: int | None) -> None:
+        assert self._root is not None
+        self._root.span.add_event(
+            "agentloop.budget.warn",
+            {
+                "agentloop.budget.limit": event.limit,
+                "agentloop.budget.turns": event.usage.turns,
+                "agentloop.budget.tool_calls": event.usage.tool_calls,
+                "agentloop.budget.wall_seconds": event.usage.wall_seconds,
+            },
+            timestamp=at,
+        )
+
+    def _session_pause(self, event: SessionPauseEvent, at: int | None) -> None:
+        assert self._root is not None
+        attributes: dict[str, Any] = {"agentloop.pause.reason": event.reason}
+        if self.capture_content and event.payload is not None:
+            attributes["agentloop.pause.payload"] = _json(event.payload)
+        self._root.span.add_event("agentloop.session.pause", attributes, timestamp=at)
+
+    def _session_resume(self, event: SessionResumeEvent, at: int | None) -> None:
+        assert self._root is not None
+        attributes: dict[str, Any] = {}
+        if event.reply.budget is not None:
+            attributes["agentloop.resume.new_budget"] = True
+        if self.capture_content and event.reply.payload is not None:
+            attributes["agentloop.resume.payload"] = _json(event.reply.payload)
+        self._root.span.add_event("agentloop.session.resume", attributes, timestamp=at)
+
+    def _run_finished(self, event: RunFinishedEvent, at: int | None) -> None:
+        root = self._root
+        assert root is not None
+        error = event.error
+        for child in self._children():
+            if error is not None:
+                _set_error(child.span, error.code, error.message)
+            elif event.status == "cancelled":
+                child.span.add_event(
+                    "agentloop.cancel", {"agentloop.cancel.reason": event.reason}, timestamp=at
+                )
+            self._end(child, at)
+        span = root.span
+        span.set_attributes(
+            {
+                "agentloop.run.status": event.status,
+                "agentloop.run.reason": event.reason,
+                "agentloop.run.steps": event.steps,
+            }
+        )
+        _set_usage(span, event.usage)
+        if self.capture_content and event.status == "completed" and self._output is not None:
+            span.set_attribute(_OUTPUT_MESSAGES, self._output)
+        if self.capture_content and not self._input_recorded and self._transcript:
+            span.set_attribute(_INPUT_MESSAGES, self._messages_json())
+        if error is not None:
+            _set_error(span, error.code, error.message)
+        elif event.status == "cancelled":
+            span.add_event(
+                "agentloop.cancel", {"agentloop.cancel.reason": event.reason}, timestamp=at
+            )
+        self._end(root, at)
+        self._reset()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _no_time(event: Event) -> None:
+    return None
+
+
+def _str_attribute(obj: object, name: str) -> str | None:
+    value = getattr(obj, name, None)
+    return value if type(value) is str and value else None
+
+
+def _set_error(span: Span, error_type: str, description: str | None) -> None:
+    span.set_attribute(_ERROR_TYPE, error_type)
+    span.set_status(Status(StatusCode.ERROR, description))
+
+
+def _set_usage(span: Span, usage: Usage) -> None:
+    span.set_attribute(_INPUT_TOKENS, usage.input_tokens)
+    span.set_attribute(_OUTPUT_TOKENS, usage.output_tokens)
+
+
+def _system_json(system: str) -> str:
+    return _json([{"type": "text", "content": system}])
+
+
+def _part(block: Block) -> dict[str, Any]:
+    """One message part in the conventions' JSON schema (``gen-ai-input-messages.json``)."""
+    if isinstance(block, TextBlock):
+        return {"type": "text", "content": block.text}
+    if isinstance(block, ThinkingBlock):
+        return {"type": "reasoning", "content": block.text}
+    if isinstance(block, ToolCall):
+        return {
+            "type": "tool_call",
+            "id": block.id,
+            "name": block.name,
+            "arguments": block.arguments,
+        }
+    # A block type this module does not know (yet): a generic part with its fields.
+    part: dict[str, Any] = msgspec.to_builtins(block)
+    return part
+
+
+def _message(message: Message) -> dict[str, Any]:
+    if isinstance(message, UserMessage):
+        return {"role": "user", "parts": [{"type": "text", "content": message.content}]}
+    if isinstance(message, AssistantMessage):
+        return {"role": "assistant", "parts": [_part(block) for block in message.content]}
+    response = {
+        "type": "tool_call_response",
+        "id": message.tool_call_id,
+        "response": message.content,
+    }
+    return {"role": "tool", "parts": [response]}
+
+
+def instrument(log: EventLog, **options: Any) -> SpanRecorder:
+    """Subscribe a :class:`SpanRecorder` to ``log``; returns the recorder.
+
+    ``options`` are :class:`SpanRecorder`'s. Pass the same ``log`` to ``run(...)``::
+
+        log = EventLog()
+        instrument(log, tracer_provider=provider, model=model)
+        run(messages, model=model, tools=tools, log=log)
+    """
+    if not isinstance(log, EventLog):
+        raise TypeError(f"log must be an EventLog, got {log!r}")
+    recorder = SpanRecorder(**options)
+    log.subscribe(recorder)
+    return recorder
+
+
+def record_log(
+    events: Iterable[Event], *, tracer_provider: TracerProvider | None = None, **options: Any
+) -> None:
+    """Record the spans of a finished (or unfinished) log into ``tracer_provider``.
+
+    The same translation as live recording. The root span is a new trace (it does
+    not join whatever span is current). Spans the log leaves open are ended at its
+    last time and marked ``agentloop.incomplete``. Events without a usable ``at``
+    take the last time seen; a log that starts without times takes its first
+    ``at``, and a log with no ``at`` at all is placed at the Unix epoch, event
+    ``#n`` at ``n`` milliseconds (order and nesting kept, no invented clock).
+    """
+    events = list(events)
+    first = next(
+        (e.at for e in events if e.at is not None and math.isfinite(e.at) and e.at >= 0),
+        None,
+    )
+    recorder = SpanRecorder(tracer_provider=tracer_provider, **options)
+    recorder._root_context = Context()
+    if first is not None:
+        start = round(first * _NANOS)
+        recorder._fallback_time = lambda event: start
+    else:
+        recorder._fallback_time = lambda event: event.sequence * 1_000_000
+    for event in events:
+        recorder(event)
+    recorder.finish()
+
+
+# --------------------------------------------------------------------------- OTLP/JSON
+
+
+def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **options: Any) -> str:
+    """The spans of a log as one OTLP/JSON ``ExportTraceServiceRequest`` (one line).
+
+    Built with the OpenTelemetry SDK and the OTLP protobuf encoder, then written in
+    the OTLP/JSON mapping (protobuf JSON with lowerCamelCase keys, enums as
+    integers, trace and span ids as hex). Deterministic: the trace id is the first
+    16 bytes of SHA-256 over the events before the first step (``session.start``
+    and the initial messages, which include the start time), and the n-th span's id
+    the first 8 bytes of SHA-256 over that seed and ``n``; the resource holds only
+    ``service.name``, and no span limits apply. The same log gives the same bytes.
+
+    ``options`` are :class:`SpanRecorder`'s (``tracer_provider`` excepted).
+    """
+    from google.protobuf.json_format import (  # type: ignore[import-untyped, unused-ignore]
+        MessageToDict,
+    )
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import SpanLimits
+    from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    events = list(events)
+    seed = hashlib.sha256(b"agentloop.otel\0")
+    for event in events:
+        if type(event) is StepStartEvent:
+            break
+        seed.update(encode_event(event))
+        seed.update(b"\n")
+    digest = seed.digest()
+
+    class LogIds(IdGenerator):
+        """Ids derived from the log (see above) instead of random ones."""
+
+        def __init__(self) -> None:
+            self.spans = 0
+
+        def generate_trace_id(self) -> int:
+            return int.from_bytes(hashlib.sha256(digest + b"trace").digest()[:16], "big")
+
+        def generate_span_id(self) -> int:
+            self.spans += 1
+            n = self.spans.to_bytes(8, "big")
+            return int.from_bytes(hashlib.sha256(digest + b"span" + n).digest()[:8], "big")
+
+    unlimited = SpanLimits.UNSET
+    provider = SDKTracerProvider(
+        sampler=ALWAYS_ON,
+        resource=Resource({"service.name": service_name}),
+        id_generator=LogIds(),
+        span_limits=SpanLimits(
+            max_attributes=unlimited,
+            max_events=unlimited,
+            max_links=unlimited,
+            max_span_attributes=unlimited,
+            max_event_attributes=unlimited,
+            max_link_attributes=unlimited,
+            max_attribute_length=unlimited,
+            max_span_attribute_length=unlimited,
+        ),
+    )
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        record_log(events, tracer_provider=provider, **options)
+        request = encode_spans(exporter.get_finished_spans())
+    finally:
+        provider.shutdown()
+    data = MessageToDict(request, use_integers_for_enums=True)
+    for resource_spans in data.get("resourceSpans", ()):
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return _json(data)

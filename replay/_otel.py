@@ -1,0 +1,87 @@
+"""``python -m replay otel LOG``: a recorded log as OpenTelemetry spans (OTLP/JSON).
+
+The translation is :func:`agentloop.otel.otlp_json` (the ``otel`` extra); this module
+is only the command line around it, imported by ``replay.__main__`` without
+importing OpenTelemetry until the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agentloop import Event
+
+__all__ = ["OTelCommandError", "add_parser", "command"]
+
+
+class OTelCommandError(Exception):
+    """The command cannot run (no OpenTelemetry, an unwritable output file)."""
+
+
+def _name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def add_parser(commands: Any) -> None:
+    """Add the ``otel`` subcommand to the CLI's subparsers."""
+    otel: argparse.ArgumentParser = commands.add_parser(
+        "otel",
+        help="the log as OpenTelemetry spans, OTLP/JSON (needs the otel extra)",
+        description=(
+            "Write the spans of a log (GenAI semantic conventions: invoke_agent, chat, "
+            "execute_tool) as one OTLP/JSON ExportTraceServiceRequest. Ids are derived "
+            "from the log: the same log gives the same output. Message content is left "
+            "out unless --capture-content."
+        ),
+    )
+    otel.add_argument("log")
+    otel.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    otel.add_argument(
+        "--capture-content",
+        action="store_true",
+        help="include messages, tool arguments and results (may hold user data)",
+    )
+    otel.add_argument("--agent-name", type=_name, help="gen_ai.agent.name (invoke_agent NAME)")
+    otel.add_argument("--provider", type=_name, help="gen_ai.provider.name (default: unknown)")
+    otel.add_argument("--model", type=_name, help="gen_ai.request.model (chat MODEL)")
+    otel.add_argument("--conversation-id", type=_name, help="gen_ai.conversation.id")
+    otel.add_argument(
+        "--service-name", type=_name, default="agentloop", help="service.name (agentloop)"
+    )
+
+
+def command(args: argparse.Namespace, events: Sequence[Event]) -> int:
+    """Run ``otel`` on the events of ``args.log``; returns the exit code.
+
+    Raises:
+        OTelCommandError: OpenTelemetry is not installed, or the output cannot be
+            written (one line for stderr).
+    """
+    try:
+        from agentloop.otel import otlp_json
+    except ImportError as exc:
+        raise OTelCommandError(str(exc)) from None
+    text = otlp_json(
+        events,
+        service_name=args.service_name,
+        capture_content=args.capture_content,
+        agent_name=args.agent_name,
+        provider_name=args.provider,
+        request_model=args.model,
+        conversation_id=args.conversation_id,
+    )
+    if args.output is None:
+        sys.stdout.write(text + "\n")
+        return 0
+    try:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise OTelCommandError(f"{args.output}: cannot write: {reason}") from None
+    return 0
