@@ -162,6 +162,7 @@ def run_durable(
     on_pause: OnPause | None = None,
     clock: Clock | None = None,
     started_at: float | None = None,
+    on_event: Callable[[Event], None] | None = None,
     owner: str | None = None,
     lease_seconds: float = 30.0,
 ) -> RunResult | Parked:
@@ -184,6 +185,9 @@ def run_durable(
             same parameters. Tools can read :func:`idempotency_key`.
         system, max_steps, budget, started_at: as for :func:`agentloop.run`, for a
             new session.
+        on_event: called with each new event as the loop emits it (before it is
+            committed), from the first one this call adds: a live view (a
+            resumed session's stored events are in ``store.events``).
         on_pause: answers pauses as in :func:`agentloop.run`. Without it, a pause
             parks the session (see :class:`Parked`). An answer recorded with
             :func:`answer` is used first either way.
@@ -209,7 +213,7 @@ def run_durable(
             ``CallerProtocolError`` is the exception: it ends the run ``failed``,
             as in ``run``, and that end is committed.)
     """
-    _check_options(session_id, model, signal, on_pause, clock, lease_seconds)
+    _check_options(session_id, model, signal, on_pause, clock, on_event, lease_seconds)
     clock = time.time if clock is None else clock
     registry = ToolRegistry(tools)
     owner = _default_owner() if owner is None else owner
@@ -222,6 +226,7 @@ def run_durable(
         clock,
         on_pause is not None,
         signal,
+        on_event,
     )
     try:
         info, events = store.load(session_id)
@@ -303,6 +308,7 @@ class _Runner:
         clock: Clock,
         ask: bool,
         signal: CancelToken | None,
+        on_event: Callable[[Event], None] | None,
     ) -> None:
         self.store = store
         self.session_id = session_id
@@ -312,6 +318,7 @@ class _Runner:
         self.clock = clock
         self.ask = ask  # an on_pause answers pauses (else a pause parks)
         self.signal = signal
+        self.on_event = on_event
         self.created = False  # the session's row exists (and this runner leases it)
         self.status = "running"
         self.committed = 0  # events of loop.log already in the store
@@ -323,6 +330,10 @@ class _Runner:
     def run(self, loop: AgentLoop, effect: Effect | None, driver: _Driver) -> RunResult | Parked:
         self.loop = loop
         try:
+            if self.on_event is not None:
+                for event in loop.log.since(self.committed):
+                    self.on_event(event)
+                loop.log.subscribe(self.on_event)
             return self.drive(effect, driver)
         finally:
             driver.close_stream()
@@ -475,6 +486,7 @@ def _check_options(
     signal: object,
     on_pause: object,
     clock: object,
+    on_event: object,
     lease_seconds: object,
 ) -> None:
     if type(session_id) is not str or not session_id:
@@ -487,6 +499,8 @@ def _check_options(
         raise TypeError(f"on_pause must be callable or None, got {on_pause!r}")
     if clock is not None and not callable(clock):
         raise TypeError(f"clock must be callable or None, got {clock!r}")
+    if on_event is not None and not callable(on_event):
+        raise TypeError(f"on_event must be callable or None, got {on_event!r}")
     if (
         type(lease_seconds) not in (int, float)
         or not math.isfinite(lease_seconds)  # type: ignore[arg-type]
