@@ -324,7 +324,7 @@ class _Runner:
         self.committed = 0  # events of loop.log already in the store
         self.requested: str | None = None  # the model request whose events are committed
         self.answer_applied = False  # the stored answer was sent; consume it at the next commit
-        self.keeper: _LeaseKeeper | None = None
+        self.renewal: int | None = None  # the lease's entry in _RENEWER
         self.loop: AgentLoop | None = None
 
     def run(self, loop: AgentLoop, effect: Effect | None, driver: _Driver) -> RunResult | Parked:
@@ -337,8 +337,8 @@ class _Runner:
             return self.drive(effect, driver)
         finally:
             driver.close_stream()
-            if self.keeper is not None:
-                self.keeper.stop()
+            if self.renewal is not None:
+                _RENEWER.remove(self.renewal)
             if self.created:
                 self.store.release(self.session_id, self.owner)
 
@@ -441,40 +441,74 @@ class _Runner:
         self.answer_applied = False
 
     def keep_lease(self) -> None:
-        """Renew the lease in the background while an effect runs (from the first)."""
-        if self.keeper is None:
-            self.keeper = _LeaseKeeper(self.store, self.session_id, self.owner, self.lease_seconds)
+        """Renew the lease in the background while effects run (from the first)."""
+        if self.renewal is None:
+            self.renewal = _RENEWER.add(self.store, self.session_id, self.owner, self.lease_seconds)
 
 
 _ON_PAUSE: Final = object()
 
 
-class _LeaseKeeper:
-    """Renews a lease every third of its length, in a daemon thread, until stopped
-    (or until the lease is lost: the next commit then fails)."""
+class _Lease:
+    __slots__ = ("due", "owner", "seconds", "session_id", "store")
 
     def __init__(self, store: SQLiteStore, session_id: str, owner: str, seconds: float) -> None:
-        self._store = store
-        self._session_id = session_id
-        self._owner = owner
-        self._seconds = seconds
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(
-            target=self._renew, name=f"agentloop lease {session_id}", daemon=True
-        )
-        self._thread.start()
+        self.store = store
+        self.session_id = session_id
+        self.owner = owner
+        self.seconds = seconds
+        self.due = time.monotonic() + seconds / 3
 
-    def _renew(self) -> None:
-        while not self._stopped.wait(self._seconds / 3):
-            try:
-                if not self._store.renew(self._session_id, self._owner, self._seconds):
-                    return
-            except (StoreError, sqlite3.Error):
-                return  # the store is closed or unusable: the next commit says so
 
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join()
+class _Renewer:
+    """One daemon thread per process renews the leases of every run in progress,
+    each every third of its length, until the run removes it (or the lease is lost,
+    or the store fails: the run's next commit then says so). One thread for all,
+    started once: a thread per run would cost more than a short session."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._leases: dict[int, _Lease] = {}
+        self._tokens = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, store: SQLiteStore, session_id: str, owner: str, seconds: float) -> int:
+        with self._condition:
+            token = next(self._tokens)
+            self._leases[token] = _Lease(store, session_id, owner, seconds)
+            if self._thread is None or not self._thread.is_alive():  # (or after a fork)
+                self._thread = threading.Thread(
+                    target=self._run, name="agentloop lease renewer", daemon=True
+                )
+                self._thread.start()
+            self._condition.notify()
+        return token
+
+    def remove(self, token: int) -> None:
+        with self._condition:
+            self._leases.pop(token, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                now = time.monotonic()
+                due = [(token, lease) for token, lease in self._leases.items() if lease.due <= now]
+                if not due:
+                    wait = min((lease.due for lease in self._leases.values()), default=now + 3600)
+                    self._condition.wait(wait - now)
+                    continue
+                for _, lease in due:
+                    lease.due = now + lease.seconds / 3
+            for token, lease in due:  # outside the lock: a renewal is a write
+                try:
+                    kept = lease.store.renew(lease.session_id, lease.owner, lease.seconds)
+                except (StoreError, sqlite3.Error):
+                    kept = False
+                if not kept:
+                    self.remove(token)
+
+
+_RENEWER: Final = _Renewer()
 
 
 # --------------------------------------------------------------------------- checks

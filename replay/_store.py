@@ -106,7 +106,7 @@ _SCHEMA_1: Final = (
         config TEXT NOT NULL,
         log_format INTEGER NOT NULL
     ) WITHOUT ROWID""",
-    "CREATE INDEX sessions_by_status ON sessions (status, updated)",
+    "CREATE INDEX sessions_by_status ON sessions (status)",
     """CREATE TABLE events (
         session_id TEXT NOT NULL REFERENCES sessions (id),
         sequence INTEGER NOT NULL,
@@ -644,26 +644,39 @@ class SQLiteStore:
         _check_status(status)
         rows = _encode_rows(session_id, expected, events)
         now = self.now()
+        lease = None if owner is None else now + lease_seconds
         with self._write() as db:
-            found = db.execute(
-                "SELECT next_sequence, lease_owner, lease_expires FROM sessions WHERE id = ?",
-                (session_id,),
-            ).fetchone()
-            if found is None:
-                raise SessionNotFound(session_id)
-            actual, holder, expires = found
-            if actual != expected:
-                raise StoreConflict(session_id, expected, actual)
-            if owner is not None and holder != owner:
-                raise _lease_lost(session_id, owner, holder, expires)
+            # One statement checks and moves the session on (the common case); when
+            # it matches nothing, a second one finds out why.
+            moved = db.execute(
+                "UPDATE sessions SET next_sequence = ?, status = ?, steps = ?, updated = ?, "
+                "lease_expires = coalesce(?, lease_expires) "
+                "WHERE id = ? AND next_sequence = ? AND (? IS NULL OR lease_owner = ?)",
+                (
+                    expected + len(rows),
+                    status,
+                    steps,
+                    now,
+                    lease,
+                    session_id,
+                    expected,
+                    owner,
+                    owner,
+                ),
+            )
+            if moved.rowcount != 1:
+                found = db.execute(
+                    "SELECT next_sequence, lease_owner, lease_expires FROM sessions WHERE id = ?",
+                    (session_id,),
+                ).fetchone()
+                if found is None:
+                    raise SessionNotFound(session_id)
+                actual, holder, expires = found
+                if actual != expected:
+                    raise StoreConflict(session_id, expected, actual)
+                raise _lease_lost(session_id, str(owner), holder, expires)
             db.executemany(
                 "INSERT INTO events (session_id, sequence, event) VALUES (?, ?, ?)", rows
-            )
-            lease = (now + lease_seconds) if owner is not None else expires
-            db.execute(
-                "UPDATE sessions SET next_sequence = ?, status = ?, steps = ?, updated = ?, "
-                "lease_expires = ? WHERE id = ?",
-                (expected + len(rows), status, steps, now, lease, session_id),
             )
             if consume_answer:
                 db.execute("DELETE FROM answers WHERE session_id = ?", (session_id,))

@@ -6,6 +6,7 @@ In-process tests; crashes with real processes are in ``test_durable_crash.py``.
 from __future__ import annotations
 
 import contextvars
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -37,7 +38,7 @@ from agentloop import (
     tool,
 )
 from replay import Parked, SessionLeased, SessionNotFound, SQLiteStore, StoreConflict
-from replay._durable import _LeaseKeeper, _tools_problem
+from replay._durable import _RENEWER, _tools_problem
 
 QUESTION = [UserMessage("u1", "What is 20 + 22, then 42 + 1?")]
 
@@ -616,15 +617,31 @@ class FakeStore:
 
 
 @pytest.mark.parametrize(
-    "outcome",
-    [False, replay.StoreError("closed"), __import__("sqlite3").OperationalError("locked")],
+    "outcome", [False, replay.StoreError("closed"), sqlite3.OperationalError("locked")]
 )
-def test_the_lease_keeper_stops_when_the_lease_is_lost_or_the_store_fails(outcome):
+def test_the_renewer_drops_a_lease_that_is_lost_or_whose_store_fails(outcome):
     fake = FakeStore(outcome)
-    keeper = _LeaseKeeper(fake, "s", "me", 0.003)  # type: ignore[arg-type]
-    keeper._thread.join(timeout=30)
-    assert not keeper._thread.is_alive() and fake.calls == 1
-    keeper.stop()
+    token = _RENEWER.add(fake, "s", "me", 0.003)  # type: ignore[arg-type]
+    wait_until(lambda: token not in _RENEWER._leases)
+    assert fake.calls == 1
+    _RENEWER.remove(token)  # (removing twice is harmless)
+
+
+def test_the_renewer_renews_each_lease_at_its_own_pace():
+    a, b = FakeStore(True), FakeStore(True)
+    first = _RENEWER.add(a, "a", "me", 0.003)  # type: ignore[arg-type]
+    second = _RENEWER.add(b, "b", "me", 0.03)  # type: ignore[arg-type]
+    wait_until(lambda: b.calls >= 2)
+    _RENEWER.remove(first)
+    _RENEWER.remove(second)
+    assert a.calls > b.calls
+
+
+def wait_until(condition: Any) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, "waited 30 s"
+        time.sleep(0.001)
 
 
 # --------------------------------------------------------------------------- options
