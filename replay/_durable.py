@@ -472,6 +472,11 @@ class _Renewer:
         self._tokens = itertools.count()
         self._thread: threading.Thread | None = None
 
+    def forget(self) -> None:
+        """Start afresh (in a forked child: the parent's runs and their stores, locks
+        and thread are not the child's to use)."""
+        self.__init__()  # type: ignore[misc]
+
     def add(self, store: SQLiteStore, session_id: str, owner: str, seconds: float) -> int:
         with self._condition:
             token = next(self._tokens)
@@ -509,6 +514,8 @@ class _Renewer:
 
 
 _RENEWER: Final = _Renewer()
+if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX Python has it
+    os.register_at_fork(after_in_child=_RENEWER.forget)
 
 
 # --------------------------------------------------------------------------- checks

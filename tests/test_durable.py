@@ -38,7 +38,7 @@ from agentloop import (
     tool,
 )
 from replay import Parked, SessionLeased, SessionNotFound, SQLiteStore, StoreConflict
-from replay._durable import _RENEWER, _tools_problem
+from replay._durable import _RENEWER, _Lease, _tools_problem
 
 QUESTION = [UserMessage("u1", "What is 20 + 22, then 42 + 1?")]
 
@@ -160,6 +160,27 @@ def test_tools_read_their_idempotency_key(store):
     assert replay.idempotency_key() is None  # outside a durable tool call
     plain(tools=[keyed_add])
     assert keys[-2:] == [None, None]
+
+
+def test_on_event_sees_every_new_event_as_it_happens(store):
+    seen: list[Any] = []
+    result = replay.run_durable(
+        store, "s", QUESTION, model=FunctionModel(answer), tools=[add], on_event=seen.append
+    )
+    assert seen == store.events("s")
+    assert seen[-1].type == "run.finished" and result.status == "completed"
+
+
+def test_on_event_of_a_resumed_session_starts_after_the_stored_events(store):
+    with pytest.raises(Interrupted):
+        replay.run_durable(
+            store, "s", QUESTION, model=FunctionModel(answer), tools=[interrupting_add]
+        )
+    stored = len(store.events("s"))
+    seen: list[Any] = []
+    replay.run_durable(store, "s", model=FunctionModel(answer), tools=[add], on_event=seen.append)
+    assert seen == store.events("s")[stored:]
+    assert seen[0].type == "tool.result"
 
 
 def test_a_finished_session_gives_its_result_without_running_anything(store):
@@ -637,6 +658,16 @@ def test_the_renewer_renews_each_lease_at_its_own_pace():
     assert a.calls > b.calls
 
 
+def test_the_renewer_forgets_the_parent_s_leases_in_a_forked_child():
+    # (As the child sees it: a lease of the parent's, and its thread, which a fork
+    # does not copy.)
+    renewer = type(_RENEWER)()
+    renewer._leases[7] = _Lease(FakeStore(True), "s", "me", 60)  # type: ignore[arg-type]
+    renewer._thread = threading.Thread(target=lambda: None)
+    renewer.forget()
+    assert renewer._thread is None and renewer._leases == {}
+
+
 def wait_until(condition: Any) -> None:
     deadline = time.monotonic() + 30
     while not condition():
@@ -655,6 +686,7 @@ def wait_until(condition: Any) -> None:
         ({"signal": "stop"}, TypeError, "signal must be a CancelToken"),
         ({"on_pause": 3}, TypeError, "on_pause must be callable"),
         ({"clock": 3}, TypeError, "clock must be callable"),
+        ({"on_event": 3}, TypeError, "on_event must be callable"),
         ({"lease_seconds": 0}, ValueError, "lease_seconds must be a positive number"),
         ({"lease_seconds": float("nan")}, ValueError, "lease_seconds must be a positive number"),
         ({"lease_seconds": "5"}, ValueError, "lease_seconds must be a positive number"),
