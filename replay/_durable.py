@@ -220,7 +220,6 @@ def run_durable(
     runner = _Runner(
         store,
         session_id,
-        registry,
         owner,
         float(lease_seconds),
         clock,
@@ -302,7 +301,6 @@ class _Runner:
         self,
         store: SQLiteStore,
         session_id: str,
-        registry: ToolRegistry,
         owner: str,
         lease_seconds: float,
         clock: Clock,
@@ -312,7 +310,6 @@ class _Runner:
     ) -> None:
         self.store = store
         self.session_id = session_id
-        self.registry = registry
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.clock = clock

@@ -665,13 +665,9 @@ class SQLiteStore:
                 ),
             )
             if moved.rowcount != 1:
-                found = db.execute(
-                    "SELECT next_sequence, lease_owner, lease_expires FROM sessions WHERE id = ?",
-                    (session_id,),
-                ).fetchone()
-                if found is None:
-                    raise SessionNotFound(session_id)
-                actual, holder, expires = found
+                actual, holder, expires = _row(
+                    db, session_id, "next_sequence, lease_owner, lease_expires"
+                )
                 if actual != expected:
                     raise StoreConflict(session_id, expected, actual)
                 raise _lease_lost(session_id, str(owner), holder, expires)
@@ -697,12 +693,7 @@ class SQLiteStore:
         _check_lease(owner, lease_seconds)
         now = self.now()
         with self._write() as db:
-            found = db.execute(
-                "SELECT lease_owner, lease_expires FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone()
-            if found is None:
-                raise SessionNotFound(session_id)
-            holder, expires = found
+            holder, expires = _row(db, session_id, "lease_owner, lease_expires")
             if holder is not None and holder != owner and expires > now:
                 raise SessionLeased(session_id, holder, expires)
             db.execute(
@@ -752,12 +743,7 @@ class SQLiteStore:
         data = encode_answer(reply).decode()
         now = self.now()
         with self._write() as db:
-            found = db.execute(
-                "SELECT status, next_sequence FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone()
-            if found is None:
-                raise SessionNotFound(session_id)
-            status, sequence = found
+            status, sequence = _row(db, session_id, "status, next_sequence")
             if status != "paused":
                 raise StoreError(
                     f"session {session_id!r} is not parked on a pause (status {status!r}); "
@@ -831,6 +817,18 @@ def _rollback(db: sqlite3.Connection) -> None:
     # (A failed COMMIT may have ended the transaction already.)
     with contextlib.suppress(sqlite3.Error):
         db.execute("ROLLBACK")
+
+
+def _row(db: sqlite3.Connection, session_id: str, columns: str) -> tuple[Any, ...]:
+    """These columns of the session's row (in the open transaction).
+
+    Raises:
+        SessionNotFound: no such session.
+    """
+    found = db.execute(f"SELECT {columns} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if found is None:
+        raise SessionNotFound(session_id)
+    return tuple(found)
 
 
 def _check_status(status: str) -> None:

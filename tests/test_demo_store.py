@@ -17,12 +17,9 @@ import replay
 from agentloop import FunctionModel
 from agentloop.__main__ import main
 
+from .helpers import subprocess_env
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _env() -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, "NO_COLOR": "1"}
 
 
 def file_demo(tmp_path: Path) -> list[Any]:
@@ -38,7 +35,7 @@ def test_ctrl_c_stops_the_demo_and_the_same_command_finishes_it(tmp_path):
     worker = subprocess.Popen(
         [*command, "--delay", "0.2"],
         cwd=tmp_path,
-        env=_env(),
+        env=subprocess_env(NO_COLOR="1"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -64,7 +61,7 @@ def test_ctrl_c_stops_the_demo_and_the_same_command_finishes_it(tmp_path):
     again = subprocess.run(
         [*command, "--delay", "0"],
         cwd=tmp_path,
-        env=_env(),
+        env=subprocess_env(NO_COLOR="1"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -82,7 +79,13 @@ def test_ctrl_c_stops_the_demo_and_the_same_command_finishes_it(tmp_path):
 
     # And once more: it is finished, nothing runs.
     done = subprocess.run(
-        command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60, check=False
+        command,
+        cwd=tmp_path,
+        env=subprocess_env(NO_COLOR="1"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0
     assert "session 'demo' in" in done.stdout and "finished (completed)" in done.stdout

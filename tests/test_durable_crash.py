@@ -38,6 +38,7 @@ import replay
 from agentloop import RunResult, run
 
 from . import durable_scenario as scenario
+from .helpers import subprocess_env
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL/SIGSTOP are POSIX")
@@ -105,7 +106,7 @@ class Bench:
         done = subprocess.run(
             self.command(self.sessions if sessions is None else sessions, *options),
             cwd=ROOT,
-            env=_env(),
+            env=subprocess_env(),
             capture_output=True,
             text=True,
             timeout=120,
@@ -119,7 +120,7 @@ class Bench:
         return subprocess.Popen(
             self.command(self.sessions if sessions is None else sessions, *options),
             cwd=ROOT,
-            env=_env(),
+            env=subprocess_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -163,11 +164,6 @@ class Bench:
             else:
                 assert count - 1 <= allowed[key], (line, count, allowed)
         assert sum(counts.values()) - len(counts) <= len(self.killed)
-
-
-def _env() -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path}
 
 
 def in_flight(journal: Path) -> set[str]:
