@@ -238,7 +238,7 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
         return self.status in _FINISHED
 
 
-def session_config(start: Event) -> dict[str, Any]:
+def _session_config(start: Event) -> dict[str, Any]:
     """The JSON ``config`` of a session, from its first event."""
     if type(start) is not agentloop.SessionStartEvent:
         return {}
@@ -275,7 +275,7 @@ def _info(row: tuple[Any, ...]) -> SessionInfo:
     )
 
 
-def encode_answer(reply: Resume | Cancel) -> bytes:
+def _encode_answer(reply: Resume | Cancel) -> bytes:
     """The stored form of an answer; refuses what would not come back the same.
 
     Raises:
@@ -577,7 +577,7 @@ class SQLiteStore:
         rows = _encode_rows(session_id, 0, events)
         if not rows:
             raise ValueError(f"session {session_id!r}: a new session needs its first events")
-        config = msgspec.json.encode(session_config(events[0])).decode()
+        config = msgspec.json.encode(_session_config(events[0])).decode()
         now = self.now()
         expires = None if owner is None else now + lease_seconds
         with self._write() as db:
@@ -735,12 +735,12 @@ class SQLiteStore:
         """Record the answer to a parked session's pause (see :func:`replay.answer`).
 
         Raises:
-            TypeError, ValueError: see :func:`encode_answer`.
+            TypeError, ValueError: see :func:`_encode_answer`.
             SessionNotFound: no such session.
             StoreError: the session is not parked (``paused``), or it already has
                 an answer waiting.
         """
-        data = encode_answer(reply).decode()
+        data = _encode_answer(reply).decode()
         now = self.now()
         with self._write() as db:
             status, sequence = _row(db, session_id, "status, next_sequence")
