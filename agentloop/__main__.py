@@ -5,6 +5,10 @@ three deterministic tools, prints each event as the loop emits it, then the
 ``RunResult``, and writes the event log as JSONL (replay it with ``replay``).
 The clock is simulated (a fixed start, +0.125 s per reading), so the log is
 byte-for-byte the same on every run and machine.
+
+With ``--store PATH`` the session is durable instead (``replay.run_durable`` in a
+SQLite store): interrupt it with Ctrl-C and run the same command again, and it
+continues where it stopped.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import IO
 
 from replay import summarize  # the same one-line summaries as `python -m replay show`
@@ -21,7 +25,12 @@ from replay import summarize  # the same one-line summaries as `python -m replay
 from . import (
     Event,
     EventLog,
+    FunctionModel,
     Model,
+    ModelChunk,
+    ModelFailure,
+    ModelRequest,
+    ModelResponse,
     RunResult,
     ScriptedModel,
     ScriptedResponse,
@@ -64,6 +73,7 @@ def word_count(text: str) -> dict[str, int]:
     return {"words": len(text.split())}
 
 
+SYSTEM = "You are a careful assistant. Use the tools for arithmetic and counting."
 NOTE = "sans-IO loops are easy to test and replay"
 QUESTION = (
     f"What is 20 + 22? Split it evenly between 4 people, and count the words in my note: {NOTE!r}"
@@ -201,8 +211,8 @@ def _open_log_writer(path: str) -> tuple[Callable[[Event], None], Callable[[], N
 
 
 class _SimulatedClock:
-    def __init__(self) -> None:
-        self.now = DEMO_EPOCH
+    def __init__(self, start: float = DEMO_EPOCH) -> None:
+        self.now = start
 
     def __call__(self) -> float:
         self.now += DEMO_TICK
@@ -236,7 +246,7 @@ def demo(log_path: str, *, quiet: bool, stream: IO[str], model: Model | None = N
             [UserMessage("user-1", QUESTION)],
             model=chosen,
             tools=[add, divide, word_count],
-            system="You are a careful assistant. Use the tools for arithmetic and counting.",
+            system=SYSTEM,
             max_steps=8,
             log=log,
             clock=clock,
@@ -252,6 +262,99 @@ def demo(log_path: str, *, quiet: bool, stream: IO[str], model: Model | None = N
         print_result(result, stream)
     print(f"log:        {log_path} ({len(log)} events)", file=stream)
     return result
+
+
+# --------------------------------------------------------------------------- --store
+
+#: The session id of the durable demo.
+DEMO_SESSION = "demo"
+
+
+class _Slow:
+    """A model whose every call takes ``delay`` seconds first (time to press Ctrl-C)."""
+
+    def __init__(self, model: Model, delay: float) -> None:
+        self._model = model
+        self._delay = delay
+
+    def stream(self, request: ModelRequest) -> Iterable[ModelChunk | ModelResponse | ModelFailure]:
+        time.sleep(self._delay)
+        return self._model.stream(request)
+
+
+def demo_durable(
+    store_path: str,
+    *,
+    quiet: bool,
+    stream: IO[str],
+    model: Model | None = None,
+    delay: float = 0.0,
+) -> RunResult:
+    """Run (or continue) the demo session durably in a SQLite store; return its result.
+
+    The scripted model answers by step (so a new process continues the script where
+    the stored session stopped), and the simulated clock goes on from the last
+    stored event. ``KeyboardInterrupt`` leaves the session resumable.
+    """
+    from replay import Parked, SQLiteStore, run_durable  # here: replay imports agentloop
+
+    with SQLiteStore(store_path) as store:
+        info = store.find(DEMO_SESSION)
+        scripted = model is None
+        started_at = resume_at = DEMO_EPOCH
+        if info is None:
+            intro = f"new session {DEMO_SESSION!r} in {store_path}"
+        else:
+            events = store.events(DEMO_SESSION)
+            started_at = events[0].at or DEMO_EPOCH
+            resume_at = events[-1].at or DEMO_EPOCH
+            intro = (
+                f"session {DEMO_SESSION!r} in {store_path} finished ({info.status})"
+                if info.finished
+                else f"resuming session {DEMO_SESSION!r} from {store_path}: "
+                f"{info.events} events stored, step {info.steps}"
+            )
+        clock: Callable[[], float] = time.time
+        if scripted:
+            clock = _SimulatedClock(resume_at)
+        script = demo_script()
+        chosen: Model = (
+            FunctionModel(lambda request: script[request.step - 1]) if model is None else model
+        )
+        if delay > 0:
+            chosen = _Slow(chosen, delay)
+        timeline = Timeline(stream, started_at)
+        if not quiet:
+            which = "a scripted model" if scripted else type(model).__name__
+            print(f"agentloop {__version__} durable demo: {which}; {intro}", file=stream)
+            if info is None or not info.finished:
+                print(
+                    "(press Ctrl-C to stop it; run the same command again to continue)",
+                    file=stream,
+                )
+                print(file=stream)
+                timeline.header()
+        outcome = run_durable(
+            store,
+            DEMO_SESSION,
+            [UserMessage("user-1", QUESTION)],
+            model=chosen,
+            tools=[add, divide, word_count],
+            system=SYSTEM,
+            max_steps=8,
+            clock=clock,
+            started_at=started_at if scripted else None,
+            on_event=None if quiet else timeline,
+            owner="agentloop-demo",
+        )
+        assert not isinstance(outcome, Parked)  # the demo has nothing that pauses
+        stored = store.session(DEMO_SESSION).events
+    if quiet:
+        print(f"{outcome.status}: {outcome.final_text}", file=stream)
+    else:
+        print_result(outcome, stream)
+    print(f"store:      {store_path} (session {DEMO_SESSION!r}, {stored} events)", file=stream)
+    return outcome
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -282,6 +385,21 @@ def _parser() -> argparse.ArgumentParser:
         help="use a real model instead of the scripted one: openai:<name>, "
         "openai-responses:<name> or anthropic:<name> (API key from the environment)",
     )
+    demo_parser.add_argument(
+        "--store",
+        metavar="DB",
+        default=None,
+        help="run the session durably in this SQLite store instead of writing a log "
+        "file: stop it with Ctrl-C, run the same command again to continue it",
+    )
+    demo_parser.add_argument(
+        "--delay",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help="wait this long in every model call (default: 0.5 with --store, so there "
+        "is time to press Ctrl-C; else 0)",
+    )
     return parser
 
 
@@ -309,10 +427,35 @@ def main(argv: Sequence[str] | None = None, stream: IO[str] | None = None) -> in
         except ModelSpecError as exc:
             print(f"python -m agentloop demo: {exc}", file=sys.stderr)
             return 2
+    if args.store is not None:
+        return _demo_store(args, out, model)
     try:
         result = demo(args.log, quiet=args.quiet, stream=out, model=model)
     except OSError as exc:
         print(f"python -m agentloop demo: cannot write the log: {exc}", file=sys.stderr)
+        return 1
+    return 0 if result.status == "completed" else 1
+
+
+def _demo_store(args: argparse.Namespace, out: IO[str], model: Model | None) -> int:
+    from replay import SQLiteStore, StoreError
+
+    delay = 0.5 if args.delay is None else args.delay
+    try:
+        result = demo_durable(args.store, quiet=args.quiet, stream=out, model=model, delay=delay)
+    except KeyboardInterrupt:
+        # Events shown after the last commit (the timeline is live) were not
+        # stored; the next run starts again from the stored ones.
+        with SQLiteStore(args.store) as store:
+            saved = sum(info.events for info in store.sessions() if info.id == DEMO_SESSION)
+        print(
+            f"\ninterrupted: {saved} events of session {DEMO_SESSION!r} are stored in "
+            f"{args.store}; run the same command again to continue",
+            file=sys.stderr,
+        )
+        return 130
+    except (StoreError, OSError) as exc:
+        print(f"python -m agentloop demo: {exc}", file=sys.stderr)
         return 1
     return 0 if result.status == "completed" else 1
 

@@ -6,6 +6,8 @@
   for byte; the first difference raises :class:`ReplayDivergence`.
 - :func:`state_at`, :func:`resume`, :func:`fork`: inspect a run at any event,
   continue it in another process, or branch it.
+- :class:`SQLiteStore`, :func:`run_durable`, :func:`answer`: durable sessions in
+  an embedded SQLite store (crash-safe, parked pauses, several workers).
 - ``python -m replay show|check|diff|stats LOG``: the same from a shell.
 
 Uses only :mod:`agentloop`'s public API.
@@ -15,6 +17,7 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time see __getattr__
     from ._diff import diff_events, summarize
+    from ._durable import Parked, answer, idempotency_key, run_durable
     from ._log import (
         LOG_FORMAT,
         LOG_FORMAT_VERSION,
@@ -36,6 +39,16 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time s
         replay,
         resume,
         state_at,
+    )
+    from ._store import (
+        SCHEMA_VERSION,
+        SessionInfo,
+        SessionLeased,
+        SessionNotFound,
+        SQLiteStore,
+        StoreConflict,
+        StoreError,
+        StoreVersionError,
     )
 
 # Names are imported on first use, so that loading the pytest plugin (an entry point
@@ -71,6 +84,20 @@ _LAZY = {
         ),
         "._replay",
     ),
+    **dict.fromkeys(("Parked", "answer", "idempotency_key", "run_durable"), "._durable"),
+    **dict.fromkeys(
+        (
+            "SCHEMA_VERSION",
+            "SQLiteStore",
+            "SessionInfo",
+            "SessionLeased",
+            "SessionNotFound",
+            "StoreConflict",
+            "StoreError",
+            "StoreVersionError",
+        ),
+        "._store",
+    ),
 }
 
 
@@ -92,21 +119,33 @@ def __dir__() -> list[str]:
 __all__ = [
     "LOG_FORMAT",
     "LOG_FORMAT_VERSION",
+    "SCHEMA_VERSION",
     "LogError",
     "LogFormatError",
     "LogVersionError",
     "LogWriter",
     "LoopSnapshot",
+    "Parked",
     "ReplayDivergence",
     "ReplayError",
     "ReplayResult",
+    "SQLiteStore",
+    "SessionInfo",
+    "SessionLeased",
+    "SessionNotFound",
+    "StoreConflict",
+    "StoreError",
+    "StoreVersionError",
     "TornLogError",
+    "answer",
     "diff_events",
     "fork",
+    "idempotency_key",
     "read_log",
     "recorded_replies",
     "replay",
     "resume",
+    "run_durable",
     "state_at",
     "summarize",
     "write_log",

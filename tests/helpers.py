@@ -82,3 +82,13 @@ def check_log(events: Sequence[Event]) -> None:
 
 def types(loop: AgentLoop) -> list[str]:
     return [e.type for e in loop.log]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a child ``python`` that imports this checkout."""
+    import os
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}

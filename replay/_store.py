@@ -1,0 +1,892 @@
+"""The embedded durable store: sessions and their event logs in one SQLite file.
+
+Theory of operation
+-------------------
+A session is its log (DESIGN §2): the store keeps, per session, the events exactly
+as :func:`agentloop.encode_event` writes them, one row each, plus a little
+bookkeeping that makes the log easy to serve from several processes:
+
+- ``sessions``: one row per session: ``status`` (``running``, ``paused``, or the
+  finished run's status: ``completed``, ``cancelled``, ``max_steps``, ``failed``),
+  ``steps``, ``next_sequence`` (how many events it holds), ``created``/``updated``
+  (the store's clock), the *lease* (``lease_owner``, ``lease_expires``) and
+  ``config`` (the recorded ``session.start`` configuration, as JSON, for listings)
+  and ``log_format``: the log format version its events are encoded in (what a
+  log file's header says; the log format's migrations apply to stored events too).
+- ``events``: ``(session_id, sequence)`` → the event, exactly the JSON text
+  :func:`agentloop.encode_event` writes (stored as TEXT, so ``sqlite3 FILE "SELECT
+  event FROM events"`` reads it), and ``link``: an empty place per row for the
+  hash-chain link of log format v2.
+- ``answers``: the answer (``Resume`` or ``Cancel``) recorded for a parked session,
+  waiting for the next :func:`replay.run_durable`.
+- ``schema_version``: one row per schema version applied, so a store written by
+  an older library is migrated when it is opened (and one written by a newer
+  library is refused, never misread).
+
+Writes follow two rules:
+
+- **Optimistic append.** :meth:`SQLiteStore.append` names the sequence number the
+  session is expected to continue at; if another writer got there first, nothing
+  is written and :class:`StoreConflict` says which session and which sequences. So
+  two writers can never both extend a session, whatever their leases say.
+- **Group commit.** A batch of events is one transaction: the durable runner
+  commits at *side-effect boundaries* (before a model call, before a tool call, on
+  a pause, at the end), never per event. See :mod:`replay._durable`.
+
+The file is in WAL mode (readers never block the writer), ``synchronous=NORMAL``
+by default: a commit survives the process being killed at any point, and the
+database is never corrupted; after a power loss or an OS crash the last few
+commits may be rolled back (the effects after them then run again, as after any
+crash). ``SQLiteStore(path, synchronous="FULL")`` syncs every commit to the disk
+too (survives power loss, costs one fsync per commit).
+
+One :class:`SQLiteStore` object may be used from several threads (calls are
+serialized by a lock); several processes may open the same file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, Final, Literal
+
+import msgspec
+
+import agentloop
+from agentloop import Cancel, Event, Resume, decode_event, encode_event
+
+from ._log import LOG_FORMAT_VERSION
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SESSION_STATUSES",
+    "SQLiteStore",
+    "SessionInfo",
+    "SessionLeased",
+    "SessionNotFound",
+    "StoreConflict",
+    "StoreError",
+    "StoreVersionError",
+]
+
+#: ``SessionInfo.status`` values: in progress, parked on a pause, or finished
+#: (the ``RunResult.status``).
+SESSION_STATUSES: Final = ("running", "paused", *agentloop.STATUSES)
+_FINISHED: Final = frozenset(agentloop.STATUSES)
+
+#: ``PRAGMA application_id`` of an agentloop store ("ALS1" in ASCII): tells a store
+#: from any other SQLite database.
+APPLICATION_ID: Final = 0x414C5331
+
+# --------------------------------------------------------------------------- schema
+#
+# Migrations: MIGRATIONS[n] brings a store from schema version n to n + 1. Each is
+# a list of statements run in one transaction with the version bump, so a store is
+# always at a version, never between two. Never edit a released migration; append
+# a new one (SCHEMA_VERSION follows). Statements are run one by one: sqlite3's
+# executescript() would commit the transaction half-way.
+
+_SCHEMA_1: Final = (
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        steps INTEGER NOT NULL,
+        next_sequence INTEGER NOT NULL,
+        created REAL NOT NULL,
+        updated REAL NOT NULL,
+        lease_owner TEXT,
+        lease_expires REAL,
+        config TEXT NOT NULL,
+        log_format INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX sessions_by_status ON sessions (status)",
+    """CREATE TABLE events (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        sequence INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        link TEXT,
+        PRIMARY KEY (session_id, sequence)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE answers (
+        session_id TEXT PRIMARY KEY REFERENCES sessions (id),
+        sequence INTEGER NOT NULL,
+        reply TEXT NOT NULL,
+        created REAL NOT NULL
+    ) WITHOUT ROWID""",
+)
+
+Migration = Sequence[str] | Callable[[sqlite3.Connection], None]
+
+#: The migrations, in order; ``len(MIGRATIONS)`` is :data:`SCHEMA_VERSION`.
+MIGRATIONS: Final[list[Migration]] = [_SCHEMA_1]
+#: The schema version this library writes (and the newest it opens).
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class StoreError(Exception):
+    """Root of the store's errors; the message says what and where."""
+
+
+class StoreVersionError(StoreError):
+    """The file is not an agentloop store, its schema is newer than this library
+    opens, or a session's events are in a log format it does not read
+    (``version`` is the offending version when there is one)."""
+
+    def __init__(self, message: str, *, version: int | None = None) -> None:
+        super().__init__(message)
+        self.version = version
+
+
+class SessionNotFound(StoreError, KeyError):
+    """No session with that id in the store."""
+
+    def __init__(self, session_id: str, detail: str = "") -> None:
+        self.session_id = session_id
+        self.message = f"no session {session_id!r} in the store{detail}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return self.message
+
+
+class StoreConflict(StoreError):
+    """Another writer advanced the session first (optimistic append lost).
+
+    Attributes:
+        session_id: the session.
+        expected: the sequence number this writer expected the session to continue at.
+        actual: where the stored session continues now.
+    """
+
+    def __init__(self, session_id: str, expected: int, actual: int, detail: str = "") -> None:
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"session {session_id!r}: expected to append at sequence {expected}, but the "
+            f"store holds {actual} events (another writer advanced the session){detail}; "
+            "nothing was written"
+        )
+
+
+class SessionLeased(StoreError):
+    """Another worker holds the session's lease (or took it over from this one).
+
+    Attributes:
+        session_id: the session.
+        owner: the lease's holder.
+        expires: when the lease expires (the store's clock, seconds since the epoch).
+    """
+
+    def __init__(self, session_id: str, owner: str, expires: float, detail: str = "") -> None:
+        self.session_id = session_id
+        self.owner = owner
+        self.expires = expires
+        super().__init__(
+            f"session {session_id!r} is leased by {owner!r} until {expires:.3f} "
+            f"(the store's clock){detail}"
+        )
+
+
+# --------------------------------------------------------------------------- data
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of :meth:`SQLiteStore.sessions`.
+
+    Attributes:
+        id: the session id.
+        status: ``running``, ``paused`` (parked on a pause, waiting for
+            :func:`replay.answer`), or how the run ended (``completed``,
+            ``cancelled``, ``max_steps``, ``failed``).
+        steps: the step number reached (model requests made).
+        events: how many events are stored (the next sequence number).
+        created: when the session was stored (the store's clock).
+        updated: the last commit.
+        lease_owner: the worker holding the lease, or ``None``.
+        lease_expires: when that lease expires, or ``None``.
+        answered: an answer waits to be applied (a parked session).
+        config: the configuration recorded in ``session.start`` (``system``,
+            ``max_steps``, ``budget``, ``tools``: names, ``request_sequence_start``);
+            empty for a run that failed before it started (``INVALID_TRANSCRIPT``).
+    """
+
+    id: str
+    status: str
+    steps: int
+    events: int
+    created: float
+    updated: float
+    lease_owner: str | None = None
+    lease_expires: float | None = None
+    answered: bool = False
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run ended (nothing more will be appended)."""
+        return self.status in _FINISHED
+
+
+def _session_config(start: Event) -> dict[str, Any]:
+    """The JSON ``config`` of a session, from its first event."""
+    if type(start) is not agentloop.SessionStartEvent:
+        return {}
+    return {
+        "system": start.system,
+        "max_steps": start.max_steps,
+        "budget": msgspec.to_builtins(start.budget),
+        "tools": [spec.name for spec in start.tools],
+        "request_sequence_start": start.request_sequence_start,
+    }
+
+
+_answer_decoder: Final = msgspec.json.Decoder(Resume | Cancel)
+_config_decoder: Final = msgspec.json.Decoder(dict[str, Any])
+
+_SESSION_COLUMNS: Final = (
+    "id, status, steps, next_sequence, created, updated, lease_owner, lease_expires, config, "
+    "EXISTS (SELECT 1 FROM answers WHERE answers.session_id = sessions.id)"
+)
+
+
+def _info(row: tuple[Any, ...]) -> SessionInfo:
+    return SessionInfo(
+        id=row[0],
+        status=row[1],
+        steps=row[2],
+        events=row[3],
+        created=row[4],
+        updated=row[5],
+        lease_owner=row[6],
+        lease_expires=row[7],
+        config=_config_decoder.decode(row[8]),
+        answered=bool(row[9]),
+    )
+
+
+def _encode_answer(reply: Resume | Cancel) -> bytes:
+    """The stored form of an answer; refuses what would not come back the same.
+
+    Raises:
+        TypeError: ``reply`` is not a ``Resume`` or a ``Cancel``.
+        ValueError: it holds values JSON cannot hold exactly (NaN, ±inf, tuples,
+            non-string keys, lone surrogates, objects).
+    """
+    if type(reply) is not Resume and type(reply) is not Cancel:
+        raise TypeError(f"an answer is a Resume or a Cancel, got {reply!r}")
+    try:
+        data = msgspec.json.encode(reply)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the answer cannot be stored as JSON: {exc}") from None
+    if _answer_decoder.decode(data) != reply:
+        raise ValueError(
+            f"the answer does not survive a JSON round trip unchanged ({reply!r}): use "
+            "plain JSON values (dicts with str keys, lists, str, finite numbers, bools, None)"
+        )
+    return data
+
+
+# --------------------------------------------------------------------------- the store
+
+
+StrPath = str | os.PathLike[str]
+
+
+class SQLiteStore:
+    """Durable sessions in one SQLite file (stdlib ``sqlite3``, WAL mode, zero config).
+
+    >>> store = SQLiteStore(":memory:")
+    >>> store.sessions()
+    []
+    >>> store.close()
+
+    Args:
+        path: the database file (created with the schema if missing), or
+            ``":memory:"`` for a private in-memory store (tests).
+        synchronous: ``"NORMAL"`` (default: commits survive a killed process; the
+            last ones may roll back after a power loss) or ``"FULL"`` (every
+            commit is synced to disk).
+        timeout: seconds to wait for another process's write transaction.
+        clock: the store's clock for ``created``/``updated`` and leases (default
+            ``time.time``; shared by every process using the file).
+
+    Raises:
+        StoreVersionError: the file is another kind of database, or a store with a
+            newer schema than this library opens.
+        StoreError: the file cannot be opened as a database.
+
+    Attributes:
+        path: the file.
+        commits: how many batches of events this object committed
+            (:meth:`create` and :meth:`append`; lease and answer writes are not
+            counted): what group commit keeps low.
+    """
+
+    def __init__(
+        self,
+        path: StrPath,
+        *,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        if not callable(clock):
+            raise TypeError(f"clock must be callable, got {clock!r}")
+        self.path = os.fspath(path)
+        self.commits = 0
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = None
+        db = sqlite3.connect(
+            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={synchronous}")
+            db.execute("PRAGMA foreign_keys=ON")
+            _migrate(db, self.path, MIGRATIONS, float(clock()))
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise StoreError(f"{self.path}: cannot open the store: {exc}") from None
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _connection(self) -> sqlite3.Connection:
+        db = self._db
+        if db is None:
+            raise StoreError(f"{self.path}: the store is closed")
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``: the write lock up front, so a
+        concurrent writer waits instead of failing half-way)."""
+        with self._lock:
+            db = self._connection()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A consistent snapshot for several reads."""
+        with self._lock:
+            db = self._connection()
+            db.execute("BEGIN")
+            try:
+                yield db
+            finally:
+                db.execute("COMMIT")
+
+    def now(self) -> float:
+        """The store's clock."""
+        return float(self._clock())
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version of the file (:data:`SCHEMA_VERSION` once opened)."""
+        with self._lock:
+            row = self._connection().execute("SELECT max(version) FROM schema_version").fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        """Close the connection (idempotent); later calls raise :class:`StoreError`."""
+        with self._lock:
+            db, self._db = self._db, None
+            if db is not None:
+                db.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._db is None else f"schema {self.schema_version}"
+        return f"<SQLiteStore {self.path!r} {state}>"
+
+    # ------------------------------------------------------------------ reading
+
+    def sessions(self, *, status: str | None = None) -> list[SessionInfo]:
+        """Every session (or those with ``status``), oldest first.
+
+        This is what ``python -m replay sessions DB`` lists (id, status, steps,
+        updated).
+        """
+        query = f"SELECT {_SESSION_COLUMNS} FROM sessions"
+        parameters: tuple[str, ...] = ()
+        if status is not None:
+            if status not in SESSION_STATUSES:
+                raise ValueError(f"status must be one of {SESSION_STATUSES}, got {status!r}")
+            query += " WHERE status = ?"
+            parameters = (status,)
+        with self._lock:
+            rows = self._connection().execute(query + " ORDER BY created, id", parameters)
+            return [_info(row) for row in rows.fetchall()]
+
+    def find(self, session_id: str) -> SessionInfo | None:
+        """The session's row, or ``None``."""
+        with self._lock:
+            row = (
+                self._connection()
+                .execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
+                .fetchone()
+            )
+        return None if row is None else _info(row)
+
+    def session(self, session_id: str) -> SessionInfo:
+        """The session's row.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        info = self.find(session_id)
+        if info is None:
+            raise SessionNotFound(session_id)
+        return info
+
+    def events(self, session_id: str) -> list[Event]:
+        """The session's events, in order (what ``show DB --session ID`` reads).
+
+        Each stored event is checked: it decodes, it is what
+        :func:`agentloop.encode_event` writes for it, and its sequence number is its
+        row's. (The story is checked by :func:`replay.replay`, as for a file.)
+
+        Raises:
+            SessionNotFound: no such session.
+            StoreError: a stored event is damaged (names the session and sequence).
+        """
+        return self.load(session_id)[1]
+
+    def load(self, session_id: str) -> tuple[SessionInfo, list[Event]]:
+        """The session's row and its events, read together (one snapshot).
+
+        Raises:
+            SessionNotFound, StoreError: as for :meth:`events`.
+        """
+        with self._read() as db:
+            row = db.execute(
+                f"SELECT {_SESSION_COLUMNS}, log_format FROM sessions WHERE id = ?",
+                (session_id,),
+            ).fetchone()
+            rows = db.execute(
+                "SELECT sequence, event FROM events WHERE session_id = ? ORDER BY sequence",
+                (session_id,),
+            ).fetchall()
+        if row is None:
+            raise SessionNotFound(session_id)
+        if row[-1] > LOG_FORMAT_VERSION:
+            raise StoreVersionError(
+                f"{self.path}: session {session_id!r} is stored in log format version "
+                f"{row[-1]}, newer than this agentloop ({agentloop.__version__}) reads (up "
+                f"to {LOG_FORMAT_VERSION}); upgrade agentloop",
+                version=row[-1],
+            )
+        events = [
+            _decode_row(session_id, position, sequence, data)
+            for position, (sequence, data) in enumerate(rows)
+        ]
+        return _info(row), events
+
+    def export(self, session_id: str, path: StrPath) -> int:
+        """Write the session's log to a JSONL log file (:func:`replay.write_log`).
+
+        Returns:
+            How many events were written.
+        """
+        from ._log import write_log
+
+        events = self.events(session_id)
+        write_log(path, events)
+        return len(events)
+
+    def answer_for(self, session_id: str) -> Resume | Cancel | None:
+        """The answer waiting for a parked session, or ``None``."""
+        with self._lock:
+            row = (
+                self._connection()
+                .execute("SELECT reply FROM answers WHERE session_id = ?", (session_id,))
+                .fetchone()
+            )
+        return None if row is None else _answer_decoder.decode(row[0])
+
+    def runnable(self) -> list[str]:
+        """Sessions a worker could advance now, oldest update first: ``running``
+        ones whose lease is free or expired (e.g. their worker died), and parked
+        ones with an answer waiting."""
+        now = self.now()
+        with self._lock:
+            rows = self._connection().execute(
+                "SELECT id FROM sessions WHERE (lease_owner IS NULL OR lease_expires <= ?) AND "
+                "(status = 'running' OR (status = 'paused' AND id IN "
+                "(SELECT session_id FROM answers))) ORDER BY updated, id",
+                (now,),
+            )
+            return [row[0] for row in rows.fetchall()]
+
+    # ------------------------------------------------------------------ writing
+
+    def create(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        status: str,
+        steps: int,
+        owner: str | None = None,
+        lease_seconds: float = 0.0,
+    ) -> None:
+        """Store a new session with its first events (one transaction).
+
+        With ``owner``, the new session is leased to it for ``lease_seconds``.
+
+        Raises:
+            StoreConflict: a session with that id exists already (another writer
+                created it first); nothing was written.
+            ValueError: bad arguments (no events, events not numbered from 0, an
+                unknown status).
+        """
+        _check_status(status)
+        rows = _encode_rows(session_id, 0, events)
+        if not rows:
+            raise ValueError(f"session {session_id!r}: a new session needs its first events")
+        config = msgspec.json.encode(_session_config(events[0])).decode()
+        now = self.now()
+        expires = None if owner is None else now + lease_seconds
+        with self._write() as db:
+            found = db.execute(
+                "SELECT next_sequence FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if found is not None:
+                raise StoreConflict(session_id, 0, found[0], " (it was created by another writer)")
+            db.execute(
+                "INSERT INTO sessions (id, status, steps, next_sequence, created, updated, "
+                "lease_owner, lease_expires, config, log_format) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    status,
+                    steps,
+                    len(rows),
+                    now,
+                    now,
+                    owner,
+                    expires,
+                    config,
+                    LOG_FORMAT_VERSION,
+                ),
+            )
+            db.executemany(
+                "INSERT INTO events (session_id, sequence, event) VALUES (?, ?, ?)", rows
+            )
+        self.commits += 1
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected: int,
+        status: str,
+        steps: int,
+        owner: str | None = None,
+        lease_seconds: float = 0.0,
+        consume_answer: bool = False,
+    ) -> None:
+        """Append a batch of events to a session, atomically (group commit).
+
+        Args:
+            events: the new events; the first must have sequence ``expected``.
+            expected: where the caller believes the session continues (its number
+                of stored events). If another writer appended meanwhile, nothing is
+                written.
+            status, steps: the session's status and step after these events.
+            owner: the lease holder making the append; it must still hold the
+                lease (its expiry is renewed by ``lease_seconds`` from now).
+                ``None`` skips the lease check.
+            consume_answer: also delete the session's recorded answer (it was
+                applied: these events record it).
+
+        Raises:
+            SessionNotFound: no such session.
+            StoreConflict: the session does not continue at ``expected``.
+            SessionLeased: ``owner`` does not hold the lease (any more).
+            ValueError: the events are not numbered from ``expected`` on, or an
+                unknown status.
+        """
+        _check_status(status)
+        rows = _encode_rows(session_id, expected, events)
+        now = self.now()
+        lease = None if owner is None else now + lease_seconds
+        with self._write() as db:
+            # One statement checks and moves the session on (the common case); when
+            # it matches nothing, a second one finds out why.
+            moved = db.execute(
+                "UPDATE sessions SET next_sequence = ?, status = ?, steps = ?, updated = ?, "
+                "lease_expires = coalesce(?, lease_expires) "
+                "WHERE id = ? AND next_sequence = ? AND (? IS NULL OR lease_owner = ?)",
+                (
+                    expected + len(rows),
+                    status,
+                    steps,
+                    now,
+                    lease,
+                    session_id,
+                    expected,
+                    owner,
+                    owner,
+                ),
+            )
+            if moved.rowcount != 1:
+                actual, holder, expires = _row(
+                    db, session_id, "next_sequence, lease_owner, lease_expires"
+                )
+                if actual != expected:
+                    raise StoreConflict(session_id, expected, actual)
+                raise _lease_lost(session_id, str(owner), holder, expires)
+            db.executemany(
+                "INSERT INTO events (session_id, sequence, event) VALUES (?, ?, ?)", rows
+            )
+            if consume_answer:
+                db.execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
+        self.commits += 1
+
+    def acquire(self, session_id: str, owner: str, lease_seconds: float) -> SessionInfo:
+        """Lease the session to ``owner`` for ``lease_seconds`` (or renew its lease).
+
+        A lease that expired (its worker died or stalled) is taken over.
+
+        Returns:
+            The session's row, now leased to ``owner``.
+
+        Raises:
+            SessionNotFound: no such session.
+            SessionLeased: another owner holds a live lease.
+        """
+        _check_lease(owner, lease_seconds)
+        now = self.now()
+        with self._write() as db:
+            holder, expires = _row(db, session_id, "lease_owner, lease_expires")
+            if holder is not None and holder != owner and expires > now:
+                raise SessionLeased(session_id, holder, expires)
+            db.execute(
+                "UPDATE sessions SET lease_owner = ?, lease_expires = ? WHERE id = ?",
+                (owner, now + lease_seconds, session_id),
+            )
+        return self.session(session_id)
+
+    def renew(self, session_id: str, owner: str, lease_seconds: float) -> bool:
+        """Extend ``owner``'s lease to ``lease_seconds`` from now.
+
+        Returns:
+            ``False`` when ``owner`` does not hold the lease any more (nothing changed).
+        """
+        _check_lease(owner, lease_seconds)
+        now = self.now()
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE sessions SET lease_expires = ? WHERE id = ? AND lease_owner = ?",
+                (now + lease_seconds, session_id, owner),
+            )
+            return cursor.rowcount == 1
+
+    def release(self, session_id: str, owner: str) -> bool:
+        """Give up ``owner``'s lease (another worker may take the session at once).
+
+        Returns:
+            ``False`` when ``owner`` did not hold it.
+        """
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE sessions SET lease_owner = NULL, lease_expires = NULL "
+                "WHERE id = ? AND lease_owner = ?",
+                (session_id, owner),
+            )
+            return cursor.rowcount == 1
+
+    def put_answer(self, session_id: str, reply: Resume | Cancel) -> None:
+        """Record the answer to a parked session's pause (see :func:`replay.answer`).
+
+        Raises:
+            TypeError, ValueError: see :func:`_encode_answer`.
+            SessionNotFound: no such session.
+            StoreError: the session is not parked (``paused``), or it already has
+                an answer waiting.
+        """
+        data = _encode_answer(reply).decode()
+        now = self.now()
+        with self._write() as db:
+            status, sequence = _row(db, session_id, "status, next_sequence")
+            if status != "paused":
+                raise StoreError(
+                    f"session {session_id!r} is not parked on a pause (status {status!r}); "
+                    "only a paused session takes an answer"
+                )
+            taken = db.execute(
+                "SELECT reply FROM answers WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            if taken is not None:
+                raise StoreError(
+                    f"session {session_id!r} already has an answer waiting "
+                    f"({taken[0]}); the first answer wins"
+                )
+            db.execute(
+                "INSERT INTO answers (session_id, sequence, reply, created) VALUES (?, ?, ?, ?)",
+                (session_id, sequence, data, now),
+            )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _migrate(
+    db: sqlite3.Connection, path: str, migrations: Sequence[Migration], now: float
+) -> None:
+    """Bring the file to the newest schema, in one transaction (or refuse it)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        application_id = db.execute("PRAGMA application_id").fetchone()[0]
+        tables = {
+            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if application_id != APPLICATION_ID and (application_id != 0 or tables):
+            raise StoreVersionError(
+                f"{path}: not an agentloop store (a SQLite database of another kind: "
+                f"application_id {application_id:#x}, tables {sorted(tables)})"
+            )
+        current = 0
+        if tables:
+            current = db.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+        if current > len(migrations):
+            raise StoreVersionError(
+                f"{path}: the store's schema version {current} is newer than this agentloop "
+                f"({agentloop.__version__}) opens (up to {len(migrations)}); upgrade agentloop",
+                version=current,
+            )
+        if current == 0:
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            db.execute(
+                "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, "
+                "applied REAL NOT NULL, library TEXT NOT NULL)"
+            )
+        for version in range(current + 1, len(migrations) + 1):
+            step = migrations[version - 1]
+            if callable(step):
+                step(db)
+            else:
+                for statement in step:
+                    db.execute(statement)
+            db.execute(
+                "INSERT INTO schema_version (version, applied, library) VALUES (?, ?, ?)",
+                (version, now, agentloop.__version__),
+            )
+        db.execute("COMMIT")
+    except BaseException:
+        _rollback(db)
+        raise
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    # (A failed COMMIT may have ended the transaction already.)
+    with contextlib.suppress(sqlite3.Error):
+        db.execute("ROLLBACK")
+
+
+def _row(db: sqlite3.Connection, session_id: str, columns: str) -> tuple[Any, ...]:
+    """These columns of the session's row (in the open transaction).
+
+    Raises:
+        SessionNotFound: no such session.
+    """
+    found = db.execute(f"SELECT {columns} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if found is None:
+        raise SessionNotFound(session_id)
+    return tuple(found)
+
+
+def _check_status(status: str) -> None:
+    if status not in SESSION_STATUSES:
+        raise ValueError(f"status must be one of {SESSION_STATUSES}, got {status!r}")
+
+
+def _check_lease(owner: str, lease_seconds: float) -> None:
+    if type(owner) is not str or not owner:
+        raise ValueError(f"a lease owner is a non-empty str, got {owner!r}")
+    if (
+        type(lease_seconds) not in (int, float)
+        or not math.isfinite(lease_seconds)
+        or lease_seconds <= 0
+    ):
+        raise ValueError(f"lease_seconds must be a positive number, got {lease_seconds!r}")
+
+
+def _lease_lost(
+    session_id: str, owner: str, holder: str | None, expires: float | None
+) -> StoreError:
+    if holder is None:
+        return StoreError(
+            f"session {session_id!r}: {owner!r} does not hold its lease (nobody does); "
+            "acquire it before appending"
+        )
+    assert expires is not None
+    return SessionLeased(
+        session_id, holder, expires, f"; {owner!r} lost it (its lease expired) and wrote nothing"
+    )
+
+
+def _encode_rows(
+    session_id: str, start: int, events: Sequence[Event]
+) -> list[tuple[str, int, str]]:
+    rows = []
+    for offset, event in enumerate(events):
+        if event.sequence != start + offset:
+            raise ValueError(
+                f"session {session_id!r}: event {event.type} has sequence {event.sequence}, "
+                f"expected {start + offset} (a batch continues the session, in order)"
+            )
+        rows.append((session_id, event.sequence, encode_event(event).decode()))
+    return rows
+
+
+def _decode_row(session_id: str, position: int, sequence: int, data: str) -> Event:
+    where = f"session {session_id!r}, event #{sequence}"
+    if sequence != position:
+        raise StoreError(f"{where}: the stored events have a gap (expected #{position})")
+    if type(data) is not str:
+        raise StoreError(f"{where}: the stored event is not text ({type(data).__name__})")
+    try:
+        event = decode_event(data)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise StoreError(f"{where}: the stored event does not decode: {exc}") from None
+    if event.sequence != sequence:
+        raise StoreError(f"{where}: the stored event says sequence {event.sequence}")
+    if encode_event(event) != data.encode():
+        raise StoreError(f"{where}: the stored event is not in the canonical form")
+    return event

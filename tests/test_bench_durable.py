@@ -1,0 +1,34 @@
+"""Smoke test of ``bench/durable.py``: the quick mode runs and reports every number.
+
+No timing assertions (timing is not a test); commits per step are counted, not
+timed, so they are checked: group commit gives exactly 2 per step here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quick_run_prints_and_writes_every_number(tmp_path):
+    out = tmp_path / "durable.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "durable.py"), "--quick", "--json", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for needle in ("D1 per step", "D2 20 short durable sessions", "D3 bytes per step", "D4 resume"):
+        assert needle in done.stdout, done.stdout
+    assert "<= 2 commits per step: 2.00  met" in done.stdout
+    data = json.loads(out.read_text())
+    assert data["D1"]["NORMAL"]["commits_per_step"] == data["D1"]["FULL"]["commits_per_step"] == 2
+    assert data["D2"]["commits_per_session"] == 4
+    assert data["D3"]["event_bytes_per_step"] > 0 and data["D4"]["stored_events"] > 300

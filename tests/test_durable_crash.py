@@ -1,0 +1,329 @@
+"""Crash tests with real processes: workers SIGKILLed at chosen and random points.
+
+Each test runs ``tests/durable_worker.py`` processes over one store file and kills
+them: at a kill point picked by a seed (inside a model call, inside a tool before
+or after its side effect, around a parked pause, inside a store transaction), or
+from outside at a random moment. Then a fresh worker finishes the sessions, and:
+
+- every session ends ``completed`` with the same ``RunResult`` as an uninterrupted
+  ``agentloop.run`` of it, and ``run_durable`` on the finished session gives that
+  result back;
+- the stored log replays (``replay.replay``) to that result;
+- every tool side effect happened once, except that each kill may repeat the one
+  effect it interrupted (started after the killed worker's last commit); the
+  idempotent tool (which checks its idempotency key) happened exactly once.
+
+Also: two workers racing over the same sessions (each session advanced by exactly
+one of them at a time, every effect exactly once), and a worker stalled past its
+lease (SIGSTOP) whose sessions another worker takes over: the staller's next
+commit is refused.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import replay
+from agentloop import RunResult, run
+
+from . import durable_scenario as scenario
+from .helpers import subprocess_env
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL/SIGSTOP are POSIX")
+
+#: Kill points by category (a worker dies at the n-th point whose label starts so).
+CATEGORIES: dict[str, tuple[str, ...]] = {
+    "model": ("model:call", "model:chunk"),
+    "tool": (
+        "tool:before:raw_effect",
+        "tool:after:raw_effect",
+        "tool:before:keyed_effect",
+        "tool:after:keyed_effect",
+        "tool:before:approved_effect",
+        "tool:after:approved_effect",
+    ),
+    "pause": ("pause:parked", "pause:answered"),
+    "commit": (
+        "sql:BEGIN IMMEDIATE",
+        "sql:INSERT INTO events",
+        "sql:UPDATE sessions SET",
+        "sql:DELETE FROM answers",
+        "sql:INSERT INTO answers",
+        "sql:COMMIT",
+    ),
+}
+EFFECTS = (
+    ("raw_effect", "c1"),
+    ("keyed_effect", "c2"),
+    ("approved_effect", "c3"),
+    ("raw_effect", "c4"),
+)
+
+
+class Bench:
+    """One store file, the markers file, and the journals of the workers run on it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.db = directory / "sessions.db"
+        self.markers = directory / "markers.txt"
+        self.markers.touch()
+        self.journals: list[Path] = []
+        self.killed: list[Path] = []  # journals of workers that died
+        self.sessions: list[str] = []
+
+    def command(self, sessions: Sequence[str], *options: str) -> list[str]:
+        journal = self.directory / f"journal-{len(self.journals)}.txt"
+        journal.touch()
+        self.journals.append(journal)
+        return [
+            sys.executable,
+            "-m",
+            "tests.durable_worker",
+            str(self.db),
+            str(self.markers),
+            str(journal),
+            "--sessions",
+            ",".join(sessions),
+            *options,
+        ]
+
+    def run(
+        self, *options: str, sessions: Sequence[str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            self.command(self.sessions if sessions is None else sessions, *options),
+            cwd=ROOT,
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode == -signal.SIGKILL:
+            self.killed.append(self.journals[-1])
+        return done
+
+    def start(self, *options: str, sessions: Sequence[str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.command(self.sessions if sessions is None else sessions, *options),
+            cwd=ROOT,
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def finish(self) -> None:
+        done = self.run()
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "done"
+
+    def verify(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Every session finished like an uninterrupted run; effects as promised."""
+        with replay.SQLiteStore(self.db) as store:
+            for session_id in self.sessions:
+                expected = reference(session_id, monkeypatch, self.directory)
+                info = store.session(session_id)
+                assert (info.status, info.steps, info.lease_owner) == ("completed", 4, None)
+                assert not info.answered
+                events = store.events(session_id)
+                assert replay.replay(events).result == expected
+                again = replay.run_durable(
+                    store,
+                    session_id,
+                    model=scenario.PointedModel(),
+                    tools=scenario.TOOLS,
+                )
+                assert again == expected
+        allowed = collections.Counter[str]()
+        for journal in self.killed:
+            allowed.update(in_flight(journal))
+        lines = self.markers.read_text().splitlines()
+        counts = collections.Counter(lines)
+        expected_lines = {
+            f"{tool}\t{session_id}:{call}" for session_id in self.sessions for tool, call in EFFECTS
+        }
+        assert set(counts) == expected_lines
+        for line, count in counts.items():
+            key = line.split("\t")[1]
+            if line.startswith("keyed_effect"):
+                assert count == 1, line
+            else:
+                assert count - 1 <= allowed[key], (line, count, allowed)
+        assert sum(counts.values()) - len(counts) <= len(self.killed)
+
+
+def in_flight(journal: Path) -> set[str]:
+    """The keys a worker started after its last commit (what its death may repeat)."""
+    flying: set[str] = set()
+    for line in journal.read_text().splitlines():
+        if line == "commit":
+            flying.clear()
+        else:
+            flying.add(line.split("\t")[1])
+    return flying
+
+
+def stop_outside_a_transaction(process: subprocess.Popen[str], db: Path) -> None:
+    """SIGSTOP ``process`` at a moment it holds no write lock on ``db`` (else the
+    other worker would wait for it)."""
+    for _attempt in range(200):
+        process.send_signal(signal.SIGSTOP)
+        probe = sqlite3.connect(db, timeout=0.05, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            process.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
+        finally:
+            probe.close()
+    raise AssertionError("the worker never left its write transactions")
+
+
+_REFERENCE: dict[str, RunResult] = {}
+
+
+def reference(session_id: str, monkeypatch: pytest.MonkeyPatch, directory: Path) -> RunResult:
+    """The session run uninterrupted by ``agentloop.run`` (no store at all)."""
+    if session_id not in _REFERENCE:
+        with monkeypatch.context() as patch:
+            scratch = directory / "reference-markers.txt"
+            scratch.touch()
+            patch.setitem(scenario.PATHS, "markers", str(scratch))
+            patch.setitem(scenario.PATHS, "journal", os.devnull)
+            _REFERENCE[session_id] = run(
+                scenario.messages(session_id),
+                model=scenario.PointedModel(),
+                tools=scenario.TOOLS,
+                system=scenario.SYSTEM,
+                on_pause=lambda pause: scenario.APPROVE,
+            )
+    return _REFERENCE[session_id]
+
+
+# --------------------------------------------------------------------------- kills at chosen points
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_workers_killed_at_seeded_points_finish_like_uninterrupted_runs(
+    tmp_path, monkeypatch, seed
+):
+    # Each seed kills 4 workers, one per category (model call, tool call, pause,
+    # commit), in a seeded order, at a seeded label and occurrence: 32 kills in all.
+    rng = random.Random(seed)
+    order = list(CATEGORIES)
+    rng.shuffle(order)
+    bench = Bench(tmp_path)
+    bench.sessions = [f"seed{seed}-{n}" for n in range(3)]
+    died_at: list[str] = []
+    for _attempt in range(30):
+        if len(died_at) == len(order):
+            break
+        category = order[len(died_at)]
+        label = rng.choice(CATEGORIES[category])
+        done = bench.run("--kill", label, "--nth", str(rng.randint(1, 3)))
+        if done.returncode == -signal.SIGKILL:
+            line = done.stderr.strip().splitlines()[-1]
+            assert line.startswith(f"killed at {label}"), done.stderr
+            died_at.append(category)
+        else:
+            # The worker finished every session before reaching the point: give
+            # the next one new sessions to die in.
+            assert done.returncode == 0, done.stderr
+            bench.sessions += [f"seed{seed}-{len(bench.sessions) + n}" for n in range(2)]
+    assert died_at == order
+    bench.finish()
+    bench.verify(monkeypatch)
+
+
+def test_workers_killed_at_random_moments_finish_like_uninterrupted_runs(tmp_path, monkeypatch):
+    # Kills from outside, at a random moment once the worker has started working
+    # (tools and model calls are slowed a little, so the moments fall everywhere).
+    rng = random.Random(20260101)
+    bench = Bench(tmp_path)
+    bench.sessions = [f"random-{n}" for n in range(3)]
+    kills = 0
+    for _attempt in range(40):
+        if kills == 6:
+            break
+        worker = bench.start("--slow", "0.01")
+        journal = bench.journals[-1]
+        while worker.poll() is None and not journal.read_text():
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.15))
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGKILL)
+        _, err = worker.communicate(timeout=60)
+        if worker.returncode == -signal.SIGKILL:
+            bench.killed.append(journal)
+            kills += 1
+        else:
+            assert worker.returncode == 0, err
+            bench.sessions += [f"random-{len(bench.sessions) + n}" for n in range(2)]
+    assert kills == 6
+    bench.finish()
+    bench.verify(monkeypatch)
+
+
+# --------------------------------------------------------------------------- several workers
+
+
+def test_two_workers_racing_on_one_store_advance_each_session_once(tmp_path, monkeypatch):
+    bench = Bench(tmp_path)
+    bench.sessions = [f"race-{n}" for n in range(8)]
+    # Opposite orders, so that they meet on every session.
+    workers = [
+        bench.start("--race", "--owner", "worker-a"),
+        bench.start("--race", "--owner", "worker-b", sessions=bench.sessions[::-1]),
+    ]
+    for worker in workers:
+        out, err = worker.communicate(timeout=120)
+        assert worker.returncode == 0, err
+        assert out.strip() == "done"
+    bench.verify(monkeypatch)  # nobody was killed: every effect exactly once
+    lines = bench.markers.read_text().splitlines()
+    assert len(lines) == len(set(lines)) == 4 * len(bench.sessions)
+
+
+def test_a_stalled_worker_loses_its_lease_and_cannot_commit(tmp_path, monkeypatch):
+    bench = Bench(tmp_path)
+    bench.sessions = ["stalled"]
+    # Worker A sleeps in its first model call; it is stopped there, past its lease.
+    stalled = bench.start("--owner", "worker-a", "--lease", "0.5", "--slow", "0.3")
+    journal_a = bench.journals[-1]
+    with replay.SQLiteStore(bench.db) as store:
+        while store.find("stalled") is None:
+            time.sleep(0.005)
+        stop_outside_a_transaction(stalled, bench.db)
+        try:
+            info = store.session("stalled")
+            assert info.lease_owner == "worker-a"
+            while store.session("stalled").lease_expires > store.now():  # type: ignore[operator]
+                time.sleep(0.05)
+            # Worker B takes the session over (A's lease expired) and finishes it.
+            done = bench.run("--owner", "worker-b")
+            assert done.returncode == 0, done.stderr
+        finally:
+            stalled.send_signal(signal.SIGCONT)
+        _, err = stalled.communicate(timeout=60)
+        assert stalled.returncode == 1
+        assert "StoreConflict" in err and "another writer advanced the session" in err
+        assert store.session("stalled").status == "completed"
+    # A's model call was in flight; if it got as far as a tool, that effect may repeat.
+    bench.killed.append(journal_a)
+    bench.verify(monkeypatch)
