@@ -496,6 +496,29 @@ class AgentLoopWorkflow:
         self.cancel(reason)
         await workflow.wait_condition(lambda: self._loop.result is not None)
 
+    # ------------------------------------------------------------------ steer
+    #
+    # EXTENSION POINT -- steering (DESIGN §19; the ``Steer`` reply lands in another
+    # branch). ``Steer(message)`` may be sent at ANY yield: the loop records it and
+    # yields the same pending effect again, so an update can send it directly:
+    #
+    #     @workflow.update(name="steer")
+    #     def steer(self, message: RawValue) -> None:
+    #         user = decode(message, UserMessage, "steer message")
+    #         self._loop.send(Steer(user, at=_now()))  # yields the pending effect again
+    #
+    #     @steer.validator
+    #     def _check_steer(self, message: RawValue) -> None:
+    #         if self._loop.pending is None:
+    #             raise ApplicationError("the session has finished", type="Finished")
+    #         decode(message, UserMessage, "steer message")
+    #
+    # plus ``AgentSession.steer(message)`` in ``_client.py``. Sending from a handler
+    # is safe: the driver only waits at an activity, an answer or a cancel, never
+    # between the ``send()``s of one model call's items (they are sent without
+    # suspending), so the loop is always at a yield when a handler runs, and the
+    # driver's pending effect stays the right one. ``FollowUp`` is the same.
+
     # ------------------------------------------------------------------ queries
 
     @workflow.query(name=PENDING_QUERY)
