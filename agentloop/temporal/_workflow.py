@@ -38,12 +38,13 @@ cancelled (an activity gets Temporal's cancellation request) and the loop receiv
 
 The driver
 ----------
-``_adrive`` is a small private async driver, shaped like agentloop's async driver
-(DESIGN §17, ``adrive(loop, model=..., tools=...)``) will be: it calls
+``_adrive`` is a small private async driver, shaped the way agentloop's async
+driver (DESIGN §17, ``adrive(loop, model=..., tools=...)``) is specified: it calls
 ``model.astream(request)`` and ``await tools.aexecute(call)`` on objects that
 happen to be backed by activities (:class:`ActivityModel`, :class:`ActivityTools`),
-an ``on_pause`` coroutine, and a clock. When ``agentloop.adrive`` lands, ``_drive``
-calls it with the same objects instead, and ``_adrive`` goes.
+an async ``on_pause``, and a clock (``workflow.now()``). When ``agentloop.adrive``
+lands, ``AgentLoopWorkflow._drive`` calls it with the same objects and ``_adrive``
+goes; what else changes is written next to ``_drive``.
 """
 
 from __future__ import annotations
@@ -363,12 +364,23 @@ class AgentLoopWorkflow:
     @workflow.init
     def __init__(self, session: RawValue) -> None:
         info = workflow.info()
-        #: Why the input was refused; ``run`` raises it (raising here would leave
-        #: Temporal's run coroutine never awaited).
-        self._problem: ApplicationError | None = None
+        spec, self._loop, self._problem = self._start(session)
+        self._model = ActivityModel(info.workflow_id, info.run_id, spec.model_activity)
+        self._tools = ActivityTools(info.workflow_id, spec.tool_activity)
+        self._answer: Resume | None = None
+        self._cancel_reason: str | None = None
+        self._driver: asyncio.Task[RunResult] | None = None
+
+    def _start(self, session: RawValue) -> tuple[SessionInput, AgentLoop, ApplicationError | None]:
+        """The session's input and its loop, or why the input is refused.
+
+        ``run`` raises the refusal (raising here would leave Temporal's run
+        coroutine never awaited); meanwhile the queries see a loop that never
+        started: no pending effect, no events.
+        """
         try:
             spec = decode(session, SessionInput, "session input")
-            self._loop = agent_loop(
+            loop = agent_loop(
                 spec.messages,
                 tools=spec.tools,
                 system=spec.system,
@@ -378,22 +390,14 @@ class AgentLoopWorkflow:
                 started_at=_now() if spec.started_at is None else spec.started_at,
             )
         except ApplicationError as exc:
-            self._problem, spec = exc, SessionInput(messages=())
+            problem = exc
         except (TypeError, ValueError) as exc:
-            self._problem, spec = (
-                ApplicationError(
-                    f"invalid session input: {exc}", type="InvalidPayload", non_retryable=True
-                ),
-                SessionInput(messages=()),
+            problem = ApplicationError(
+                f"invalid session input: {exc}", type="InvalidPayload", non_retryable=True
             )
-        if self._problem is not None:
-            # Never primed: no pending effect, no events, for the queries to report.
-            self._loop = agent_loop((), tools=())
-        self._model = ActivityModel(info.workflow_id, info.run_id, spec.model_activity)
-        self._tools = ActivityTools(info.workflow_id, spec.tool_activity)
-        self._answer: Resume | None = None
-        self._cancel_reason: str | None = None
-        self._driver: asyncio.Task[RunResult] | None = None
+        else:
+            return spec, loop, None
+        return SessionInput(messages=()), agent_loop((), tools=()), problem
 
     def hooks(self) -> HookRegistry | None:
         """The hooks every session of this workflow type runs with (none here)."""
@@ -425,10 +429,23 @@ class AgentLoopWorkflow:
         return result
 
     async def _drive(self) -> RunResult:
-        # When agentloop's async driver lands, this becomes:
+        # When agentloop's async driver lands, this becomes
         #     return await adrive(self._loop, model=self._model, tools=self._tools,
         #                         on_pause=self._wait_for_answer, clock=_now)
-        # (with adrive's own cancellation: see the module docstring).
+        # and _adrive (with its two Protocols) is deleted. Also:
+        # - cancellation: _adrive records Cancel(<the cancel signal's reason>, or
+        #   "workflow cancelled") when its task is cancelled, and Cancel(reason) for
+        #   a cancel that came before it started. adrive records Cancel("task
+        #   cancelled"); to keep the reasons, pass them to adrive (a reason
+        #   callable or a cancel token it checks before each effect), or accept
+        #   "task cancelled" in the logs.
+        # - tools: ActivityTools offers aexecute(call) -> (content, is_error), the
+        #   shape of ToolRegistry.execute; give it whatever adrive calls on tools
+        #   (and specs() returning the session's specs, if adrive compares them
+        #   with loop.tools).
+        # - models: adrive reads astream() up to the response or failure (the
+        #   activity already made malformed output a ModelFailure) and stamps
+        #   replies with clock, as _adrive does: the logs do not change.
         return await _adrive(
             self._loop,
             model=self._model,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import replay
@@ -16,11 +17,18 @@ from agentloop import (
     RunResult,
     SessionStartEvent,
     StepStartEvent,
+    UserMessage,
     agent_loop,
     encode_event,
     run,
 )
-from agentloop.temporal import AgentSession
+from agentloop.temporal import AgentSession, start_session, worker
+
+from .app import MODEL, TOOLS
+from .conftest import Temporal
+
+#: The question every session starts with, unless a test says otherwise.
+QUESTION = [UserMessage("u1", "add things")]
 
 
 def queue() -> str:
@@ -30,6 +38,34 @@ def queue() -> str:
 
 def session_id() -> str:
     return f"session-{uuid.uuid4().hex[:12]}"
+
+
+class Starter:
+    """Starts sessions on one worker's task queue (``start(messages, **options)``),
+    offering the worker's tools unless told otherwise."""
+
+    def __init__(self, temporal: Temporal, task_queue: str, tools: Any) -> None:
+        self.temporal = temporal
+        self.task_queue = task_queue
+        self.tools = tools
+
+    async def __call__(self, messages: Any = QUESTION, **options: Any) -> AgentSession:
+        options.setdefault("tools", self.tools)
+        return await start_session(
+            self.temporal.client, session_id(), messages, task_queue=self.task_queue, **options
+        )
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    temporal: Temporal, *, model: Any = MODEL, tools: Any = TOOLS, **worker_options: Any
+) -> AsyncIterator[Starter]:
+    """A worker (the app's model and tools by default) on a fresh task queue."""
+    task_queue = queue()
+    async with worker(
+        temporal.client, task_queue=task_queue, model=model, tools=tools, **worker_options
+    ):
+        yield Starter(temporal, task_queue, tools)
 
 
 async def wait_for(session: AgentSession, kind: type) -> Any:

@@ -26,17 +26,15 @@ from agentloop import (
     TextBlock,
     ToolCall,
     ToolResultMessage,
-    UserMessage,
     tool,
 )
-from agentloop.temporal import ActivityOptions, SessionActivities, start_session, worker
+from agentloop.temporal import ActivityOptions, SessionActivities
 from agentloop.temporal._wire import ModelCall, ModelConfig, config_digest, encode, raw
 
 from .app import MODEL, TOOLS, add
 from .conftest import Temporal
-from .helpers import drive_by_hand, encoded, queue, run_in_process, session_id, wait_for
+from .helpers import QUESTION, drive_by_hand, encoded, run_in_process, serving, wait_for
 
-QUESTION = [UserMessage("u1", "add things")]
 RETRY_FAST = ActivityOptions(max_attempts=2, initial_interval_seconds=0.1)
 
 
@@ -95,20 +93,8 @@ class AsyncModel:
 
 async def sessions(temporal: Temporal, model, systems, tools=TOOLS, **options):
     """Run one session per system prompt on one worker; ``{system: (result, log)}``."""
-    task_queue = queue()
-    async with worker(temporal.client, task_queue=task_queue, model=model, tools=tools):
-        started = {
-            system: await start_session(
-                temporal.client,
-                session_id(),
-                QUESTION,
-                task_queue=task_queue,
-                tools=tools,
-                system=system,
-                **options,
-            )
-            for system in systems
-        }
+    async with serving(temporal, model=model, tools=tools) as start:
+        started = {system: await start(system=system, **options) for system in systems}
         return {
             system: (await session.result(), await session.log())
             for system, session in started.items()
@@ -234,16 +220,8 @@ def test_a_worker_without_the_prefix_asks_the_workflow_and_checks_the_answer(
     waiting on a pause: a request it cannot rebuild is refused, never guessed."""
 
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(temporal.client, task_queue=task_queue, model=MODEL, tools=TOOLS):
-            session = await start_session(
-                temporal.client,
-                session_id(),
-                QUESTION,
-                task_queue=task_queue,
-                tools=TOOLS,
-                system="approve",
-            )
+        async with serving(temporal) as start:
+            session = await start(system="approve")
             await wait_for(session, Pause)
             run_id = session.handle.result_run_id
             activities = SessionActivities(model=MODEL, transcript_cache=4)

@@ -33,38 +33,29 @@ from agentloop import (
     UserMessage,
     tool,
 )
-from agentloop.temporal import (
-    ActivityOptions,
-    AgentSession,
-    get_session,
-    start_session,
-    worker,
-)
+from agentloop.temporal import ActivityOptions, AgentSession, get_session
 from agentloop.temporal._wire import raw
 
 from .app import MODEL, TOOLS, HookedWorkflow, add, hooks
 from .conftest import Temporal
-from .helpers import drive_by_hand, encoded, queue, run_in_process, session_id, wait_for
-
-QUESTION = [UserMessage("u1", "add things")]
+from .helpers import (
+    QUESTION,
+    drive_by_hand,
+    encoded,
+    run_in_process,
+    serving,
+    session_id,
+    wait_for,
+)
 
 
 async def run_session(
-    temporal: Temporal, system: str, then=None, **options
+    temporal: Temporal, system: str, then: Any = None, **options: Any
 ) -> tuple[AgentSession, list[Any]]:
     """Run one session of the app's model and tools to its end; ``then(session)``
     runs while the worker still serves (queries need a worker)."""
-    task_queue = queue()
-    async with worker(temporal.client, task_queue=task_queue, model=MODEL, tools=TOOLS):
-        session = await start_session(
-            temporal.client,
-            session_id(),
-            QUESTION,
-            task_queue=task_queue,
-            tools=TOOLS,
-            system=system,
-            **options,
-        )
+    async with serving(temporal) as start:
+        session = await start(system=system, **options)
         await session.result()
         if then is not None:
             await then(session)
@@ -77,13 +68,13 @@ async def run_session(
 def test_a_tool_calling_session_runs_to_the_end(temporal: Temporal) -> None:
     seen: dict[str, Any] = {}
 
-    async def then(session):
+    async def then(session: AgentSession) -> None:
         again = get_session(temporal.client, session.id)
         seen.update(result=await again.result(), pending=await again.pending())
         seen["tail"] = await again.log(since=5)
 
     _, log = temporal.run(run_session(temporal, "add 3", then))
-    result, pending, tail = seen["result"], seen["pending"], seen["tail"]
+    result = seen["result"]
     assert result.status == "completed"
     assert result.final_text == 'Done: {"sum":44}'
     assert result.steps == 4
@@ -92,8 +83,8 @@ def test_a_tool_calling_session_runs_to_the_end(temporal: Temporal) -> None:
         '{"sum":42}',
         '{"sum":44}',
     ]
-    assert pending is None
-    assert encoded(tail) == encoded(log[5:])
+    assert seen["pending"] is None
+    assert encoded(seen["tail"]) == encoded(log[5:])
     assert type(log[-1]) is RunFinishedEvent
     assert replay.replay(log).result == result
 
@@ -120,23 +111,8 @@ def test_hooks_run_inside_the_workflow_and_replay(temporal: Temporal) -> None:
     made, not the transcript, and the log is the in-process one."""
 
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(
-            temporal.client,
-            task_queue=task_queue,
-            model=MODEL,
-            tools=TOOLS,
-            workflows=[HookedWorkflow],
-        ):
-            session = await start_session(
-                temporal.client,
-                session_id(),
-                QUESTION,
-                task_queue=task_queue,
-                tools=TOOLS,
-                system="add 3",
-                workflow="agentloop-hooked",
-            )
+        async with serving(temporal, workflows=[HookedWorkflow]) as start:
+            session = await start(system="add 3", workflow="agentloop-hooked")
             return await session.result(), await session.log()
 
     result, log = temporal.run(scenario())
@@ -153,25 +129,8 @@ def test_workers_without_the_transcript_ask_the_workflow(temporal: Temporal, cac
     turn evict each other. The model gets the same requests either way."""
 
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(
-            temporal.client,
-            task_queue=task_queue,
-            model=MODEL,
-            tools=TOOLS,
-            transcript_cache=cache,
-        ):
-            sessions = [
-                await start_session(
-                    temporal.client,
-                    session_id(),
-                    QUESTION,
-                    task_queue=task_queue,
-                    tools=TOOLS,
-                    system="add 4",
-                )
-                for _ in range(2)
-            ]
+        async with serving(temporal, transcript_cache=cache) as start:
+            sessions = [await start(system="add 4") for _ in range(2)]
             results = await asyncio.gather(*(s.result() for s in sessions))
             return results, [await s.log() for s in sessions]
 
@@ -186,16 +145,8 @@ def test_workers_without_the_transcript_ask_the_workflow(temporal: Temporal, cac
 
 def test_a_pause_is_answered_by_the_resume_update(temporal: Temporal) -> None:
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(temporal.client, task_queue=task_queue, model=MODEL, tools=TOOLS):
-            session = await start_session(
-                temporal.client,
-                session_id(),
-                QUESTION,
-                task_queue=task_queue,
-                tools=TOOLS,
-                system="approve",
-            )
+        async with serving(temporal) as start:
+            session = await start(system="approve")
             pause = await wait_for(session, Pause)
             with pytest.raises(WorkflowUpdateFailedError) as bad:
                 await session.handle.execute_update("resume", raw(b'{"approve":true}'))
@@ -222,14 +173,8 @@ def test_a_pause_is_answered_by_the_resume_signal(temporal: Temporal) -> None:
     is ignored, one sent while paused answers it."""
 
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(temporal.client, task_queue=task_queue, model=MODEL, tools=TOOLS):
-            session = await start_session(
-                temporal.client,
-                session_id(),
-                QUESTION,
-                task_queue=task_queue,
-                tools=TOOLS,
+        async with serving(temporal) as start:
+            session = await start(
                 system="approve",
                 start_signal="resume",
                 start_signal_args=[raw(b'{"payload":{"approved":true}}')],
@@ -247,16 +192,8 @@ def test_a_pause_is_answered_by_the_resume_signal(temporal: Temporal) -> None:
 
 def test_an_answer_the_loop_refuses_fails_the_run_and_the_update(temporal: Temporal) -> None:
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(temporal.client, task_queue=task_queue, model=MODEL, tools=TOOLS):
-            session = await start_session(
-                temporal.client,
-                session_id(),
-                QUESTION,
-                task_queue=task_queue,
-                tools=TOOLS,
-                system="approve",
-            )
+        async with serving(temporal) as start:
+            session = await start(system="approve")
             await wait_for(session, Pause)
             with pytest.raises(WorkflowUpdateFailedError) as refused:
                 await session.resume("yes please")
@@ -276,17 +213,8 @@ def test_an_answer_the_loop_refuses_fails_the_run_and_the_update(temporal: Tempo
 
 def test_a_budget_pause_resumes_with_a_new_budget(temporal: Temporal) -> None:
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(temporal.client, task_queue=task_queue, model=MODEL, tools=TOOLS):
-            session = await start_session(
-                temporal.client,
-                session_id(),
-                QUESTION,
-                task_queue=task_queue,
-                tools=TOOLS,
-                system="add 3",
-                budget=Budget(max_turns=2),
-            )
+        async with serving(temporal) as start:
+            session = await start(system="add 3", budget=Budget(max_turns=2))
             pause = await wait_for(session, Pause)
             await session.resume(budget=Budget(max_turns=5))
             return pause, await session.result(), await session.log()
@@ -331,18 +259,8 @@ def test_cancel_during_a_model_call(temporal: Temporal) -> None:
     gate = Gate()
 
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(
-            temporal.client, task_queue=task_queue, model=BlockingModel(gate), tools=TOOLS
-        ):
-            session = await start_session(
-                temporal.client,
-                session_id(),
-                QUESTION,
-                task_queue=task_queue,
-                tools=TOOLS,
-                model_activity=FAST,
-            )
+        async with serving(temporal, model=BlockingModel(gate)) as start:
+            session = await start(model_activity=FAST)
             await gate.reached()
             pending = await session.pending()
             with pytest.raises(WorkflowUpdateFailedError) as refused:
@@ -377,16 +295,8 @@ def test_cancel_during_a_tool_call_keeps_no_invented_result(temporal: Temporal) 
         return {"sum": left + right}
 
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(temporal.client, task_queue=task_queue, model=MODEL, tools=[add]):
-            session = await start_session(
-                temporal.client,
-                session_id(),
-                QUESTION,
-                task_queue=task_queue,
-                tools=[add],
-                tool_activity=FAST,
-            )
+        async with serving(temporal, tools=[add]) as start:
+            session = await start(tool_activity=FAST)
             await gate.reached()
             pending = await session.pending()
             await asyncio.sleep(0.5)  # the tool activity heartbeats meanwhile
@@ -419,17 +329,8 @@ def test_a_cancel_sent_with_the_start_ends_the_run_before_the_model_is_asked(
             return MODEL.stream(request)
 
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(temporal.client, task_queue=task_queue, model=Recording(), tools=TOOLS):
-            session = await start_session(
-                temporal.client,
-                session_id(),
-                QUESTION,
-                task_queue=task_queue,
-                tools=TOOLS,
-                start_signal="cancel",
-                start_signal_args=["changed my mind"],
-            )
+        async with serving(temporal, model=Recording()) as start:
+            session = await start(start_signal="cancel", start_signal_args=["changed my mind"])
             return await session.result(), await session.log()
 
     result, log = temporal.run(scenario())
@@ -442,16 +343,8 @@ def test_a_cancel_sent_with_the_start_ends_the_run_before_the_model_is_asked(
 
 def test_cancelling_the_workflow_finishes_the_log(temporal: Temporal) -> None:
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(temporal.client, task_queue=task_queue, model=MODEL, tools=TOOLS):
-            session = await start_session(
-                temporal.client,
-                session_id(),
-                QUESTION,
-                task_queue=task_queue,
-                tools=TOOLS,
-                system="approve",
-            )
+        async with serving(temporal) as start:
+            session = await start(system="approve")
             await wait_for(session, Pause)
             await session.handle.cancel()
             with pytest.raises(WorkflowFailureError) as failure:
@@ -471,18 +364,15 @@ def test_cancelling_the_workflow_finishes_the_log(temporal: Temporal) -> None:
 
 def test_a_workflow_input_that_does_not_decode_fails_the_workflow(temporal: Temporal) -> None:
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(temporal.client, task_queue=task_queue, model=MODEL, tools=TOOLS):
+        async with serving(temporal) as start:
+            session = await start(max_steps=0)
+            with pytest.raises(WorkflowFailureError) as bad_option:
+                await session.result()
             handle = await temporal.client.start_workflow(
-                "agentloop", raw(b'{"messages": 5}'), id=session_id(), task_queue=task_queue
+                "agentloop", raw(b'{"messages": 5}'), id=session_id(), task_queue=start.task_queue
             )
             with pytest.raises(WorkflowFailureError) as bad_json:
                 await handle.result()
-            session = await start_session(
-                temporal.client, session_id(), QUESTION, task_queue=task_queue, max_steps=0
-            )
-            with pytest.raises(WorkflowFailureError) as bad_option:
-                await session.result()
             return bad_json.value.cause, bad_option.value.cause
 
     bad_json, bad_option = temporal.run(scenario())
@@ -500,11 +390,8 @@ def test_an_invalid_transcript_fails_the_run_as_in_process(temporal: Temporal) -
     ]
 
     async def scenario() -> Any:
-        task_queue = queue()
-        async with worker(temporal.client, task_queue=task_queue, model=MODEL, tools=TOOLS):
-            session = await start_session(
-                temporal.client, session_id(), messages, task_queue=task_queue, tools=[add]
-            )
+        async with serving(temporal) as start:
+            session = await start(messages, tools=[add])
             return await session.result(), await session.log()
 
     result, log = temporal.run(scenario())
