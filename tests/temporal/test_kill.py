@@ -3,7 +3,7 @@
 A real worker process runs a session whose tool call is slow: the tool writes
 its side effect (a file named after its idempotency key), then sleeps. The test
 waits for the file, SIGKILLs the worker, and starts a second worker process.
-Temporal notices the lost tool activity (no heartbeat for a second), runs it again
+Temporal notices the lost tool activity (no heartbeat for 2 s), runs it again
 on the second worker -- where the tool finds its key and does not write again --
 and moves the workflow there; the session completes. The final log is the one the
 loop makes from its recorded replies, and it replays.
@@ -70,7 +70,7 @@ def test_a_worker_killed_during_a_tool_call_is_replaced(temporal: Temporal, tmp_
                 tools=TOOLS,
                 system="note",
                 tool_activity=ActivityOptions(
-                    heartbeat_seconds=1.0, initial_interval_seconds=0.1, max_attempts=5
+                    heartbeat_seconds=2.0, initial_interval_seconds=0.1, max_attempts=5
                 ),
             )
         )
