@@ -8,7 +8,7 @@ import replay
 
 def test_agentloop_exports_what_it_lists() -> None:
     public = {name for name in dir(agentloop) if not name.startswith("_")}
-    modules = {"models", "otel", "mcp"}  # imported on demand (otel, mcp: optional extras)
+    modules = {"models", "otel", "mcp", "temporal"}  # imported on demand (optional extras)
     assert set(agentloop.__all__) == (public - modules) | {"__version__"}
     for name in agentloop.__all__:
         assert hasattr(agentloop, name), name

@@ -1,0 +1,55 @@
+"""agentloop on Temporal: durable agent sessions across many workers (DESIGN §20).
+
+Install the extra: ``pip install "agentloop[temporal]"``. ``import agentloop``
+never imports this package (nor ``temporalio``).
+
+- :class:`AgentLoopWorkflow`: one session; the loop runs inside the workflow,
+  each model call and each tool call is an activity, a ``Pause`` waits for the
+  ``resume`` update, ``cancel`` ends it; queries ``pending`` and ``log``.
+- :func:`worker`: a Temporal worker running sessions, model calls and tool calls
+  with your model and tools (all three, or any part: see docs/durable.md).
+- :func:`start_session`, :func:`get_session`, :class:`AgentSession`: the client
+  side, with typed payloads.
+- :func:`idempotency_key`: inside a tool, ``<workflow id>:<call id>``.
+
+Everything travels as msgspec JSON (``json/plain`` payloads): no data converter
+to configure. See docs/durable.md ("Temporal").
+"""
+
+try:
+    import temporalio  # noqa: F401
+except ImportError as exc:  # tested in a subprocess that hides temporalio
+    raise ImportError(
+        'agentloop.temporal needs temporalio: pip install "agentloop[temporal]"'
+    ) from exc
+
+from ._activities import RETRIED_KINDS, SessionActivities, idempotency_key
+from ._client import AgentSession, get_session, start_session
+from ._wire import (
+    DEFAULT_MODEL_ACTIVITY,
+    DEFAULT_TOOL_ACTIVITY,
+    ActivityOptions,
+    SessionInput,
+)
+from ._worker import PASSTHROUGH_MODULES, sandbox_runner, worker
+from ._workflow import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_NAME, AgentLoopWorkflow
+
+__all__ = [
+    "DEFAULT_MODEL_ACTIVITY",
+    "DEFAULT_TOOL_ACTIVITY",
+    "MODEL_ACTIVITY",
+    "PASSTHROUGH_MODULES",
+    "RETRIED_KINDS",
+    "TOOL_ACTIVITY",
+    "WORKFLOW_NAME",
+    "ActivityOptions",
+    "AgentLoopWorkflow",
+    "AgentSession",
+    "SessionActivities",
+    "SessionInput",
+    "get_session",
+    "idempotency_key",
+    "sandbox_runner",
+    "start_session",
+    "worker",
+]

@@ -1,0 +1,367 @@
+"""The activities: the user's model and tools, run for the workflow on any worker.
+
+Theory of operation
+-------------------
+``agentloop.model`` answers one model request. Its input is a delta
+(``_wire.ModelCall``): the messages new since the session's previous request and
+the digest of the prefix before them. Each worker keeps the transcripts of the
+sessions it served last (a small LRU, ``transcript_cache`` sessions); when it
+holds that exact prefix (same length, same digest) it appends the new messages.
+When it does not -- another worker served the previous request, the worker
+restarted, the workflow was reset -- it asks the workflow for the whole request
+(query ``pending``; queries are not recorded in the history). Either way the model
+gets exactly the request the loop made, and the history holds each message about
+twice (once as a result, once as the next input), never the transcript per step.
+
+The model is called the way :func:`agentloop.run` calls it: ``stream(request)``
+(read in a worker thread, so a sync SDK client does not block the worker) or, when
+the model has it, ``astream(request)``. The activity heartbeats while it waits for
+items (a dead worker is noticed after ``heartbeat_seconds``) and returns every
+chunk and the response together: a retried attempt starts over, and the loop never
+sees half an answer. What ``run`` turns into a ``ModelFailure`` is one here too,
+inside the result: items that are not replies, a stream that ends without a
+response, output that JSON cannot carry exactly (non-finite numbers). Exceptions
+raised by the model fail the attempt so Temporal retries it: a ``ModelError`` of a
+transient kind (``rate_limit``, ``connection``, ``server``) and any other
+exception are retried; other ``ModelError`` kinds (``auth``, ``bad_request``, ...)
+and ``MODEL_PROTOCOL_ERROR``s are not. When no attempt is left, the workflow sends
+the loop a ``ModelFailure`` with the message ``run`` would record.
+
+``agentloop.tool`` runs one call through a :class:`~agentloop.ToolRegistry` in a
+worker thread, heartbeating while it runs. The tool can read its idempotency key
+(``<workflow id>:<call id>``) with :func:`idempotency_key`: Temporal runs an
+activity at least once, so the call that was running when a worker died runs
+again on another worker, with the same key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextvars
+import math
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final, NamedTuple, TypeVar
+
+import msgspec
+from temporalio import activity
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+from agentloop import (
+    MAX_CHUNKS_PER_STEP,
+    MODEL_ERROR,
+    MODEL_PROTOCOL_ERROR,
+    Message,
+    ModelChunk,
+    ModelError,
+    ModelFailure,
+    ModelRequest,
+    ModelResponse,
+    Tool,
+    ToolRegistry,
+    ToolSpec,
+)
+
+from ._wire import (
+    ModelCall,
+    ModelConfig,
+    PendingModel,
+    ToolInput,
+    ToolOutput,
+    chain_digest,
+    config_digest,
+    decode,
+    decode_pending,
+    encode,
+    raw,
+)
+from ._workflow import MODEL_ACTIVITY, PENDING_QUERY, TOOL_ACTIVITY
+
+__all__ = ["RETRIED_KINDS", "SessionActivities", "idempotency_key"]
+
+T = TypeVar("T")
+
+#: ``ModelError.kind`` values whose model activity attempt Temporal retries.
+RETRIED_KINDS: Final = frozenset({"rate_limit", "connection", "server"})
+
+#: The loop fails a step at chunk ``MAX_CHUNKS_PER_STEP + 1``: nothing after it is
+#: ever read, so the activity stops there (and its result stays bounded).
+_CHUNK_CAP: Final = MAX_CHUNKS_PER_STEP + 1
+
+_KEY: contextvars.ContextVar[str] = contextvars.ContextVar("agentloop.temporal.idempotency_key")
+_REPLY_TYPES: Final = (ModelChunk, ModelResponse, ModelFailure)
+
+
+def idempotency_key() -> str:
+    """The idempotency key of the tool call running now: ``<workflow id>:<call id>``.
+
+    Temporal runs each tool call at least once: when a worker dies during a call,
+    the call runs again elsewhere with the same key. A tool with side effects
+    records the key with its effect (a unique column, an ``Idempotency-Key``
+    header, a file named after it) and, seeing it again, returns what it did
+    instead of doing it twice.
+
+    Raises:
+        RuntimeError: not called from a tool run by an ``agentloop.temporal`` worker.
+    """
+    try:
+        return _KEY.get()
+    except LookupError:
+        raise RuntimeError(
+            "idempotency_key() is only available inside a tool run by an agentloop.temporal worker"
+        ) from None
+
+
+def _valid_unicode(text: str) -> str:
+    """``text`` with lone surrogates escaped (as :func:`agentloop.run` does)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+async def _heartbeating(awaitable: Awaitable[T], details: Callable[[], int] | None = None) -> T:
+    """Await ``awaitable``, heartbeating every third of the heartbeat timeout."""
+    task = asyncio.ensure_future(awaitable)
+    timeout = activity.info().heartbeat_timeout
+    interval = None if timeout is None else timeout.total_seconds() / 3
+    try:
+        while True:
+            done, _ = await asyncio.wait((task,), timeout=interval)
+            if done:
+                return task.result()
+            if details is None:
+                activity.heartbeat()
+            else:
+                activity.heartbeat(details())
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+
+
+def _finite(value: Any) -> bool:
+    """No NaN or infinity anywhere in ``value`` (builtins), walked without recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return True
+
+
+class _Collector:
+    """The items of one model stream, encoded, up to and including the last one."""
+
+    __slots__ = ("done", "items", "request_id")
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.items: list[bytes] = []
+        self.done = False
+
+    def add(self, item: object) -> bool:
+        """Keep ``item``; ``False`` when nothing after it will be read."""
+        if type(item) not in _REPLY_TYPES:
+            return self._fail(
+                f"the model's output was malformed: yielded {type(item).__name__}, "
+                "expected ModelChunk, ModelResponse or ModelFailure",
+                MODEL_PROTOCOL_ERROR,
+            )
+        try:
+            data = encode(item)
+            exact = _finite(msgspec.to_builtins(item))
+        except (TypeError, ValueError, msgspec.EncodeError) as exc:
+            return self._fail(f"the model's output cannot be encoded: {exc}", MODEL_PROTOCOL_ERROR)
+        if not exact:
+            return self._fail(
+                "the model's output holds a number JSON cannot carry (NaN or infinity)",
+                MODEL_PROTOCOL_ERROR,
+            )
+        self.items.append(data)
+        if type(item) is not ModelChunk:
+            self.done = True
+            return False
+        return len(self.items) < _CHUNK_CAP
+
+    def finish(self) -> bytes:
+        """The activity result: every item, and a failure if the stream just ended."""
+        if not self.done and len(self.items) < _CHUNK_CAP:
+            self._fail("model stream ended without a response", MODEL_ERROR)
+        return b'{"items":[' + b",".join(self.items) + b"]}"
+
+    def _fail(self, message: str, code: str) -> bool:
+        self.items.append(encode(ModelFailure(self.request_id, message, code=code)))
+        self.done = True
+        return False
+
+
+def _drain(
+    stream: Callable[[ModelRequest], Iterable[Any]], request: ModelRequest, collector: _Collector
+) -> None:
+    """Read a sync model's stream into ``collector`` (in a worker thread)."""
+    iterator = iter(stream(request))
+    try:
+        for item in iterator:
+            if not collector.add(item):
+                break
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+
+
+def _attempt_failed(exc: Exception) -> ApplicationError:
+    """The failure of a model activity attempt whose model raised ``exc``."""
+    if isinstance(exc, ModelError):
+        message, retry = exc.message, exc.kind in RETRIED_KINDS
+    else:
+        message, retry = f"{type(exc).__name__}: {exc}", True
+    code = MODEL_ERROR
+    if getattr(exc, "code", None) == MODEL_PROTOCOL_ERROR:
+        code, retry = MODEL_PROTOCOL_ERROR, False
+    return ApplicationError(_valid_unicode(message), type=code, non_retryable=not retry)
+
+
+class _Transcript(NamedTuple):
+    config: ModelConfig
+    messages: tuple[Message, ...]
+    #: ``digests[k]``: the digest of ``config`` and ``messages[:k]``.
+    digests: list[str]
+
+
+class SessionActivities:
+    """The model and tool activities of one worker (see the module docstring).
+
+    Args:
+        model: answers model requests (``stream(request)`` or ``astream(request)``),
+            or ``None`` for a worker that runs no model calls.
+        tools: the tools (a registry or an iterable of tools/specs), or ``None``
+            for a worker that runs no tool calls.
+        transcript_cache: how many sessions' transcripts to keep (0: none; every
+            request after the first is then read from the workflow).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: Any = None,
+        tools: ToolRegistry | Iterable[Tool | ToolSpec] | None = None,
+        transcript_cache: int = 256,
+    ) -> None:
+        if model is not None and not (
+            callable(getattr(model, "astream", None)) or callable(getattr(model, "stream", None))
+        ):
+            raise TypeError(
+                f"model must have a stream(request) or astream(request) method, got {model!r}"
+            )
+        if type(transcript_cache) is not int or transcript_cache < 0:
+            raise ValueError(f"transcript_cache must be an int >= 0, got {transcript_cache!r}")
+        self._model = model
+        self._registry = None if tools is None else ToolRegistry(tools)
+        self._cache_size = transcript_cache
+        # Only the worker's event loop thread touches it (the activities are async).
+        self._cache: collections.OrderedDict[str, _Transcript] = collections.OrderedDict()
+
+    def activities(self) -> list[Callable[..., Any]]:
+        """The activity callables to register with a worker."""
+        out: list[Callable[..., Any]] = []
+        if self._model is not None:
+            out.append(self.model)
+        if self._registry is not None:
+            out.append(self.tool)
+        return out
+
+    # ------------------------------------------------------------------ model
+
+    @activity.defn(name=MODEL_ACTIVITY)
+    async def model(self, call: RawValue) -> RawValue:
+        """Answer one model request: every chunk, then the response or a failure."""
+        request = await self._request(decode(call, ModelCall, "model call"))
+        collector = _Collector(request.id)
+        model = self._model
+        try:
+            astream = getattr(model, "astream", None)
+            if callable(astream):
+                items = aiter(astream(request))
+                while await _heartbeating(_next(items, collector), lambda: len(collector.items)):
+                    pass
+            else:
+                await _heartbeating(
+                    asyncio.to_thread(_drain, model.stream, request, collector),
+                    lambda: len(collector.items),
+                )
+        except Exception as exc:
+            raise _attempt_failed(exc) from None
+        return raw(collector.finish())
+
+    async def _request(self, call: ModelCall) -> ModelRequest:
+        """The whole request ``call`` stands for (see the module docstring)."""
+        if call.config is not None:
+            entry: _Transcript | None = _Transcript(call.config, (), [config_digest(call.config)])
+        else:
+            entry = self._cache.get(call.session)
+        if (
+            entry is not None
+            and call.base < len(entry.digests)
+            and (entry.digests[call.base] == call.digest)
+        ):
+            digests = entry.digests[: call.base + 1]
+            config, messages = entry.config, entry.messages[: call.base] + call.messages
+            for message in call.messages:
+                digests.append(chain_digest(digests[-1], message))
+        else:
+            config, messages = await self._ask_workflow(call)
+            digests = [config_digest(config)]
+            for message in messages:
+                digests.append(chain_digest(digests[-1], message))
+        if self._cache_size:
+            cache = self._cache
+            cache[call.session] = _Transcript(config, messages, digests)
+            cache.move_to_end(call.session)
+            if len(cache) > self._cache_size:
+                cache.popitem(last=False)
+        return ModelRequest(call.request_id, call.step, messages, config.tools, config.system)
+
+    async def _ask_workflow(self, call: ModelCall) -> tuple[ModelConfig, tuple[Message, ...]]:
+        handle = activity.client().get_workflow_handle(call.session, run_id=call.run_id)
+        pending = decode_pending(await handle.query(PENDING_QUERY, result_type=RawValue))
+        if type(pending) is not PendingModel or pending.id != call.request_id:
+            raise ApplicationError(
+                f"session {call.session!r} is not waiting for model request "
+                f"{call.request_id!r} (it waits for {pending!r})",
+                type="NotPending",
+                non_retryable=True,
+            )
+        return ModelConfig(pending.tools, pending.system), pending.messages
+
+    # ------------------------------------------------------------------ tools
+
+    @activity.defn(name=TOOL_ACTIVITY)
+    async def tool(self, call: RawValue) -> RawValue:
+        """Run one tool call; the tool can read :func:`idempotency_key`."""
+        value = decode(call, ToolInput, "tool call")
+        registry = self._registry
+        assert registry is not None
+        token = _KEY.set(f"{value.session}:{value.call.id}")
+        try:
+            # to_thread copies this context: the tool sees the key.
+            content, is_error = await _heartbeating(asyncio.to_thread(registry.execute, value.call))
+        finally:
+            _KEY.reset(token)
+        return raw(encode(ToolOutput(_valid_unicode(content), is_error)))
+
+
+async def _next(items: Any, collector: _Collector) -> bool:
+    """Read one item of an async model's stream into ``collector``; ``False`` at the end."""
+    try:
+        item = await anext(items)
+    except StopAsyncIteration:
+        return False
+    return collector.add(item)

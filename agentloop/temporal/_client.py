@@ -1,0 +1,174 @@
+"""The client side: start a session, answer its pauses, read its log and result."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import RawValue
+
+from agentloop import (
+    Budget,
+    Effect,
+    Event,
+    ModelRequest,
+    Pause,
+    RunResult,
+    Tool,
+    ToolRegistry,
+    ToolRequest,
+    ToolSpec,
+    decode_event,
+)
+
+from ._wire import (
+    DEFAULT_MODEL_ACTIVITY,
+    DEFAULT_TOOL_ACTIVITY,
+    ActivityOptions,
+    Answer,
+    PendingModel,
+    PendingTool,
+    SessionInput,
+    decode,
+    decode_pending,
+    encode,
+    raw,
+)
+from ._workflow import PENDING_QUERY, WORKFLOW_NAME
+
+__all__ = ["AgentSession", "get_session", "start_session"]
+
+_raws = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+class AgentSession:
+    """A handle on one agent session (a workflow run), with typed payloads.
+
+    Attributes:
+        handle: the underlying :class:`temporalio.client.WorkflowHandle`.
+    """
+
+    def __init__(self, handle: WorkflowHandle[Any, Any]) -> None:
+        self.handle = handle
+
+    @property
+    def id(self) -> str:
+        """The session id (the workflow id)."""
+        return self.handle.id
+
+    async def result(self) -> RunResult:
+        """Wait for the session to end; its ``RunResult``.
+
+        Raises:
+            temporalio.client.WorkflowFailureError: the workflow failed (a bad
+                input) or was cancelled (``handle.cancel()``).
+        """
+        value = await self.handle.result()
+        return decode(value, RunResult, "session result")
+
+    async def pending(self) -> Effect | None:
+        """The effect the session waits on now (``None`` once it has finished).
+
+        A ``ModelRequest`` comes with its whole transcript (queries are not
+        recorded, so that costs nothing in history).
+        """
+        value = decode_pending(await self.handle.query(PENDING_QUERY, result_type=RawValue))
+        if value is None:
+            return None
+        if isinstance(value, PendingModel):
+            return ModelRequest(value.id, value.step, value.messages, value.tools, value.system)
+        if isinstance(value, PendingTool):
+            return ToolRequest(value.call, value.step)
+        return Pause(value.reason, value.payload)
+
+    async def log(self, since: int = 0) -> list[Event]:
+        """The session's events so far, from sequence ``since`` on."""
+        value = await self.handle.query("log", since, result_type=RawValue)
+        return [decode_event(bytes(item)) for item in _raws.decode(value.payload.data)]
+
+    async def resume(self, payload: Any = None, *, budget: Budget | None = None) -> None:
+        """Answer the pending ``Pause`` (update ``resume``); returns once the loop
+        has taken the answer.
+
+        Raises:
+            temporalio.client.WorkflowUpdateFailedError: no pause is pending, or
+                the answer is not ``{"payload": ..., "budget": ...}``.
+            temporalio.service.RPCError: the session has finished.
+        """
+        answer = Answer(payload=payload, budget=budget)
+        await self.handle.execute_update("resume", raw(encode(answer)))
+
+    async def cancel(self, reason: str = "") -> None:
+        """End the session ``cancelled`` (update ``cancel``); returns once its log
+        is finished.
+
+        Raises:
+            temporalio.service.RPCError: the session has finished.
+        """
+        await self.handle.execute_update("cancel", reason)
+
+
+def get_session(client: Client, session_id: str, *, run_id: str | None = None) -> AgentSession:
+    """The session with id ``session_id`` (its latest run, or ``run_id``)."""
+    return AgentSession(client.get_workflow_handle(session_id, run_id=run_id, result_type=RawValue))
+
+
+async def start_session(
+    client: Client,
+    session_id: str,
+    messages: Sequence[Any],
+    *,
+    task_queue: str,
+    tools: ToolRegistry | Iterable[Tool | ToolSpec] = (),
+    system: str | None = None,
+    max_steps: int = 8,
+    budget: Budget | None = None,
+    started_at: float | None = None,
+    model_activity: ActivityOptions | None = None,
+    tool_activity: ActivityOptions | None = None,
+    workflow: str = WORKFLOW_NAME,
+    **options: Any,
+) -> AgentSession:
+    """Start an agent session as a workflow with id ``session_id``.
+
+    Args:
+        client: a connected Temporal client.
+        session_id: the workflow id; also the first half of every tool call's
+            idempotency key.
+        messages: the initial transcript (Message structs or dicts of that shape).
+        task_queue: the queue of the workers that run the workflow.
+        tools: the tools the model is shown; only their specs travel (the workers
+            hold the implementations).
+        system, max_steps, budget: as for :func:`agentloop.agent_loop`.
+        started_at: the session's start time (default: the workflow's start).
+        model_activity, tool_activity: timeouts, retries and task queues of the
+            model and tool activities (defaults: see :class:`ActivityOptions`).
+        workflow: the workflow type to start (a subclass registered under another
+            name, for instance).
+        options: passed to :meth:`temporalio.client.Client.start_workflow`
+            (``id_reuse_policy``, ``execution_timeout``, ``start_signal``, ...).
+
+    Raises:
+        TypeError: a message or tool cannot be encoded as JSON.
+    """
+    session = SessionInput(
+        messages=tuple(messages),
+        tools=ToolRegistry(tools).specs(),
+        system=system,
+        max_steps=max_steps,
+        budget=budget,
+        started_at=started_at,
+        model_activity=DEFAULT_MODEL_ACTIVITY if model_activity is None else model_activity,
+        tool_activity=DEFAULT_TOOL_ACTIVITY if tool_activity is None else tool_activity,
+    )
+    handle = await client.start_workflow(
+        workflow,
+        raw(encode(session)),
+        id=session_id,
+        task_queue=task_queue,
+        result_type=RawValue,
+        **options,
+    )
+    return AgentSession(handle)

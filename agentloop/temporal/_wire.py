@@ -1,0 +1,275 @@
+"""What travels through Temporal: compact JSON made by msgspec, as raw payloads.
+
+Every workflow input and result, activity input and result, update, signal and
+query payload of :mod:`agentloop.temporal` is one JSON document encoded with
+msgspec and handed to Temporal as a :class:`temporalio.common.RawValue` with the
+``json/plain`` encoding. Temporal's own converter never sees a Struct, so no
+custom data converter is needed on any client, and the documents stay readable
+in the Temporal UI and CLI (``temporal workflow query --name log``). msgspec keeps
+dict order (Temporal's JSON converter sorts keys), so tool arguments travel
+exactly as the model wrote them.
+
+Payloads are kept small (DESIGN §20): a model activity receives the messages that
+are *new* since the previous model request of the session plus a digest of the
+prefix it should already have (see ``agentloop.temporal._activities``), not the
+whole transcript; a tool activity receives one call. History then grows with the
+new content of each step, not with the transcript.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, Final, TypeVar
+
+import msgspec
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+from agentloop import (
+    Budget,
+    Message,
+    ModelChunk,
+    ModelFailure,
+    ModelResponse,
+    ToolCall,
+    ToolSpec,
+)
+
+__all__ = [
+    "DEFAULT_MODEL_ACTIVITY",
+    "DEFAULT_TOOL_ACTIVITY",
+    "ActivityOptions",
+    "Answer",
+    "ModelCall",
+    "ModelConfig",
+    "ModelOutput",
+    "PendingModel",
+    "PendingPause",
+    "PendingTool",
+    "SessionInput",
+    "ToolInput",
+    "ToolOutput",
+    "chain_digest",
+    "config_digest",
+    "decode",
+    "decode_pending",
+    "encode",
+    "raw",
+]
+
+T = TypeVar("T")
+
+_JSON: Final = b"json/plain"
+_encode = msgspec.json.Encoder().encode
+
+#: Starts every digest chain; bump it if the digest recipe ever changes.
+_DIGEST_SEED: Final = b"agentloop.temporal/1\n"
+
+
+def encode(value: Any) -> bytes:
+    """``value`` as compact JSON (msgspec)."""
+    return _encode(value)
+
+
+def raw(data: bytes) -> RawValue:
+    """A ``json/plain`` payload holding ``data`` (already JSON) as is."""
+    return RawValue(Payload(metadata={"encoding": _JSON}, data=data))
+
+
+def decode(value: RawValue, type_: type[T], what: str) -> T:
+    """Decode a payload as ``type_``.
+
+    Raises:
+        ApplicationError: (non-retryable, type ``InvalidPayload``) the payload is
+            not JSON of that shape; the message says which ``what`` and where.
+    """
+    try:
+        return msgspec.json.decode(value.payload.data, type=type_)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ApplicationError(
+            f"invalid {what}: {exc}", type="InvalidPayload", non_retryable=True
+        ) from None
+
+
+# --------------------------------------------------------------------------- options
+
+
+class ActivityOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How the workflow runs one kind of activity (model calls or tool calls).
+
+    Attributes:
+        task_queue: where the activity runs (default: the workflow's task queue).
+            Give model calls and tool calls their own queues to run them on other
+            machines than the workflows (see docs/durable.md).
+        start_to_close_seconds: the longest one attempt may take.
+        heartbeat_seconds: the activity heartbeats while the model streams or the
+            tool runs; a worker that dies is noticed after this long (``None``: no
+            heartbeats, a dead worker is noticed after ``start_to_close_seconds``).
+        max_attempts: attempts before the call fails for good (``0``: unlimited).
+        initial_interval_seconds, backoff_coefficient, max_interval_seconds:
+            the delay before each retry.
+    """
+
+    task_queue: str | None = None
+    start_to_close_seconds: float = 600.0
+    heartbeat_seconds: float | None = 30.0
+    max_attempts: int = 3
+    initial_interval_seconds: float = 1.0
+    backoff_coefficient: float = 2.0
+    max_interval_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("start_to_close_seconds", "initial_interval_seconds", "max_interval_seconds"):
+            _positive(self, name, getattr(self, name))
+        if self.heartbeat_seconds is not None:
+            _positive(self, "heartbeat_seconds", self.heartbeat_seconds)
+        attempts = self.max_attempts
+        if type(attempts) is not int or not 0 <= attempts < 2**31:
+            raise ValueError(f"ActivityOptions.max_attempts must be an int >= 0, got {attempts!r}")
+        backoff = self.backoff_coefficient
+        if not (math.isfinite(backoff) and backoff >= 1.0):
+            raise ValueError(
+                f"ActivityOptions.backoff_coefficient must be a number >= 1, got {backoff!r}"
+            )
+
+
+def _positive(options: ActivityOptions, name: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"ActivityOptions.{name} must be a positive number, got {value!r}")
+    msgspec.structs.force_setattr(options, name, float(value))
+
+
+#: The model activity's defaults: five minutes per attempt, three attempts.
+DEFAULT_MODEL_ACTIVITY: Final = ActivityOptions(start_to_close_seconds=300.0)
+#: The tool activity's defaults: ten minutes per attempt, three attempts.
+DEFAULT_TOOL_ACTIVITY: Final = ActivityOptions()
+
+
+class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The workflow's input: what ``agent_loop(...)`` is built from, and how to
+    run its activities.
+
+    ``messages`` are passed to :func:`agentloop.agent_loop` as decoded (dicts of
+    the message IR), so a transcript the loop refuses ends the run with
+    ``INVALID_TRANSCRIPT`` exactly as it would in process. ``started_at``
+    defaults to the workflow's start time (``workflow.now()``).
+    """
+
+    messages: tuple[Any, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    system: str | None = None
+    max_steps: int = 8
+    budget: Budget | None = None
+    started_at: float | None = None
+    model_activity: ActivityOptions = DEFAULT_MODEL_ACTIVITY
+    tool_activity: ActivityOptions = DEFAULT_TOOL_ACTIVITY
+
+
+class Answer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``resume`` update's (and signal's) argument: a ``Resume`` without ``at``
+    (the workflow stamps ``workflow.now()`` when it accepts the answer)."""
+
+    payload: Any = None
+    budget: Budget | None = None
+
+
+# --------------------------------------------------------------------------- activities
+
+
+class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The part of a model request that does not change from step to step."""
+
+    tools: tuple[ToolSpec, ...]
+    system: str | None
+
+
+class ModelCall(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The model activity's input: one request, as a delta.
+
+    The request's messages are the first ``base`` messages the activity worker
+    already has for ``session`` (their digest chain ends at ``digest``) followed
+    by ``messages``. ``config`` is sent when ``base == 0`` (the first request, or
+    after a ``before_plan`` hook changed the system prompt). A worker that does
+    not hold that prefix asks the workflow (query ``pending``) for the request.
+    """
+
+    session: str
+    run_id: str
+    request_id: str
+    step: int
+    base: int
+    digest: str
+    messages: tuple[Message, ...]
+    config: ModelConfig | None = None
+
+
+class ModelOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The model activity's result: every chunk, then the response or a failure."""
+
+    items: tuple[ModelChunk | ModelResponse | ModelFailure, ...]
+
+
+class ToolInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The tool activity's input: the session (workflow id) and one call."""
+
+    session: str
+    call: ToolCall
+
+
+class ToolOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The tool activity's result, as ``ToolRegistry.execute`` returns it."""
+
+    content: str
+    is_error: bool = False
+
+
+# --------------------------------------------------------------------------- the pending query
+
+
+class PendingModel(msgspec.Struct, frozen=True, tag_field="effect", tag="model_request"):
+    """A ``ModelRequest`` as the ``pending`` query returns it."""
+
+    id: str
+    step: int
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+    system: str | None
+
+
+class PendingTool(msgspec.Struct, frozen=True, tag_field="effect", tag="tool_request"):
+    """A ``ToolRequest`` as the ``pending`` query returns it."""
+
+    call: ToolCall
+    step: int
+
+
+class PendingPause(msgspec.Struct, frozen=True, tag_field="effect", tag="pause"):
+    """A ``Pause`` as the ``pending`` query returns it."""
+
+    reason: str
+    payload: Any = None
+
+
+# --------------------------------------------------------------------------- digests
+
+
+def config_digest(config: ModelConfig) -> str:
+    """The first link of a transcript's digest chain."""
+    return hashlib.blake2b(_DIGEST_SEED + _encode(config), digest_size=16).hexdigest()
+
+
+def chain_digest(digest: str, message: Message) -> str:
+    """The digest of a prefix extended by one message."""
+    return hashlib.blake2b(digest.encode() + _encode(message), digest_size=16).hexdigest()
+
+
+_pending_decoder: msgspec.json.Decoder[PendingModel | PendingTool | PendingPause | None] = (
+    msgspec.json.Decoder(PendingModel | PendingTool | PendingPause | None)
+)
+
+
+def decode_pending(value: RawValue) -> PendingModel | PendingTool | PendingPause | None:
+    """Decode the ``pending`` query's result."""
+    return _pending_decoder.decode(value.payload.data)

@@ -1,0 +1,559 @@
+"""The workflow: the agent loop runs inside Temporal, its effects run as activities.
+
+Theory of operation
+-------------------
+:class:`AgentLoopWorkflow` builds ``agent_loop(...)`` from its input and drives it
+to the end. The generator is deterministic (DESIGN §2: no clock, no I/O, no
+randomness), so it can run *inside* the workflow: when a worker restarts or the
+workflow is evicted from its cache, Temporal runs the workflow code again over the
+recorded history, every activity returns its recorded result, and the loop is
+rebuilt to exactly where it was, log included. Nothing is persisted but Temporal's
+history; the agentloop log is derived from it, and is the same every time.
+
+Each effect becomes something Temporal records:
+
+- ``ModelRequest`` -> one ``agentloop.model`` activity that streams the whole
+  answer (every chunk, then the response or a failure; heartbeating while it
+  streams) and returns it; the workflow then sends the items to the loop one by
+  one. A retried attempt starts the stream over, so a half-streamed answer is
+  never seen by the loop. The activity receives only the messages that are new
+  since the previous request (``_wire.ModelCall``): history grows linearly.
+- ``ToolRequest`` -> one ``agentloop.tool`` activity (idempotency key
+  ``<workflow id>:<call id>``, see :func:`agentloop.temporal.idempotency_key`).
+- ``Pause`` -> wait for the ``resume`` update (or signal).
+
+Time: the engine reads no clock; every reply that enters the loop is stamped with
+``workflow.now()`` when the workflow sends it (the way :func:`agentloop.run` stamps
+replies with its clock). ``workflow.now()`` is part of the history, so a replay
+stamps the same values. All the chunks of one model call carry the same time: the
+time the workflow received the activity's result.
+
+Cancellation: the ``cancel`` signal (or update) cancels the task driving the loop.
+Whatever it awaits -- a model call, a tool call, an answer to a pause -- is
+cancelled (an activity gets Temporal's cancellation request) and the loop receives
+``Cancel(reason)``: the run ends ``cancelled`` and the workflow completes with that
+``RunResult``. A tool call interrupted this way gets no invented result (DESIGN
+§11). Cancelling the *workflow* (``handle.cancel()``) does the same with the reason
+``"workflow cancelled"``, then the workflow ends as cancelled in Temporal.
+
+The driver
+----------
+``_adrive`` is a small private async driver, shaped the way agentloop's async
+driver (DESIGN §17, ``adrive(loop, model=..., tools=...)``) is specified: it calls
+``model.astream(request)`` and ``await tools.aexecute(call)`` on objects that
+happen to be backed by activities (:class:`ActivityModel`, :class:`ActivityTools`),
+an async ``on_pause``, and a clock (``workflow.now()``). When ``agentloop.adrive``
+lands, ``AgentLoopWorkflow._drive`` calls it with the same objects and ``_adrive``
+goes; what else changes is written next to ``_drive``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any, Final, Protocol
+
+import msgspec
+from temporalio import workflow
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+from agentloop import (
+    CALLER_PROTOCOL_ERROR,
+    MODEL_ERROR,
+    MODEL_PROTOCOL_ERROR,
+    AgentLoop,
+    AgentLoopError,
+    CallerProtocolError,
+    Cancel,
+    HookRegistry,
+    Message,
+    ModelChunk,
+    ModelFailure,
+    ModelRequest,
+    ModelResponse,
+    Pause,
+    Resume,
+    RunResult,
+    ToolCall,
+    ToolRequest,
+    ToolResult,
+    agent_loop,
+    encode_event,
+)
+
+from ._wire import (
+    ActivityOptions,
+    Answer,
+    ModelCall,
+    ModelConfig,
+    ModelOutput,
+    PendingModel,
+    PendingPause,
+    PendingTool,
+    SessionInput,
+    ToolInput,
+    ToolOutput,
+    chain_digest,
+    config_digest,
+    decode,
+    encode,
+    raw,
+)
+
+__all__ = [
+    "MODEL_ACTIVITY",
+    "TOOL_ACTIVITY",
+    "WORKFLOW_NAME",
+    "ActivityModel",
+    "ActivityTools",
+    "AgentLoopWorkflow",
+]
+
+#: The workflow type name :class:`AgentLoopWorkflow` is registered under.
+WORKFLOW_NAME: Final = "agentloop"
+#: The activity that answers one model request.
+MODEL_ACTIVITY: Final = "agentloop.model"
+#: The activity that runs one tool call.
+TOOL_ACTIVITY: Final = "agentloop.tool"
+#: The query the model activity asks when it does not hold the transcript prefix.
+PENDING_QUERY: Final = "pending"
+
+_WORKFLOW_CANCELLED: Final = "workflow cancelled"
+
+ModelReply = ModelChunk | ModelResponse | ModelFailure
+
+
+def _now() -> float:
+    return workflow.now().timestamp()
+
+
+def _describe(error: ActivityError) -> str:
+    """What went wrong in an activity that failed for good, in one line.
+
+    Raises:
+        asyncio.CancelledError: the activity was cancelled (by us: the driver's
+            task was cancelled); the driver must see that, not a failure.
+    """
+    cause = error.cause
+    if isinstance(cause, CancelledError):
+        raise asyncio.CancelledError() from error
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    return f"{type(cause).__name__}: {cause}"
+
+
+def _run(options: ActivityOptions, activity: str, argument: bytes, activity_id: str) -> Any:
+    return workflow.execute_activity(
+        activity,
+        raw(argument),
+        result_type=RawValue,
+        activity_id=activity_id,
+        task_queue=options.task_queue,
+        start_to_close_timeout=timedelta(seconds=options.start_to_close_seconds),
+        heartbeat_timeout=(
+            None
+            if options.heartbeat_seconds is None
+            else timedelta(seconds=options.heartbeat_seconds)
+        ),
+        retry_policy=RetryPolicy(
+            initial_interval=timedelta(seconds=options.initial_interval_seconds),
+            backoff_coefficient=options.backoff_coefficient,
+            maximum_interval=timedelta(seconds=options.max_interval_seconds),
+            maximum_attempts=options.max_attempts,
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- effects as activities
+
+
+class ActivityModel:
+    """The model as an async driver sees it; each request is one model activity.
+
+    Keeps what the previous request sent (messages and their digest chain) so the
+    next activity receives only the new messages (see ``_wire.ModelCall``).
+    """
+
+    def __init__(self, session: str, run_id: str, options: ActivityOptions) -> None:
+        self._session = session
+        self._run_id = run_id
+        self._options = options
+        self._config: ModelConfig | None = None
+        self._sent: list[Message] = []
+        #: ``_digests[k]``: the digest of the config and ``_sent[:k]``.
+        self._digests: list[str] = []
+
+    def call_for(self, request: ModelRequest) -> ModelCall:
+        """The activity input for ``request``: the delta from the previous one."""
+        config = ModelConfig(request.tools, request.system)
+        send_config = None
+        if config != self._config:
+            # The first request, or a before_plan hook changed the system prompt.
+            self._config = send_config = config
+            self._sent = []
+            self._digests = [config_digest(config)]
+        sent, messages = self._sent, request.messages
+        base, limit = 0, min(len(sent), len(messages))
+        # Identity first: without a before_plan hook, every message is the same
+        # object as in the previous request (the transcript only grows).
+        while base < limit and (sent[base] is messages[base] or sent[base] == messages[base]):
+            base += 1
+        digests = self._digests
+        del digests[base + 1 :]
+        new = tuple(messages[base:])
+        digest = digests[base]
+        for message in new:
+            digest = chain_digest(digest, message)
+            digests.append(digest)
+        self._sent = list(messages)
+        return ModelCall(
+            session=self._session,
+            run_id=self._run_id,
+            request_id=request.id,
+            step=request.step,
+            base=base,
+            digest=digests[base],
+            messages=new,
+            config=send_config,
+        )
+
+    async def astream(self, request: ModelRequest) -> AsyncIterator[ModelReply]:
+        """The chunks, then the response (or a failure), of one model activity.
+
+        A model activity that fails for good (its retries exhausted, or an error
+        that is not retried) ends the stream with a ``ModelFailure`` carrying the
+        error's message: the run ends ``failed``, as :func:`agentloop.run` ends it
+        when a model raises.
+        """
+        argument = encode(self.call_for(request))
+        items: tuple[ModelReply, ...]
+        try:
+            result = await _run(self._options, MODEL_ACTIVITY, argument, f"model/{request.id}")
+        except ActivityError as error:
+            message, cause = _describe(error), error.cause
+            code = (
+                MODEL_PROTOCOL_ERROR
+                if isinstance(cause, ApplicationError) and cause.type == MODEL_PROTOCOL_ERROR
+                else MODEL_ERROR
+            )
+            items = (ModelFailure(request.id, message, code=code),)
+        else:
+            items = decode(result, ModelOutput, "model activity result").items
+        # The last item ends the request (a response, a failure, or the chunk the
+        # loop fails the step on): the driver reads no further.
+        *chunks, last = items
+        for chunk in chunks:
+            yield chunk
+        yield last
+
+
+class ActivityTools:
+    """The tools as an async driver sees them; each call is one tool activity."""
+
+    def __init__(self, session: str, options: ActivityOptions) -> None:
+        self._session = session
+        self._options = options
+
+    async def aexecute(self, call: ToolCall) -> tuple[str, bool]:
+        """``(content, is_error)`` for ``call``, like ``ToolRegistry.execute``.
+
+        A tool activity that fails for good (timeouts, a worker lost on every
+        attempt) is an error result the model can read, as a tool that raises is.
+        """
+        argument = encode(ToolInput(self._session, call))
+        try:
+            result = await _run(self._options, TOOL_ACTIVITY, argument, f"tool/{call.id}")
+        except ActivityError as error:
+            return f"the tool call failed: {_describe(error)}", True
+        output = decode(result, ToolOutput, "tool activity result")
+        return output.content, output.is_error
+
+
+# --------------------------------------------------------------------------- the private driver
+
+
+class _AsyncModel(Protocol):
+    def astream(self, request: ModelRequest) -> AsyncIterator[ModelReply]: ...
+
+
+class _AsyncTools(Protocol):
+    async def aexecute(self, call: ToolCall) -> tuple[str, bool]: ...
+
+
+async def _adrive(
+    loop: AgentLoop,
+    *,
+    model: _AsyncModel,
+    tools: _AsyncTools,
+    on_pause: Callable[[Pause], Awaitable[Resume]],
+    clock: Callable[[], float],
+    cancelled: Callable[[], str | None],
+) -> RunResult:
+    """Drive ``loop`` to the end; a stand-in for agentloop's async driver.
+
+    ``cancelled()`` returns the reason of a cancel asked for before the driver got
+    to await anything; a cancel while it awaits arrives as ``CancelledError``:
+    the loop receives ``Cancel`` (the log is finished), then the error goes on.
+    """
+    stream: AsyncIterator[ModelReply] | None = None
+    try:
+        effect = next(loop)
+        while True:
+            reason = cancelled()
+            reply: Any
+            try:
+                if reason is not None:
+                    reply = Cancel(reason)
+                elif isinstance(effect, ModelRequest):
+                    if stream is None:
+                        stream = model.astream(effect)
+                    # The loop yields the same request after each chunk; the same
+                    # stream goes on until the response or failure.
+                    reply = await anext(stream)
+                    if type(reply) is not ModelChunk:
+                        stream = None
+                elif isinstance(effect, ToolRequest):
+                    content, is_error = await tools.aexecute(effect.call)
+                    reply = ToolResult(effect.call.id, content, is_error)
+                else:
+                    reply = await on_pause(effect)
+            except asyncio.CancelledError:
+                reason = cancelled()
+                with contextlib.suppress(StopIteration):
+                    loop.send(Cancel(_WORKFLOW_CANCELLED if reason is None else reason, clock()))
+                raise
+            effect = loop.send(msgspec.structs.replace(reply, at=clock()))
+    except StopIteration as stop:
+        result: RunResult = stop.value
+        return result
+    finally:
+        loop.close()
+
+
+# --------------------------------------------------------------------------- the workflow
+
+
+@workflow.defn(name=WORKFLOW_NAME, failure_exception_types=[AgentLoopError])
+class AgentLoopWorkflow:
+    """One agent session: ``agent_loop(...)`` driven to its ``RunResult``.
+
+    Input: a ``SessionInput`` as JSON (:func:`agentloop.temporal.start_session`
+    builds it). Result: the ``RunResult`` as JSON.
+
+    - update ``resume`` (and signal ``resume``): answer the pending ``Pause`` with
+      ``{"payload": ..., "budget": ...}``. The update is refused when no pause is
+      pending; the signal is then ignored (and logged). An answer the loop
+      refuses (an approval payload without ``approved``) ends the run ``failed``
+      with ``CALLER_PROTOCOL_ERROR``, as in process; the update then fails with
+      the loop's message.
+    - signal ``cancel`` (and update ``cancel``, which returns once the log is
+      finished): end the run ``cancelled`` with the given reason.
+    - query ``pending``: the effect the loop waits on (``null`` when finished).
+    - query ``log``: the events so far (or from sequence ``since``), each encoded
+      by :func:`agentloop.encode_event`, as a JSON array.
+
+    Hooks run inside the workflow, so they must be deterministic (as they must
+    be for replay anyway). To give sessions hooks, subclass at module level,
+    override :meth:`hooks`, and register the subclass under its own name (see
+    docs/durable.md).
+    """
+
+    @workflow.init
+    def __init__(self, session: RawValue) -> None:
+        info = workflow.info()
+        spec, self._loop, self._problem = self._start(session)
+        self._model = ActivityModel(info.workflow_id, info.run_id, spec.model_activity)
+        self._tools = ActivityTools(info.workflow_id, spec.tool_activity)
+        self._answer: Resume | None = None
+        self._cancel_reason: str | None = None
+        self._driver: asyncio.Task[RunResult] | None = None
+
+    def _start(self, session: RawValue) -> tuple[SessionInput, AgentLoop, ApplicationError | None]:
+        """The session's input and its loop, or why the input is refused.
+
+        ``run`` raises the refusal (raising here would leave Temporal's run
+        coroutine never awaited); meanwhile the queries see a loop that never
+        started: no pending effect, no events.
+        """
+        try:
+            spec = decode(session, SessionInput, "session input")
+            loop = agent_loop(
+                spec.messages,
+                tools=spec.tools,
+                system=spec.system,
+                max_steps=spec.max_steps,
+                budget=spec.budget,
+                hooks=self.hooks(),
+                started_at=_now() if spec.started_at is None else spec.started_at,
+            )
+        except ApplicationError as exc:
+            problem = exc
+        except (TypeError, ValueError) as exc:
+            problem = ApplicationError(
+                f"invalid session input: {exc}", type="InvalidPayload", non_retryable=True
+            )
+        else:
+            return spec, loop, None
+        return SessionInput(messages=()), agent_loop((), tools=()), problem
+
+    def hooks(self) -> HookRegistry | None:
+        """The hooks every session of this workflow type runs with (none here)."""
+        return None
+
+    @workflow.run
+    async def run(self, session: RawValue) -> RawValue:
+        """Drive the session to the end and return its ``RunResult`` as JSON."""
+        if self._problem is not None:
+            raise self._problem
+        self._driver = driver = asyncio.ensure_future(self._drive())
+        try:
+            result = await driver
+        except asyncio.CancelledError:
+            if self._cancel_reason is None:
+                raise  # the workflow itself was cancelled: the log is finished
+            result = self._finished()
+        except CallerProtocolError:
+            # The loop refused an answer (e.g. an approval without "approved"): the
+            # run failed and its log says why; the session's result says so too.
+            result = self._finished()
+        # Let the update handlers report (they wait for the loop) before completing.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return raw(encode(result))
+
+    def _finished(self) -> RunResult:
+        result = self._loop.result
+        assert result is not None
+        return result
+
+    async def _drive(self) -> RunResult:
+        # When agentloop's async driver lands, this becomes
+        #     return await adrive(self._loop, model=self._model, tools=self._tools,
+        #                         on_pause=self._wait_for_answer, clock=_now)
+        # and _adrive (with its two Protocols) is deleted. Also:
+        # - cancellation: _adrive records Cancel(<the cancel signal's reason>, or
+        #   "workflow cancelled") when its task is cancelled, and Cancel(reason) for
+        #   a cancel that came before it started. adrive records Cancel("task
+        #   cancelled"); to keep the reasons, pass them to adrive (a reason
+        #   callable or a cancel token it checks before each effect), or accept
+        #   "task cancelled" in the logs.
+        # - tools: ActivityTools offers aexecute(call) -> (content, is_error), the
+        #   shape of ToolRegistry.execute; give it whatever adrive calls on tools
+        #   (and specs() returning the session's specs, if adrive compares them
+        #   with loop.tools).
+        # - models: adrive reads astream() up to the response or failure (the
+        #   activity already made malformed output a ModelFailure) and stamps
+        #   replies with clock, as _adrive does: the logs do not change.
+        return await _adrive(
+            self._loop,
+            model=self._model,
+            tools=self._tools,
+            on_pause=self._wait_for_answer,
+            clock=_now,
+            cancelled=lambda: self._cancel_reason,
+        )
+
+    async def _wait_for_answer(self, pause: Pause) -> Resume:
+        await workflow.wait_condition(lambda: self._answer is not None)
+        answer, self._answer = self._answer, None
+        assert answer is not None
+        return answer
+
+    # ------------------------------------------------------------------ resume
+
+    @workflow.update(name="resume")
+    async def resume(self, answer: RawValue) -> None:
+        """Answer the pending pause; returns once the loop has taken the answer."""
+        self._accept(answer)
+        await workflow.wait_condition(lambda: self._answer is None or self._loop.result is not None)
+        result = self._loop.result
+        error = None if result is None else result.error
+        if error is not None and error.code == CALLER_PROTOCOL_ERROR:
+            raise ApplicationError(error.message, type=CALLER_PROTOCOL_ERROR)
+
+    @resume.validator
+    def _check_resume(self, answer: RawValue) -> None:
+        if type(self._loop.pending) is not Pause or self._answer is not None:
+            raise ApplicationError(
+                "the session is not waiting for an answer (no pause is pending)",
+                type="NotPaused",
+            )
+        decode(answer, Answer, "resume answer")
+
+    @workflow.signal(name="resume")
+    def resume_signal(self, answer: RawValue) -> None:
+        """Answer the pending pause; ignored (and logged) when none is pending."""
+        try:
+            self._check_resume(answer)
+        except ApplicationError as exc:
+            workflow.logger.warning("resume signal ignored: %s", exc.message)
+            return
+        self._accept(answer)
+
+    def _accept(self, answer: RawValue) -> None:
+        value = decode(answer, Answer, "resume answer")
+        self._answer = Resume(payload=value.payload, budget=value.budget)
+
+    # ------------------------------------------------------------------ cancel
+
+    @workflow.signal(name="cancel")
+    def cancel(self, reason: str = "") -> None:
+        """End the run ``cancelled`` with ``reason`` (once the run has finished,
+        nothing changes; a second cancel before the loop took the first one
+        replaces its reason)."""
+        self._cancel_reason = str(reason)
+        if self._driver is not None:
+            self._driver.cancel()
+
+    @workflow.update(name="cancel")
+    async def cancel_update(self, reason: str = "") -> None:
+        """Like the ``cancel`` signal; returns once the log is finished."""
+        self.cancel(reason)
+        await workflow.wait_condition(lambda: self._loop.result is not None)
+
+    # ------------------------------------------------------------------ steer
+    #
+    # EXTENSION POINT -- steering (DESIGN §19; the ``Steer`` reply lands in another
+    # branch). ``Steer(message)`` may be sent at ANY yield: the loop records it and
+    # yields the same pending effect again, so an update can send it directly:
+    #
+    #     @workflow.update(name="steer")
+    #     def steer(self, message: RawValue) -> None:
+    #         user = decode(message, UserMessage, "steer message")
+    #         self._loop.send(Steer(user, at=_now()))  # yields the pending effect again
+    #
+    #     @steer.validator
+    #     def _check_steer(self, message: RawValue) -> None:
+    #         if self._loop.pending is None:
+    #             raise ApplicationError("the session has finished", type="Finished")
+    #         decode(message, UserMessage, "steer message")
+    #
+    # plus ``AgentSession.steer(message)`` in ``_client.py``. Sending from a handler
+    # is safe: the driver only waits at an activity, an answer or a cancel, never
+    # between the ``send()``s of one model call's items (they are sent without
+    # suspending), so the loop is always at a yield when a handler runs, and the
+    # driver's pending effect stays the right one. ``FollowUp`` is the same.
+
+    # ------------------------------------------------------------------ queries
+
+    @workflow.query(name=PENDING_QUERY)
+    def pending(self) -> RawValue:
+        """The effect the loop waits on, as JSON (``null`` when finished)."""
+        effect = self._loop.pending
+        value: Any = None
+        if type(effect) is ModelRequest:
+            value = PendingModel(
+                effect.id, effect.step, tuple(effect.messages), effect.tools, effect.system
+            )
+        elif type(effect) is ToolRequest:
+            value = PendingTool(effect.call, effect.step)
+        elif type(effect) is Pause:
+            value = PendingPause(effect.reason, effect.payload)
+        return raw(encode(value))
+
+    @workflow.query(name="log")
+    def log(self, since: int = 0) -> RawValue:
+        """The events from sequence ``since`` on, as a JSON array of encoded events."""
+        return raw(b"[" + b",".join(map(encode_event, self._loop.log.since(since))) + b"]")

@@ -1,0 +1,123 @@
+"""The model and tools the Temporal tests (and their worker processes) run.
+
+Everything here is deterministic and stateless across processes: the model's
+answer is a function of the request (:class:`agentloop.FunctionModel`), so a
+worker started after another one was killed answers the same way.
+
+The model reads its script from the system prompt: ``"add N"`` asks for ``add``
+N times (one call per step) then answers; ``"note"`` asks for ``slow_note`` once;
+``"approve"`` asks for ``guarded`` (a tool that requires approval).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RawValue
+
+from agentloop import (
+    FunctionModel,
+    HookRegistry,
+    ModelRequest,
+    ScriptedResponse,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    tool,
+)
+from agentloop.temporal import AgentLoopWorkflow, idempotency_key
+
+#: Where ``slow_note`` writes its side effect (one file per idempotency key).
+NOTES_DIR = "AGENTLOOP_TEST_NOTES"
+
+
+@tool
+def add(left: int, right: int) -> dict[str, int]:
+    """Add two integers."""
+    return {"sum": left + right}
+
+
+@tool
+def slow_note(text: str) -> str:
+    """Write a note (once per idempotency key), then take a long time."""
+    notes = Path(os.environ[NOTES_DIR])
+    key = idempotency_key()
+    done = notes / (key.replace("/", "_") + ".done")
+    if done.exists():
+        return f"already noted: {done.read_text()}"
+    done.write_text(f"{text} (pid {os.getpid()})")
+    (notes / "started").write_text(key)
+    # The worker is killed while it waits here; the retry on the next worker
+    # finds the note and returns at once.
+    time.sleep(float(os.environ.get("AGENTLOOP_TEST_NOTE_SECONDS", "0")))
+    return f"noted: {text}"
+
+
+@tool(requires_approval=True)
+def guarded(target: str) -> str:
+    """Do something that needs a human's approval."""
+    return f"done to {target}"
+
+
+TOOLS = [add, slow_note, guarded]
+
+
+def answer(request: ModelRequest) -> ScriptedResponse:
+    """The scripted model: see the module docstring."""
+    script = (request.system or "add 1").split()
+    count = len(request.messages)
+    last = request.messages[-1]
+    usage = Usage(input_tokens=count, output_tokens=1)
+    calls = sum(type(m) is ToolResultMessage for m in request.messages)
+    if script[0] == "add" and calls < int(script[1]):
+        call = ToolCall(f"call-{count}", "add", {"left": calls, "right": 40 + calls})
+        text = f"Step {calls + 1}."
+        return ScriptedResponse.tool_calls(f"r{count}", call, text=text, usage=usage)
+    if script[0] == "note" and type(last) is UserMessage:
+        call = ToolCall(f"call-{count}", "slow_note", {"text": last.content})
+        return ScriptedResponse.tool_calls(f"r{count}", call, usage=usage)
+    if script[0] == "approve" and type(last) is UserMessage:
+        call = ToolCall(f"call-{count}", "guarded", {"target": "prod"})
+        return ScriptedResponse.tool_calls(f"r{count}", call, usage=usage)
+    content = last.content if type(last) is ToolResultMessage else "nothing to do"
+    return ScriptedResponse.text(f"r{count}", f"Done: {content}", usage=usage)
+
+
+MODEL = FunctionModel(answer)
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+def _rewrite(payload: dict[str, Any]) -> None:
+    """before_plan: step 2 sees its first message rewritten, step 3 another system."""
+    if payload["step"] == 2:
+        messages = list(payload["messages"])
+        first = messages[0]
+        messages[0] = UserMessage(first.id, first.content + " (rewritten)")
+        payload["messages"] = messages
+    elif payload["step"] == 3:
+        payload["system"] = payload["system"] + " (step 3)"
+
+
+def hooks() -> HookRegistry:
+    registry = HookRegistry()
+    registry.on("before_plan", _rewrite)
+    return registry
+
+
+@workflow.defn(name="agentloop-hooked")
+class HookedWorkflow(AgentLoopWorkflow):
+    """Sessions with :func:`hooks`: what docs/durable.md tells users to write."""
+
+    def hooks(self) -> HookRegistry:
+        return hooks()
+
+    @workflow.run  # Temporal wants the run method on each workflow class
+    async def run(self, session: RawValue) -> RawValue:
+        return await super().run(session)

@@ -1,0 +1,95 @@
+"""agentloop.temporal without a server: its public names, option checks, imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import msgspec
+import pytest
+from temporalio.client import Client
+
+import agentloop.temporal
+from agentloop.temporal import (
+    ActivityOptions,
+    SessionActivities,
+    SessionInput,
+    idempotency_key,
+    worker,
+)
+from agentloop.temporal._wire import decode, raw
+
+from .app import MODEL
+
+
+def test_the_package_exports_what_it_lists() -> None:
+    public = {name for name in dir(agentloop.temporal) if not name.startswith("_")}
+    assert set(agentloop.temporal.__all__) == public - {"temporalio"}
+
+
+def test_importing_agentloop_does_not_import_temporalio() -> None:
+    code = "import sys, agentloop, replay; print('temporalio' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "False\n"
+
+
+def test_without_temporalio_the_import_says_what_to_install() -> None:
+    code = (
+        "import sys; sys.modules['temporalio'] = None\n"
+        "try:\n"
+        "    import agentloop.temporal\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == 'agentloop.temporal needs temporalio: pip install "agentloop[temporal]"\n'
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"start_to_close_seconds": 0}, "start_to_close_seconds must be a positive number"),
+        ({"heartbeat_seconds": float("nan")}, "heartbeat_seconds must be a positive number"),
+        ({"max_interval_seconds": float("inf")}, "max_interval_seconds must be a positive"),
+        ({"max_attempts": -1}, "max_attempts must be an int >= 0"),
+        ({"max_attempts": True}, "max_attempts must be an int >= 0"),
+        ({"backoff_coefficient": 0.5}, "backoff_coefficient must be a number >= 1"),
+    ],
+)
+def test_activity_options_are_checked(options, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        ActivityOptions(**options)
+
+
+def test_activity_options_store_floats_and_travel_as_json() -> None:
+    options = ActivityOptions(start_to_close_seconds=5, heartbeat_seconds=None, max_attempts=0)
+    assert options.start_to_close_seconds == 5.0
+    assert type(options.start_to_close_seconds) is float
+    data = msgspec.json.encode(SessionInput(messages=(), tool_activity=options))
+    assert decode(raw(data), SessionInput, "input").tool_activity == options
+
+
+def test_a_payload_that_does_not_decode_names_what_and_where() -> None:
+    from temporalio.exceptions import ApplicationError
+
+    with pytest.raises(ApplicationError, match=r"invalid session input: .* `\$.max_steps`") as bad:
+        decode(raw(b'{"messages":[],"max_steps":"8"}'), SessionInput, "session input")
+    assert bad.value.non_retryable
+    with pytest.raises(ApplicationError, match="Object contains unknown field `steps`"):
+        decode(raw(b'{"messages":[],"steps":8}'), SessionInput, "session input")
+
+
+def test_idempotency_key_outside_a_tool_activity_says_so() -> None:
+    with pytest.raises(RuntimeError, match="only available inside a tool run by"):
+        idempotency_key()
+
+
+def test_worker_options_are_checked() -> None:
+    client = object.__new__(Client)  # never used: the checks come first
+    with pytest.raises(ValueError, match="would run nothing"):
+        worker(client, task_queue="q", workflows=())
+    with pytest.raises(TypeError, match="must have a stream"):
+        worker(client, task_queue="q", model=object())
+    with pytest.raises(ValueError, match="transcript_cache must be an int >= 0"):
+        SessionActivities(model=MODEL, transcript_cache=-1)
+    assert SessionActivities().activities() == []

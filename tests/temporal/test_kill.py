@@ -1,0 +1,100 @@
+"""Kill the worker in the middle of a session; another worker process finishes it.
+
+A real worker process runs a session whose tool call is slow: the tool writes
+its side effect (a file named after its idempotency key), then sleeps. The test
+waits for the file, SIGKILLs the worker, and starts a second worker process.
+Temporal notices the lost tool activity (no heartbeat for 2 s), runs it again
+on the second worker -- where the tool finds its key and does not write again --
+and moves the workflow there; the session completes. The final log is the one the
+loop makes from its recorded replies, and it replays.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import replay
+from agentloop import ToolCallEvent, ToolResultEvent, UserMessage
+from agentloop.temporal import ActivityOptions, start_session
+
+from .app import NOTES_DIR, TOOLS
+from .conftest import Temporal
+from .helpers import drive_by_hand, encoded, queue, session_id
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(temporal: Temporal, task_queue: str, notes: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, NOTES_DIR: str(notes), "AGENTLOOP_TEST_NOTE_SECONDS": "120"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.temporal.worker_process", temporal.target, task_queue],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if line != "ready\n":
+        process.kill()
+        raise AssertionError(f"the worker did not start: {line!r} {process.communicate()[1]}")
+    return process
+
+
+def wait_for_file(path: Path) -> None:
+    for _ in range(600):
+        if path.exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def test_a_worker_killed_during_a_tool_call_is_replaced(temporal: Temporal, tmp_path) -> None:
+    task_queue = queue()
+    first = spawn(temporal, task_queue, tmp_path)
+    second = None
+    try:
+        session = temporal.run(
+            start_session(
+                temporal.client,
+                session_id(),
+                [UserMessage("u1", "remember the milk")],
+                task_queue=task_queue,
+                tools=TOOLS,
+                system="note",
+                tool_activity=ActivityOptions(
+                    heartbeat_seconds=2.0, initial_interval_seconds=0.1, max_attempts=5
+                ),
+            )
+        )
+        wait_for_file(tmp_path / "started")
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=30)
+        assert first.returncode == -signal.SIGKILL
+        second = spawn(temporal, task_queue, tmp_path)
+        result = temporal.run(session.result())
+        log = temporal.run(session.log())
+        _, errors = second.communicate(timeout=60)  # closes its stdin: it stops
+        assert second.returncode == 0, errors
+    finally:
+        for process in (first, second):
+            if process is not None and process.returncode is None:
+                process.kill()
+                process.communicate()
+
+    assert result.status == "completed"
+    notes = sorted(tmp_path.glob("*.done"))
+    assert len(notes) == 1  # the side effect happened once
+    assert notes[0].read_text() == f"remember the milk (pid {first.pid})"
+    assert result.final_text == f"Done: already noted: remember the milk (pid {first.pid})"
+    assert [type(e) for e in log].count(ToolCallEvent) == 1
+    assert [type(e) for e in log].count(ToolResultEvent) == 1
+    assert drive_by_hand(log) == encoded(log)
+    assert replay.replay(log).result == result

@@ -1,0 +1,37 @@
+"""A worker in its own process, for the kill test::
+
+    python -m tests.temporal.worker_process TARGET TASK_QUEUE
+
+It serves the app's model and tools (and the workflows) on ``TASK_QUEUE``, prints
+``ready`` once it polls, and stops cleanly when its standard input closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from datetime import timedelta
+
+from temporalio.client import Client
+
+from agentloop.temporal import worker
+
+from .app import MODEL, TOOLS
+
+
+async def main(target: str, task_queue: str) -> None:
+    client = await Client.connect(target)
+    async with worker(
+        client,
+        task_queue=task_queue,
+        model=MODEL,
+        tools=TOOLS,
+        # A workflow task meant for a dead worker moves on after a second.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+    ):
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.read)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:]))
