@@ -1,7 +1,8 @@
 """replay: read and write agentloop event logs, replay them without a model.
 
 - :func:`read_log` / :func:`write_log` / :class:`LogWriter`: JSONL log files with a
-  versioned header (torn last lines are detected, never accepted as data).
+  versioned header and a hash chain over the lines (edits, torn last lines and
+  joined sessions are detected, never accepted as data).
 - :func:`replay`: run a log through the loop again and check every event, byte
   for byte; the first difference raises :class:`ReplayDivergence`.
 - :func:`state_at`, :func:`resume`, :func:`fork`: inspect a run at any event,
@@ -18,8 +19,10 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time s
     from ._log import (
         LOG_FORMAT,
         LOG_FORMAT_VERSION,
+        MAX_LINE_BYTES,
         LogError,
         LogFormatError,
+        LogIntegrityError,
         LogVersionError,
         LogWriter,
         TornLogError,
@@ -47,8 +50,10 @@ _LAZY = {
         (
             "LOG_FORMAT",
             "LOG_FORMAT_VERSION",
+            "MAX_LINE_BYTES",
             "LogError",
             "LogFormatError",
+            "LogIntegrityError",
             "LogVersionError",
             "LogWriter",
             "TornLogError",
@@ -92,8 +97,10 @@ def __dir__() -> list[str]:
 __all__ = [
     "LOG_FORMAT",
     "LOG_FORMAT_VERSION",
+    "MAX_LINE_BYTES",
     "LogError",
     "LogFormatError",
+    "LogIntegrityError",
     "LogVersionError",
     "LogWriter",
     "LoopSnapshot",

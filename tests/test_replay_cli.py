@@ -153,7 +153,7 @@ def test_bad_paths_and_files_are_one_line_errors(tmp_path: Path) -> None:
     for command in ("show", "check", "stats"):
         assert "not an agentloop log" in _one_line_error(cli(command, notes))
     future = tmp_path / "future.jsonl"
-    future.write_text('{"format":"agentloop-log","version":2,"library":"9.0"}\n')
+    future.write_text('{"format":"agentloop-log","version":3,"library":"9.0"}\n')
     assert "newer" in _one_line_error(cli("check", future))
     assert "newer" in _one_line_error(cli("diff", future, FIXTURES / "plain_answer.jsonl"))
 
@@ -291,7 +291,7 @@ def test_check_refuses_a_line_not_in_canonical_form(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "edited.jsonl"
-    data = (FIXTURES / "plain_answer.jsonl").read_bytes()
+    data = (FIXTURES / "v1" / "plain_answer.jsonl").read_bytes()  # no hash chain
     path.write_bytes(
         data.replace(b'"request_id":"request-001"}', b'"request_id":"request-001"} ', 1)
     )
