@@ -66,8 +66,7 @@ def _items(value: msgspec.Struct) -> Iterator[tuple[str, Any]]:
 def _scalar(value: Any) -> str:
     """A value that is not a container, as JSON writes it (numbers JSON cannot
     hold as Python writes them: ``nan``, ``inf``, a huge int's digits)."""
-    cls = value.__class__
-    if cls is float or isinstance(value, float):
+    if isinstance(value, float):
         return _encode(value).decode() if math.isfinite(value) else repr(float(value))
     if isinstance(value, int) and not isinstance(value, bool):
         return _digits(value)
@@ -264,29 +263,15 @@ def summarize(event: Event) -> str:
 
 # --------------------------------------------------------------------------- diffs
 
-# A path is a linked list (parent, segment): built in O(1) per level, spelled out
-# only for the few differences that are shown.
-_Path = tuple[Any, str] | None
 _PATH_EDGE: Final = 6  # a path deeper than twice this shows its ends only
 
 
-def _spell(path: _Path) -> str:
-    segments: list[str] = []
-    while path is not None:
-        path, segment = path
-        segments.append(segment)
-    segments.reverse()
+def _spell(segments: list[str]) -> str:
     if len(segments) > 2 * _PATH_EDGE + 1:
         hidden = len(segments) - 2 * _PATH_EDGE
-        segments = [
-            *segments[:_PATH_EDGE],
-            f"…(+{hidden:,} levels)…",
-            *segments[-_PATH_EDGE:],
-        ]
-    text = "".join(segments)
-    if text.startswith("."):
-        text = text[1:]  # a field of the event itself: no dot before it
-    return text or "."
+        segments = [*segments[:_PATH_EDGE], f"…(+{hidden:,} levels)…", *segments[-_PATH_EDGE:]]
+    # A field of the event itself has no dot before it.
+    return "".join(segments).removeprefix(".") or "."
 
 
 def _key(key: Any) -> str:
@@ -298,7 +283,14 @@ def _mapping(value: Any) -> dict[Any, Any] | None:
         return dict(_items(value))
     if isinstance(value, dict):
         return value
-    return None
+    return None  # a leaf, or a list or tuple next to something else
+
+
+# What diff_events has to do next: compare two values, or say that a key is on one
+# side only, or that two sequences differ in length. Each item carries its depth
+# and its path segment: the walk is depth first, so the path of the item at hand is
+# the segments list cut to its depth, plus its own.
+_COMPARE, _ONLY_A, _ONLY_B, _LENGTHS = range(4)
 
 
 def diff_events(
@@ -318,62 +310,57 @@ def diff_events(
     """
     lines: list[str] = []
     more = 0
-
-    def add(line: Any) -> None:  # a str, or a function making it (only if shown)
-        nonlocal more
-        if len(lines) < limit:
-            lines.append(line if line.__class__ is str else line())
-        else:
-            more += 1
-
-    # Work items: ("cmp", path, a, b) compares; ("say", text-maker) reports.
-    stack: list[tuple[Any, ...]] = [("cmp", None, expected, actual)]
+    segments: list[str] = []
+    stack: list[tuple[int, int, str, Any, Any]] = [(_COMPARE, 0, "", expected, actual)]
     pop, push = stack.pop, stack.append
     while stack:
-        item = pop()
-        if item[0] == "say":
-            add(item[1])
+        what, depth, segment, a, b = pop()
+        del segments[depth:]
+        if segment:
+            segments.append(segment)
+        if what == _COMPARE:
+            kind_a, kind_b = a.__class__, b.__class__
+            if (kind_a is list or kind_a is tuple) and (kind_b is list or kind_b is tuple):
+                count, below = len(a), len(segments)
+                if count != len(b):
+                    push((_LENGTHS, below, "", count, len(b)))
+                    count = min(count, len(b))
+                for index in range(count - 1, -1, -1):
+                    push((_COMPARE, below, f"[{index}]", a[index], b[index]))
+                continue
+            map_a = a if kind_a is dict else _mapping(a)
+            map_b = b if kind_b is dict else _mapping(b)
+            if map_a is not None and map_b is not None:
+                below = len(segments)
+                if map_a.keys() != map_b.keys():
+                    extra = [key for key in map_b if key not in map_a]
+                    for key in reversed(extra):
+                        push((_ONLY_B, below, _key(key), None, map_b[key]))
+                for key in reversed(map_a):
+                    name = f".{key}" if key.__class__ is str else _key(key)
+                    if key in map_b:
+                        push((_COMPARE, below, name, map_a[key], map_b[key]))
+                    else:
+                        push((_ONLY_A, below, name, map_a[key], None))
+                continue
+            if _same(a, b):
+                continue
+        if len(lines) >= limit:
+            more += 1
             continue
-        _, path, a, b = item
-        map_a, map_b = _mapping(a), _mapping(b)
-        if map_a is not None and map_b is not None:
-            keys = [*map_a, *(k for k in map_b if k not in map_a)]
-            for key in reversed(keys):
-                sub = (path, _key(key))
-                if key not in map_b:
-                    push(("say", _only(sub, labels[0], map_a[key])))
-                elif key not in map_a:
-                    push(("say", _only(sub, labels[1], map_b[key])))
-                else:
-                    push(("cmp", sub, map_a[key], map_b[key]))
-            continue
-        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-            if len(a) != len(b):
-                push(("say", _lengths(path, len(a), len(b))))
-            for index in range(min(len(a), len(b)) - 1, -1, -1):
-                push(("cmp", (path, f"[{index}]"), a[index], b[index]))
-            continue
-        if not _same(a, b):
-            add(_changed(path, a, b))
+        path = _spell(segments)
+        if what == _COMPARE:
+            shown_a, shown_b = _show(a, b)
+            lines.append(f"{path}: {shown_a} -> {shown_b}")
+        elif what == _ONLY_A:
+            lines.append(f"{path}: only in {labels[0]}: {short(a)}")
+        elif what == _ONLY_B:
+            lines.append(f"{path}: only in {labels[1]}: {short(b)}")
+        else:
+            lines.append(f"{path}: {a} items -> {b} items")
     if more:
         lines.append(f"(+{more} more difference{'s' if more > 1 else ''})")
     return lines
-
-
-def _only(path: _Path, label: str, value: Any) -> Any:
-    return lambda: f"{_spell(path)}: only in {label}: {short(value)}"
-
-
-def _lengths(path: _Path, a: int, b: int) -> Any:
-    return lambda: f"{_spell(path)}: {a} items -> {b} items"
-
-
-def _changed(path: _Path, a: Any, b: Any) -> Any:
-    def line() -> str:
-        shown_a, shown_b = _show(a, b)
-        return f"{_spell(path)}: {shown_a} -> {shown_b}"
-
-    return line
 
 
 def _same(a: Any, b: Any) -> bool:
