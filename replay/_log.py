@@ -258,10 +258,11 @@ _LINK_TAIL: Final = len(_LINK_KEY) + 16 + 2  # ,"#":"<16 hex>"}
 _DERIVED: Final = {name: b',"=":"' + name.encode() + b'"' for name in ("message", "final_text")}
 
 
-def _link(previous: bytes, body: bytes | memoryview) -> bytes:
-    digest = hashlib.sha256(previous)
-    digest.update(body)
-    return digest.hexdigest()[:16].encode()
+def _link(previous: bytes, body: bytes) -> bytes:
+    return _sha256(previous + body).digest()[:8].hex().encode()
+
+
+_sha256 = hashlib.sha256
 
 
 def _without(cls: type[msgspec.Struct], name: str) -> type[msgspec.Struct]:
@@ -332,13 +333,14 @@ class _Format2:
     response and ``plan.commit`` message). Writers and readers share it, so what
     is written is exactly what is read back."""
 
-    __slots__ = ("call", "committed", "draft", "link")
+    __slots__ = ("call", "committed", "draft", "link", "request_id")
 
     def __init__(self, link: bytes = b"") -> None:
         self.link = link
         self.call: ToolCall | None = None
         self.draft: ModelResponse | None = None
         self.committed: AssistantMessage | None = None
+        self.request_id = ""  # the last chunk's (see _share)
 
     def copy(self) -> _Format2:
         other = _Format2(self.link)
@@ -403,14 +405,27 @@ class _Format2:
 
     def read(self, line: bytes, end: int, where: _Where) -> Event:
         """Check and decode one line (``line[:end]``: its line end cut off)."""
-        body_end = self.check_link(line, end, where)
-        derived = next((n for n, m in _DERIVED.items() if line.endswith(m, 0, body_end)), None)
+        body_end = end - _LINK_TAIL
+        link = line[end - 18 : end - 2]
+        if (
+            body_end < 1
+            or line[body_end : end - 18] != _LINK_KEY
+            or line[end - 2 : end] != b'"}'
+            or link != _sha256(self.link + line[:body_end]).digest()[:8].hex().encode()
+        ):
+            self.check_link(line, end, where)  # raises, saying which
+        self.link = link
+        derived: str | None = None
+        stored = None
+        if line[body_end - 1] == 0x22:  # ends with a string: maybe a "=" member
+            for name, marker in _DERIVED.items():
+                if line.endswith(marker, 0, body_end):
+                    derived = name
+            if derived == "message":
+                for prefix, pair in _STORED_DECODERS.items():
+                    if line.startswith(prefix):
+                        stored = pair
         event: Event
-        stored = (
-            next((v for k, v in _STORED_DECODERS.items() if line.startswith(k)), None)
-            if derived == "message"
-            else None
-        )
         if stored is not None:
             cls, decoder = stored
             fields = _decode(decoder.decode, line, where)
@@ -434,8 +449,23 @@ class _Format2:
             raise where.not_canonical(
                 line[:body_end] + b"}", body + b"}", "this agentloop writes", event
             )
+        if event.__class__ is ModelChunkEvent:
+            self._share(event)
         self.advance(event)
         return event
+
+    def _share(self, event: ModelChunkEvent) -> None:
+        """Let a streamed chunk hold its step's request id and its event's time as
+        the objects the log already holds, not copies (the values are the same): a
+        long stream of small chunks then takes much less memory."""
+        chunk = event.chunk
+        request_id, at = chunk.request_id, chunk.at
+        if request_id == self.request_id:
+            msgspec.structs.force_setattr(chunk, "request_id", self.request_id)
+        else:
+            self.request_id = request_id
+        if at is not None and at == event.at and at != 0.0:  # (not 0.0: it may be -0.0)
+            msgspec.structs.force_setattr(chunk, "at", event.at)
 
     def check_link(self, line: bytes, end: int, where: _Where) -> int:
         """Check the link member of ``line[:end]``; returns where the body ends."""
@@ -449,7 +479,7 @@ class _Format2:
                 line=where.number,
             )
         link = line[end - 18 : end - 2]
-        if link != _link(self.link, memoryview(line)[:body_end]):
+        if link != _link(self.link, line[:body_end]):
             raise LogIntegrityError(
                 where.text(
                     "the hash chain is broken here: this line was edited, or lines were "
@@ -654,7 +684,12 @@ class _Where:
 
 def _decode(decode: Callable[[bytes], Any], line: bytes, where: _Where) -> Any:
     """``decode(line)``, its errors as :class:`LogFormatError` naming the line."""
-    if line.count(b"[") + line.count(b"{") > _MAX_DEPTH and _depth(line) > _MAX_DEPTH:
+    # (Nesting deeper than _MAX_DEPTH takes more than twice as many bytes.)
+    if (
+        len(line) > 2 * _MAX_DEPTH
+        and line.count(b"[") + line.count(b"{") > _MAX_DEPTH
+        and _depth(line) > _MAX_DEPTH
+    ):
         raise where.error(
             f"not a valid agentloop event (nested more than {_MAX_DEPTH} levels deep)"
         )
@@ -725,16 +760,16 @@ def _first_difference(line: bytes, canonical: bytes, writer: str) -> str:
 _CONTROL: Final = re.compile(rb"[\x00-\x09\x0b\x0c\x0e-\x1f]")
 
 
-def _next_line(file: IO[bytes], where: _Where, limit: int) -> tuple[bytes, int, bool]:
-    """The next line: its bytes (line end included), where its content ends, and
-    whether it is complete (ends with ``\\n``). ``b""`` at the end of the file.
+def _next_line(file: IO[bytes], line: bytes, where: _Where, limit: int) -> tuple[bytes, int, bool]:
+    """The rest of the line ``line`` starts (one ``readline`` of the file): its
+    bytes (line end included), where its content ends, and whether it is complete
+    (ends with ``\\n``). ``b""`` at the end of the file.
 
     Reads at most about ``limit`` bytes for one line, and stops after the first
     megabyte of a line that holds bytes no log line holds (so ``/dev/zero`` after a
     header is refused at once, in bounded memory).
     """
     step = min(limit, _CHUNK) + 1
-    line = file.readline(step)
     if len(line) == step and not line.endswith(b"\n"):
         parts = [line]
         size = step
@@ -836,15 +871,22 @@ def _events(file: IO[bytes], path: str, scan: _Scan, limit: int) -> Iterator[Eve
     where = _Where(path)
     _read_header(file, where, scan)
     format2 = scan.format2
+    read = _read_v1 if format2 is None else format2.read
+    readline = file.readline
+    step = min(limit, _CHUNK) + 1
     number = 1
     while True:
         number += 1
         where.number = number
-        line, end, complete = _next_line(file, where, limit)
-        if not line:
-            return
-        if not complete:
-            _torn(line, end, where, format2)
+        line = readline(step)
+        if line.endswith(b"\n") and len(line) <= limit and not line.endswith(b"\r\n"):
+            end = len(line) - 1  # the common case, without a call
+        else:
+            line, end, complete = _next_line(file, line, where, limit)
+            if not line:
+                return
+            if not complete:
+                _torn(line, end, where, format2)
         if end == 0:
             raise where.error("an empty line (a log has none; was the file edited?)")
         if _is_header(line):
@@ -852,10 +894,7 @@ def _events(file: IO[bytes], path: str, scan: _Scan, limit: int) -> Iterator[Eve
                 "a second log header: the file holds two logs (one file records one "
                 "session; were two files joined?)"
             )
-        if format2 is not None:
-            event = format2.read(line, end, where)
-        else:
-            event = _read_v1(line, end, where)
+        event = read(line, end, where)
         if event.__class__ is SessionStartEvent and scan.count:
             raise where.error(
                 "a second session.start: the file holds two sessions (one file records one session)"
