@@ -7,7 +7,7 @@
   for byte; the first difference raises :class:`ReplayDivergence`.
 - :func:`state_at`, :func:`resume`, :func:`fork`: inspect a run at any event,
   continue it in another process, or branch it.
-- ``python -m replay show|check|diff|stats LOG``: the same from a shell.
+- ``python -m replay show|check|diff|stats|verify LOG``: the same from a shell.
 
 Uses only :mod:`agentloop`'s public API.
 """
