@@ -94,8 +94,10 @@ Evolution policy
 
 from __future__ import annotations
 
+import array
 import contextlib
 import hashlib
+import itertools
 import math
 import os
 import re
@@ -701,22 +703,15 @@ def _decode(decode: Callable[[bytes], Any], line: bytes, where: _Where) -> Any:
 
 _JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
-_INNERMOST: Final = re.compile(rb"\[\]|\{\}")
+# Opening brackets become +1, closing ones -1 (as signed bytes).
+_SIGNS: Final = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 
 
 def _depth(line: bytes) -> int:
-    """How deep the objects and arrays of ``line`` nest, counted up to
-    ``_MAX_DEPTH + 1`` (C-speed passes, no recursion; malformed JSON counts as 0:
-    the decoder then says what is wrong with it)."""
+    """How deep the objects and arrays of ``line`` nest: the highest running sum of
+    its brackets outside strings, all at C speed (no recursion, no loop per byte)."""
     brackets = _JSON_STRING.sub(b"", line).translate(None, _NOT_BRACKETS)
-    for depth in range(_MAX_DEPTH + 1):
-        if not brackets:
-            return depth
-        shorter = _INNERMOST.sub(b"", brackets)
-        if len(shorter) == len(brackets):
-            return 0
-        brackets = shorter
-    return _MAX_DEPTH + 1
+    return max(itertools.accumulate(array.array("b", brackets.translate(_SIGNS))), default=0)
 
 
 def _unknown_field(line: bytes, event: Any) -> str | None:

@@ -100,3 +100,10 @@ def test_blocks_and_replies_of_unknown_kinds_are_named() -> None:
     assert summarize(draft) == "UserMessage"
     call = ToolCallEvent(sequence=5, step=1, call=ToolCall("c1", "add", {}))
     assert summarize(call) == "call c1 add({})"
+
+
+def test_dict_subclasses_are_compared_as_dicts() -> None:
+    from collections import OrderedDict
+
+    lines = diff_events(_pause(OrderedDict(a=1, b=2)), _pause({"a": 1, "b": 3}))
+    assert lines == ["payload.b: 2 -> 3"]

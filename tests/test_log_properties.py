@@ -10,11 +10,15 @@
 from __future__ import annotations
 
 import math
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -47,15 +51,26 @@ LOGS = {path.stem: path.read_bytes() for path in sorted(FIXTURES.glob("*.jsonl")
 ORIGINAL = {name: [encode_event(e) for e in read_log(FIXTURES / f"{name}.jsonl")] for name in LOGS}
 
 
+# One scratch folder for every example (a folder per example costs more than the test).
+SCRATCH = Path(tempfile.mkdtemp(prefix="agentloop-log-properties-"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _scratch() -> Iterator[None]:
+    # Properties of the bytes, not of durability: no fsync per example.
+    with mock.patch("os.fsync"):
+        yield
+    shutil.rmtree(SCRATCH, ignore_errors=True)
+
+
 def _read(data: bytes) -> list[Event] | None:
     """The events of ``data`` as a file, or ``None`` when the reader refuses it."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "log.jsonl"
-        path.write_bytes(data)
-        try:
-            return read_log(path)
-        except LogFormatError:
-            return None
+    path = SCRATCH / "edited.jsonl"
+    path.write_bytes(data)
+    try:
+        return read_log(path)
+    except LogFormatError:
+        return None
 
 
 @st.composite
@@ -107,7 +122,7 @@ def test_an_edited_log_is_refused_or_reads_the_same(case: tuple[str, bytes]) -> 
 
 
 @settings(
-    max_examples=80,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -117,14 +132,14 @@ def test_random_sessions_round_trip_written_at_once_or_as_they_happen(
 ) -> None:
     loop = _generated_session(data)
     events = list(loop.log)
-    with tempfile.TemporaryDirectory() as tmp:
-        whole, streamed = Path(tmp) / "whole.jsonl", Path(tmp) / "streamed.jsonl"
-        write_log(whole, events)
-        with LogWriter(streamed) as writer:
-            for event in events:
-                writer.write(event)
-        assert streamed.read_bytes() == whole.read_bytes()
-        assert [encode_event(e) for e in read_log(whole)] == [encode_event(e) for e in events]
+    whole, streamed = SCRATCH / "whole.jsonl", SCRATCH / "streamed.jsonl"
+    streamed.unlink(missing_ok=True)
+    write_log(whole, events)
+    with LogWriter(streamed) as writer:
+        for event in events:
+            writer.write(event)
+    assert streamed.read_bytes() == whole.read_bytes()
+    assert [encode_event(e) for e in read_log(whole)] == [encode_event(e) for e in events]
 
 
 # --------------------------------------------------------------------------- hand-built events
@@ -215,17 +230,16 @@ def _events(draw: st.DrawFn) -> list[Any]:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_events())
 def test_hand_built_events_round_trip(events: list[Any]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "log.jsonl"
-        write_log(path, events)
-        back = read_log(path)
-        # Read back event by event by a writer that appends: the same file.
-        again = Path(tmp) / "again.jsonl"
-        write_log(again, events[:3])
-        with LogWriter(again) as writer:
-            for event in events[3:]:
-                writer.write(event)
-        assert again.read_bytes() == path.read_bytes()
+    path = SCRATCH / "log.jsonl"
+    write_log(path, events)
+    back = read_log(path)
+    # Written by a writer that appends to a file holding the first events: the same.
+    again = SCRATCH / "again.jsonl"
+    write_log(again, events[:3])
+    with LogWriter(again) as writer:
+        for event in events[3:]:
+            writer.write(event)
+    assert again.read_bytes() == path.read_bytes()
     assert [encode_event(e) for e in back] == [encode_event(e) for e in events]
     for before, after in zip(events, back, strict=True):
         # Not only encoded alike: the same values (NaN is NaN, 1 is not True).

@@ -16,6 +16,7 @@ import pytest
 from agentloop import (
     ModelResponse,
     RunFinishedEvent,
+    StepEndEvent,
     TextBlock,
     ToolCall,
     ToolRequest,
@@ -451,14 +452,15 @@ def test_verify_errors_that_are_not_about_a_log(
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
-@pytest.mark.parametrize("command", ["check", "verify", "show", "stats"])
-def test_dev_zero_is_a_one_line_error(command: str) -> None:
+def test_dev_zero_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     # Defect 16: no unbounded read, no "internal error".
-    line = _one_line_error(cli(command, "/dev/zero"))
-    assert line == (
+    expected = (
         'replay: error: /dev/zero: not an agentloop log (line 1 is not an {"format": '
         '"agentloop-log", ...} header)'
     )
+    assert _one_line_error(cli("check", "/dev/zero")) == expected
+    for command in ("verify", "show", "stats"):
+        assert _main(capsys, command, "/dev/zero") == (2, "", expected + "\n")
 
 
 # --------------------------------------------------------------------------- --json
@@ -491,6 +493,19 @@ def test_check_json(tampered: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
         "regenerated",
         "differences",
         "hint",
+    }
+    # A log that goes on after its run finished: nothing regenerated there.
+    events = read_log(FIXTURES / "plain_answer.jsonl")
+    extra = tmp_path / "extra.jsonl"
+    write_log(extra, [*events, StepEndEvent(sequence=len(events), step=1)])
+    code, out, _ = _main(capsys, "check", "--json", extra)
+    divergence = json.loads(out)["divergence"]
+    assert code == 1 and divergence["regenerated"] is None
+    assert divergence["recorded"] == {
+        "sequence": 11,
+        "type": "step.end",
+        "step": 1,
+        "summary": "",
     }
     empty = tmp_path / "empty.jsonl"
     write_log(empty, [])
