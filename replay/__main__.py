@@ -191,6 +191,15 @@ def _print_json(value: Any) -> None:
     sys.stdout.write(msgspec.json.encode(value).decode().translate(_JSON_ESCAPES) + "\n")
 
 
+def _answer(args: argparse.Namespace, report: dict[str, Any], text: str, ok: bool) -> int:
+    """Print a command's answer, ``report`` (``--json``) or ``text``; its exit code."""
+    if args.json:
+        _print_json(report)
+    else:
+        _say(text)
+    return EXIT_OK if ok else EXIT_DIFFERENT
+
+
 def _read(path: str) -> list[Event]:
     try:
         return read_log(path)
@@ -333,11 +342,7 @@ def _check(args: argparse.Namespace) -> int:
                     f"{path}: ok, {len(events)} events replayed; run {result.status} "
                     f"({result.reason}) after {result.steps} step(s)"
                 )
-    if args.json:
-        _print_json(report)
-    else:
-        _say("\n".join(text))
-    return EXIT_OK if report["ok"] else EXIT_DIFFERENT
+    return _answer(args, report, "\n".join(text), report["ok"])
 
 
 # --------------------------------------------------------------------------- diff
@@ -400,11 +405,7 @@ def _diff(args: argparse.Namespace) -> int:
             f"logs agree on their first {shorter} events; {name} goes on with "
             f"{len(longer) - shorter} more, from #{extra.sequence} {extra.type}"
         )
-    if args.json:
-        _print_json(report)
-    else:
-        _say("\n".join(text))
-    return EXIT_OK if report["identical"] else EXIT_DIFFERENT
+    return _answer(args, report, "\n".join(text), report["identical"])
 
 
 # --------------------------------------------------------------------------- stats
@@ -546,11 +547,7 @@ def _verify(args: argparse.Namespace) -> int:
             f"{path}: verified: log format {scan.version}, {scan.count} events, hash chain "
             f"intact (last link {report['last_link']}); {end}"
         )
-    if args.json:
-        _print_json(report)
-    else:
-        _say(text)
-    return EXIT_OK if report["ok"] else EXIT_DIFFERENT
+    return _answer(args, report, text, report["ok"])
 
 
 # --------------------------------------------------------------------------- main
