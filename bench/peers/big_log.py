@@ -9,8 +9,9 @@ Each log is one real session, driven through ``agent_loop`` and written with
 ``LogWriter`` as it happens, in a child process:
 
 - ``large``: an agent that reads files: each of its steps calls a ``read_file`` tool
-  24 times and gets 64 KiB of text back each time, until the file holds ``--mb``
-  megabytes (or 64 steps: the most a run may take);
+  24 times and gets 64 KiB of text back each time, for as many steps as ``--mb``
+  megabytes of results take (at most 64, the most a run may take: 100 MB is 64
+  steps); the same session whatever the log format, so formats compare;
 - ``small``: the same number of steps, each a streamed answer in 1,000 small chunks
   (the most events per byte a session can have; about 11 MB).
 
@@ -82,7 +83,9 @@ def generate(path: str, kind: str, megabytes: int, steps: int = STEPS) -> None:
     )
     from replay import LogWriter
 
-    target = megabytes * 2**20
+    if kind == "large":
+        per_step = CALLS_PER_STEP * RESULT_BYTES
+        steps = min(steps, max(1, -(-megabytes * 2**20 // per_step)))
     spec = ToolSpec(
         "read_file",
         "Read a file of the repository.",
@@ -108,7 +111,7 @@ def generate(path: str, kind: str, megabytes: int, steps: int = STEPS) -> None:
                 continue
             assert type(effect) is ModelRequest
             step += 1
-            last = step == steps or (kind == "large" and os.path.getsize(path) >= target)
+            last = step == steps
             if kind == "small":
                 text, pieces = "x" * CHUNKS_PER_STEP, CHUNKS_PER_STEP
             else:
@@ -137,18 +140,22 @@ def measure(path: str) -> dict[str, Any]:
     """In this (fresh) process: read ``path`` once, timed, and report memory."""
     import replay
 
+    read_log = replay.read_log  # imports the package's modules (lazily loaded)
     baseline = _rss_mib()
     start = time.perf_counter()
-    events = replay.read_log(path)
+    events = read_log(path)
     seconds = time.perf_counter() - start
     size = os.path.getsize(path)
     peak = _peak_mib() - baseline
     with open(path, "rb") as file:
         version = json.loads(file.readline())["version"]
+    steps = sum(1 for event in events if event.type == "step.start")
     return {
         "file_mib": size / 2**20,
         "format_version": version,
         "events": len(events),
+        "steps": steps,
+        "bytes_per_step": size / steps,
         "bytes_per_event": size / len(events),
         "seconds": seconds,
         "events_per_s": len(events) / seconds,
@@ -187,7 +194,7 @@ def report(results: dict[str, Any]) -> str:
     for kind, r in results.items():
         lines.append(
             f"  {kind:<5} {r['file_mib']:7.1f} MiB, format {r['format_version']}, "
-            f"{r['events']:,} events ({r['bytes_per_event']:,.0f} B each): "
+            f"{r['events']:,} events, {r['steps']} steps ({r['bytes_per_step']:,.0f} B each): "
             f"{r['seconds']:.2f} s, {r['events_per_s']:,.0f} events/s, "
             f"{r['mib_per_s']:.0f} MiB/s; peak {r['peak_rss_above_baseline_mib']:.1f} MiB = "
             f"{r['peak_over_file_size']:.2f}x the file"
