@@ -564,9 +564,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_json({"error": {"message": str(fail), "path": fail.path, "line": fail.line}})
         _say(f"replay: error: {fail}", sys.stderr)
         return fail.code
-    except BrokenPipeError:  # pragma: no cover - e.g. piped into head
+    except BrokenPipeError:  # e.g. piped into head: the reader has seen enough
+        # Python's own recipe: nothing more reaches the closed pipe, not even the
+        # flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except Exception as exc:  # pragma: no cover - a bug; still one line
+    except Exception as exc:  # a bug; still one line
         _say(f"replay: internal error: {type(exc).__name__}: {exc}", sys.stderr)
         return EXIT_ERROR
 

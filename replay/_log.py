@@ -1079,7 +1079,10 @@ class LogWriter:
                     pass
             except _Torn:
                 read_log(name)  # raises the TornLogError, with the intact events
-                raise AssertionError("unreachable") from None  # pragma: no cover
+                raise LogFormatError(  # the file was completed in between: no guessing
+                    f"{name}: the log changed while LogWriter was opening it",
+                    path=name,
+                ) from None
             if scan.format2 is None:
                 raise ValueError(
                     f"{name}: a format-{scan.version} log; LogWriter appends to format "

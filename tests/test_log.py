@@ -467,6 +467,19 @@ def test_log_writer_refuses_a_torn_or_foreign_file(tmp_path: Path) -> None:
     assert foreign.read_text() == "shopping list\n"
 
 
+def test_log_writer_does_not_guess_when_a_torn_log_changes_while_it_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from replay import _log
+
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(fixture("plain_answer")[:-5])
+    # Another process completes the file between LogWriter's two reads.
+    monkeypatch.setattr(_log, "read_log", lambda path: [])
+    with pytest.raises(LogFormatError, match="the log changed while LogWriter was opening it"):
+        LogWriter(torn)
+
+
 def test_log_writer_does_not_append_to_format_1(tmp_path: Path) -> None:
     path = tmp_path / "old.jsonl"
     path.write_bytes(fixture("waiting_on_tool", 1))

@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from agentloop import (
+    ModelChunk,
     ModelResponse,
     RunFinishedEvent,
     StepEndEvent,
@@ -643,3 +644,42 @@ def test_show_diff_and_check_on_a_log_with_500_deep_values(
     code, out, _ = _main(capsys, "diff", a, b)
     assert code == 1
     assert "    reply.content[0].arguments.a[0]…(+493 levels)…[0][0][0][0][0][0]: 1 -> 2\n" in out
+
+
+def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
+    # More lines than a pipe holds; the reader stops after the first one.
+    loop = agent_loop([UserMessage("u1", "x" * 60)], tools=[ToolSpec("add")], started_at=1.0)
+    effect: Any = next(loop)
+    for _ in range(1000):
+        effect = loop.send(ModelChunk(effect.id, TextBlock("y" * 60), at=2.0))
+    path = tmp_path / "long.jsonl"
+    write_log(path, loop.log)
+    loop.close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "replay", "show", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    assert b"session.start" in child.stdout.readline()
+    child.stdout.close()
+    assert child.wait(timeout=60) == 0
+    assert child.stderr.read() == b""
+    child.stderr.close()
+
+
+def test_a_bug_is_still_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from replay import __main__ as cli_module
+
+    def broken(args: Any) -> int:
+        raise KeyError("oops")
+
+    monkeypatch.setitem(
+        cli_module.COMMANDS, "stats", cli_module.COMMANDS["stats"]._replace(run=broken)
+    )
+    code, out, err = _main(capsys, "stats", FIXTURES / "plain_answer.jsonl")
+    assert (code, out, err) == (2, "", "replay: internal error: KeyError: 'oops'\n")
