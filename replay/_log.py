@@ -260,11 +260,15 @@ _LINK_TAIL: Final = len(_LINK_KEY) + 16 + 2  # ,"#":"<16 hex>"}
 _DERIVED: Final = {name: b',"=":"' + name.encode() + b'"' for name in ("message", "final_text")}
 
 
+_SHA256: Final = hashlib.sha256()  # copied: cheaper than making a new one each time
+
+
 def _link(previous: bytes, body: bytes) -> bytes:
-    return _sha256(previous + body).digest()[:8].hex().encode()
-
-
-_sha256 = hashlib.sha256
+    """The chain link of a line whose bytes up to ``,"#":`` are ``body``."""
+    digest = _SHA256.copy()
+    digest.update(previous)
+    digest.update(body)
+    return digest.digest()[:8].hex().encode()
 
 
 def _without(cls: type[msgspec.Struct], name: str) -> type[msgspec.Struct]:
@@ -294,6 +298,12 @@ def _without(cls: type[msgspec.Struct], name: str) -> type[msgspec.Struct]:
         module=__name__,
     )
 
+
+# A line this short cannot nest deeper than _MAX_DEPTH, nor be anything but valid
+# or invalid JSON for the decoder: its errors are the only thing to word.
+_SAFE_LENGTH: Final = 2 * _MAX_DEPTH
+# The events whose line the writer may shorten (see _Format2.body).
+_WHOLE: Final = frozenset((PlanCommitEvent, ToolResultEvent, ToolErrorEvent, RunFinishedEvent))
 
 # The events whose ``message`` a line may leave out, as a line holds them.
 _STORED: Final[dict[type[Any], type[msgspec.Struct]]] = {
@@ -408,52 +418,74 @@ class _Format2:
     def read(self, line: bytes, end: int, where: _Where) -> Event:
         """Check and decode one line (``line[:end]``: its line end cut off)."""
         body_end = end - _LINK_TAIL
-        link = line[end - 18 : end - 2]
         if (
             body_end < 1
-            or line[body_end : end - 18] != _LINK_KEY
-            or line[end - 2 : end] != b'"}'
-            or link != _sha256(self.link + line[:body_end]).digest()[:8].hex().encode()
+            or line[end - 1] != 0x7D  # }
+            or line[end - 2] != 0x22  # "
+            or not line.startswith(_LINK_KEY, body_end)
         ):
-            self.check_link(line, end, where)  # raises, saying which
+            self.check_link(line, end, where)  # raises, saying what is wrong
+        link = line[end - 18 : end - 2]
+        digest = _SHA256.copy()
+        digest.update(self.link)
+        digest.update(line[:body_end])
+        if link != digest.digest()[:8].hex().encode():
+            self.check_link(line, end, where)
         self.link = link
-        derived: str | None = None
-        stored = None
-        if line[body_end - 1] == 0x22:  # ends with a string: maybe a "=" member
-            for name, marker in _DERIVED.items():
-                if line.endswith(marker, 0, body_end):
-                    derived = name
-            if derived == "message":
-                for prefix, pair in _STORED_DECODERS.items():
-                    if line.startswith(prefix):
-                        stored = pair
         event: Event
-        if stored is not None:
-            cls, decoder = stored
-            fields = _decode(decoder.decode, line, where)
-            message = self._message(cls, fields)
-            if message is None:
-                what = "plan.draft response" if cls is PlanCommitEvent else "tool.call"
-                raise where.error(f"its message refers to a {what} the log does not have")
-            event = cls(**msgspec.structs.asdict(fields), message=message)
-        else:
-            event = _decode(decode_event, line, where)
-            if derived == "final_text" and event.__class__ is RunFinishedEvent:
-                final_text = self._final_text()
-                if final_text is None:
-                    raise where.error(
-                        "its final_text refers to a plan.commit the log does not have"
+        if line[body_end - 1] != 0x22:  # does not end with a string: no "=" member
+            try:
+                event = decode_event(line) if end <= _SAFE_LENGTH else _decode(line, where)
+            except msgspec.MsgspecError:
+                event = _decode(line, where)  # raises, worded
+            cls = event.__class__
+            if cls not in _WHOLE:
+                encoded = encode_event(event)
+                if len(encoded) - 1 != body_end or not line.startswith(encoded[:-1]):
+                    raise where.not_canonical(
+                        line[:body_end] + b"}", encoded, "this agentloop writes", event
                     )
-                if event.final_text is None:
-                    event = msgspec.structs.replace(event, final_text=final_text)
+                if cls is ModelChunkEvent:
+                    self._share(event)  # type: ignore[arg-type]
+                elif cls is ToolCallEvent:
+                    self.call = event.call  # type: ignore[union-attr]
+                elif cls is PlanDraftEvent:
+                    reply = event.reply  # type: ignore[union-attr]
+                    self.draft = reply if reply.__class__ is ModelResponse else None
+                return event
+        else:
+            event = self._read_derived(line, body_end, where)
         body = self.body(event)
         if len(body) != body_end or not line.startswith(body):
             raise where.not_canonical(
                 line[:body_end] + b"}", body + b"}", "this agentloop writes", event
             )
-        if event.__class__ is ModelChunkEvent:
-            self._share(event)
         self.advance(event)
+        return event
+
+    def _read_derived(self, line: bytes, body_end: int, where: _Where) -> Event:
+        """Decode a line that may leave a field out (``"="``), rebuilding the field."""
+        derived: str | None = None
+        for name, marker in _DERIVED.items():
+            if line.endswith(marker, 0, body_end):
+                derived = name
+        if derived == "message":
+            for prefix, (cls, decoder) in _STORED_DECODERS.items():
+                if line.startswith(prefix):
+                    fields = _decode(line, where, decoder.decode)
+                    message = self._message(cls, fields)
+                    if message is None:
+                        what = "plan.draft response" if cls is PlanCommitEvent else "tool.call"
+                        raise where.error(f"its message refers to a {what} the log does not have")
+                    event: Event = cls(**msgspec.structs.asdict(fields), message=message)
+                    return event
+        event = _decode(line, where)
+        if derived == "final_text" and event.__class__ is RunFinishedEvent:
+            final_text = self._final_text()
+            if final_text is None:
+                raise where.error("its final_text refers to a plan.commit the log does not have")
+            if event.final_text is None:
+                event = msgspec.structs.replace(event, final_text=final_text)
         return event
 
     def _share(self, event: ModelChunkEvent) -> None:
@@ -627,7 +659,7 @@ def _v1_line(event: Event) -> bytes:
 
 
 def _read_v1(line: bytes, end: int, where: _Where) -> Event:
-    event: Event = _decode(decode_event, line, where)
+    event: Event = _decode(line, where)
     try:
         canonical = _v1_line(event)
     except _NotV1 as exc:
@@ -684,7 +716,7 @@ class _Where:
         return self.error(problem + self.written_by())
 
 
-def _decode(decode: Callable[[bytes], Any], line: bytes, where: _Where) -> Any:
+def _decode(line: bytes, where: _Where, decode: Callable[[bytes], Any] = decode_event) -> Any:
     """``decode(line)``, its errors as :class:`LogFormatError` naming the line."""
     # (Nesting deeper than _MAX_DEPTH takes more than twice as many bytes.)
     if (
