@@ -816,6 +816,10 @@ def test_lines_not_in_canonical_form_are_refused(
             lambda b: b.replace(b'"step":1,"status"', b'"step":1,"=":"message","status"'),
             '"=":"message"',
         ),
+        (
+            lambda b: b + b',"=":"message"' if b.startswith(b'{"type":"step.end"') else b,
+            '"=":"message"',
+        ),
         # both: the field, and the reference to where it comes from
         (
             lambda b: b.replace(b'"=":"final_text"', b'"final_text":"Lyon","=":"final_text"'),
