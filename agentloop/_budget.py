@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Final
 
 import msgspec
 
@@ -12,7 +13,7 @@ __all__ = ["BUDGET_LIMITS", "Budget", "BudgetUsage"]
 BUDGET_LIMITS = ("turns", "tool_calls", "wall_clock")
 
 
-class Budget(msgspec.Struct, frozen=True, kw_only=True):
+class Budget(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     """Soft limits for a session; ``None`` means unlimited.
 
     Attributes:
@@ -47,9 +48,20 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
                 msgspec.structs.force_setattr(self, "max_wall_seconds", float(wall))
 
 
-class BudgetUsage(msgspec.Struct, frozen=True, kw_only=True):
+_ZERO_SECONDS: Final = 0.0
+
+
+class BudgetUsage(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     """What the session used since it started or was last resumed."""
 
     turns: int = 0
     tool_calls: int = 0
-    wall_seconds: float = 0.0
+    wall_seconds: float = _ZERO_SECONDS
+
+    def __post_init__(self) -> None:
+        # A log leaves a default out, and msgspec knows a default by identity: +0.0
+        # becomes the default object itself, however it was made or decoded, so
+        # equal usages always encode the same (see agentloop/_events.py).
+        wall = self.wall_seconds
+        if wall.__class__ is float and wall == 0.0 and math.copysign(1.0, wall) > 0:
+            msgspec.structs.force_setattr(self, "wall_seconds", _ZERO_SECONDS)

@@ -6,6 +6,11 @@ regenerated event is the recorded one. One reused :class:`msgspec.json.Encoder` 
 one typed :class:`msgspec.json.Decoder` for the :data:`~agentloop.Event` union do
 all the work on the fast path.
 
+Every Struct an event holds is declared with ``omit_defaults=True``, so a field
+that holds its default is left out (``"at": null``, ``"step": 0``, ``"is_error":
+false`` never appear): adding a field with a default to any of them changes no
+encoding. Decoding fills left-out fields with their defaults.
+
 Values JSON cannot hold
 -----------------------
 JSON has no NaN or infinities, and JSON readers disagree about integers outside
@@ -73,7 +78,7 @@ def encode_event(event: Event) -> bytes:
 
     >>> from agentloop import StepEndEvent
     >>> encode_event(StepEndEvent(sequence=3, at=None, step=1))
-    b'{"type":"step.end","sequence":3,"at":null,"step":1}'
+    b'{"type":"step.end","sequence":3,"step":1}'
     """
     cls = event.__class__
     if cls is PlanDraftEvent:
@@ -92,7 +97,7 @@ def decode_event(data: bytes | str) -> Event:
         msgspec.ValidationError: ``data`` is JSON but not a known event (unknown
             ``type``, a missing field, a field of the wrong type, a bad tag).
 
-    >>> decode_event(b'{"type":"step.end","sequence":3,"at":null,"step":1}')
+    >>> decode_event(b'{"type":"step.end","sequence":3,"step":1}')
     StepEndEvent(sequence=3, at=None, step=1)
     """
     # Decode first: for every event type but two, that is all there is to do.

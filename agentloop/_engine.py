@@ -1291,8 +1291,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 "on_budget_exceeded",
                 {
                     "limit": limit,
-                    "usage": msgspec.to_builtins(usage),
-                    "budget": msgspec.to_builtins(budget),
+                    "usage": msgspec.structs.asdict(usage),
+                    "budget": msgspec.structs.asdict(budget),
                 },
             )
         self._emit(
@@ -1307,7 +1307,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         )
         yield from self._pause(
             f"budget_exceeded:{limit}",
-            {"limit": limit, "usage": msgspec.to_builtins(usage)},
+            {"limit": limit, "usage": msgspec.structs.asdict(usage)},
             reset_counters=True,
         )
 

@@ -9,13 +9,22 @@ Events that record a reply (``model.chunk``, ``plan.draft``, ``tool.result``,
 log alone can be fed back through the loop (see the ``replay`` package).
 
 Evolution rule for the log format: new fields get defaults, existing fields
-never change type, tags are never reused. Don't subclass these classes.
+never change type, defaults never change, tags are never reused. Every Struct an
+event can hold (messages, blocks, replies, ``Usage``, ``Budget``, ``ToolSpec``, ...)
+is declared with ``omit_defaults=True``: a field that holds its default is left out
+of the encoding, so adding a field with a default changes no line of an existing
+log (the policy is in ``replay/_log.py``). Declare any new such Struct the same way
+(a test checks). msgspec knows a default by identity, so a default must be a value
+that is always that very object (``None``, a bool, a small int, ``""``, ``()``) or
+be made so in ``__post_init__``, as ``RunFinishedEvent.usage`` and
+``BudgetUsage.wall_seconds`` are: equal events must encode the same. Don't
+subclass these classes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, TypeAlias, overload
+from typing import Any, ClassVar, Final, TypeAlias, overload
 
 import msgspec
 
@@ -55,7 +64,10 @@ __all__ = [
 ]
 
 
-class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+_NO_USAGE: Final = Usage()
+
+
+class _Event(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, tag_field="type"):
     type: ClassVar[str]
     sequence: int
     at: float | None = None
@@ -187,9 +199,16 @@ class RunFinishedEvent(_Event, frozen=True, kw_only=True, tag="run.finished"):
     steps: int = 0
     max_steps: int = 0
     error: RunError | None = None
-    usage: Usage = Usage()
+    usage: Usage = _NO_USAGE
     reason: str = ""
     reply: Reply | None = None
+
+    def __post_init__(self) -> None:
+        # The default object itself for a usage equal to it, however it was made or
+        # decoded: omit_defaults knows a default by identity, and equal events must
+        # encode the same (see the module docstring).
+        if self.usage == _NO_USAGE and self.usage.__class__ is Usage:
+            msgspec.structs.force_setattr(self, "usage", _NO_USAGE)
 
 
 Event: TypeAlias = (

@@ -30,20 +30,22 @@ __all__ = [
 ]
 
 
-class TextBlock(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
+class TextBlock(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="text"):
     """Visible text from the assistant."""
 
     text: str
 
 
-class ThinkingBlock(msgspec.Struct, frozen=True, tag_field="type", tag="thinking"):
+class ThinkingBlock(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="thinking"
+):
     """Reasoning text a model exposes; ``signature`` is the provider's opaque token."""
 
     text: str
     signature: str | None = None
 
 
-class ToolCall(msgspec.Struct, frozen=True, tag_field="type", tag="tool_call"):
+class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="tool_call"):
     """The assistant asks for tool ``name`` with JSON-object ``arguments``.
 
     ``arguments`` is a plain dict for convenience; treat it as read-only. The loop
@@ -58,21 +60,25 @@ class ToolCall(msgspec.Struct, frozen=True, tag_field="type", tag="tool_call"):
 Block: TypeAlias = TextBlock | ThinkingBlock | ToolCall
 
 
-class UserMessage(msgspec.Struct, frozen=True, tag_field="role", tag="user"):
+class UserMessage(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="role", tag="user"):
     """A message from the user (or the application speaking for them)."""
 
     id: str
     content: str
 
 
-class AssistantMessage(msgspec.Struct, frozen=True, tag_field="role", tag="assistant"):
+class AssistantMessage(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="role", tag="assistant"
+):
     """A complete assistant message: text, thinking and tool-call blocks, in order."""
 
     id: str
     content: tuple[Block, ...]
 
 
-class ToolResultMessage(msgspec.Struct, frozen=True, tag_field="role", tag="tool_result"):
+class ToolResultMessage(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="role", tag="tool_result"
+):
     """The result of one tool call; ``is_error`` marks a recoverable error."""
 
     id: str

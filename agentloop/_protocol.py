@@ -12,7 +12,7 @@ back to the same type. They are final: don't subclass them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import msgspec
 
@@ -45,8 +45,10 @@ STATUSES = ("completed", "cancelled", "max_steps", "failed")
 #: ``ModelResponse.stop_reason`` values.
 STOP_REASONS = ("stop", "tool_call", "length", "error")
 
+_MODEL_ERROR: Final = "MODEL_ERROR"
 
-class Usage(msgspec.Struct, frozen=True):
+
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
     """Token counts reported by a model (summed over a run in ``RunResult.usage``)."""
 
     input_tokens: int = 0
@@ -102,7 +104,9 @@ Effect: TypeAlias = ModelRequest | ToolRequest | Pause
 # --------------------------------------------------------------------------- replies
 
 
-class ModelChunk(msgspec.Struct, frozen=True, tag_field="kind", tag="model_chunk"):
+class ModelChunk(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="model_chunk"
+):
     """One streamed piece of the model's answer: a text delta or a complete block."""
 
     request_id: str
@@ -110,7 +114,9 @@ class ModelChunk(msgspec.Struct, frozen=True, tag_field="kind", tag="model_chunk
     at: float | None = None
 
 
-class ModelResponse(msgspec.Struct, frozen=True, tag_field="kind", tag="model_response"):
+class ModelResponse(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="model_response"
+):
     """The model's final answer for a request.
 
     ``stop_reason`` is one of ``stop``, ``tool_call``, ``length``, ``error``.
@@ -124,7 +130,9 @@ class ModelResponse(msgspec.Struct, frozen=True, tag_field="kind", tag="model_re
     at: float | None = None
 
 
-class ModelFailure(msgspec.Struct, frozen=True, tag_field="kind", tag="model_failure"):
+class ModelFailure(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="model_failure"
+):
     """The model call failed; the run ends ``failed`` with ``code``.
 
     ``code`` is ``MODEL_ERROR`` (provider/transport error) or ``MODEL_PROTOCOL_ERROR``
@@ -133,11 +141,19 @@ class ModelFailure(msgspec.Struct, frozen=True, tag_field="kind", tag="model_fai
 
     request_id: str
     message: str
-    code: str = "MODEL_ERROR"
+    code: str = _MODEL_ERROR
     at: float | None = None
 
+    def __post_init__(self) -> None:
+        # The default object itself for an equal code: a log leaves defaults out and
+        # msgspec knows a default by identity (see agentloop/_events.py).
+        if self.code == _MODEL_ERROR and self.code.__class__ is str:
+            msgspec.structs.force_setattr(self, "code", _MODEL_ERROR)
 
-class ToolResult(msgspec.Struct, frozen=True, tag_field="kind", tag="tool_result"):
+
+class ToolResult(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="tool_result"
+):
     """The outcome of a tool call; ``is_error`` marks a recoverable error."""
 
     call_id: str
@@ -146,7 +162,7 @@ class ToolResult(msgspec.Struct, frozen=True, tag_field="kind", tag="tool_result
     at: float | None = None
 
 
-class Resume(msgspec.Struct, frozen=True, tag_field="kind", tag="resume"):
+class Resume(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="resume"):
     """Answer to a :class:`Pause`.
 
     ``payload`` (plain JSON) carries the decision, e.g. ``{"approved": True}``;
@@ -158,14 +174,16 @@ class Resume(msgspec.Struct, frozen=True, tag_field="kind", tag="resume"):
     at: float | None = None
 
 
-class Cancel(msgspec.Struct, frozen=True, tag_field="kind", tag="cancel"):
+class Cancel(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="cancel"):
     """Stop the run now; it ends ``cancelled`` keeping only complete messages."""
 
     reason: str = ""
     at: float | None = None
 
 
-class UnrecognizedReply(msgspec.Struct, frozen=True, tag_field="kind", tag="unrecognized"):
+class UnrecognizedReply(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="unrecognized"
+):
     """Stands in, in the log, for something sent that was not a well-formed reply.
 
     The loop never expects you to send one. When ``send()`` receives an object that
@@ -186,7 +204,7 @@ Reply: TypeAlias = (
 # --------------------------------------------------------------------------- result
 
 
-class RunError(msgspec.Struct, frozen=True):
+class RunError(msgspec.Struct, frozen=True, omit_defaults=True):
     """Why a run failed: one of the error codes and a message saying what and where."""
 
     code: str

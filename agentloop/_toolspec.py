@@ -16,7 +16,7 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(dict[str, Any]).decode
 
 
-class ToolSpec(msgspec.Struct, frozen=True):
+class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     """A tool as the model sees it.
 
     Attributes:

@@ -1,14 +1,15 @@
 """replay: read and write agentloop event logs, replay them without a model.
 
 - :func:`read_log` / :func:`write_log` / :class:`LogWriter`: JSONL log files with a
-  versioned header (torn last lines are detected, never accepted as data).
+  versioned header and a hash chain over the lines (edits, torn last lines and
+  joined sessions are detected, never accepted as data).
 - :func:`replay`: run a log through the loop again and check every event, byte
   for byte; the first difference raises :class:`ReplayDivergence`.
 - :func:`state_at`, :func:`resume`, :func:`fork`: inspect a run at any event,
   continue it in another process, or branch it.
 - :class:`SQLiteStore`, :func:`run_durable`, :func:`answer`: durable sessions in
   an embedded SQLite store (crash-safe, parked pauses, several workers).
-- ``python -m replay show|check|diff|stats LOG``: the same from a shell.
+- ``python -m replay show|check|diff|stats|verify|view|otel LOG``: the same from a shell.
 
 Uses only :mod:`agentloop`'s public API.
 """
@@ -21,8 +22,10 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time s
     from ._log import (
         LOG_FORMAT,
         LOG_FORMAT_VERSION,
+        MAX_LINE_BYTES,
         LogError,
         LogFormatError,
+        LogIntegrityError,
         LogVersionError,
         LogWriter,
         TornLogError,
@@ -60,8 +63,10 @@ _LAZY = {
         (
             "LOG_FORMAT",
             "LOG_FORMAT_VERSION",
+            "MAX_LINE_BYTES",
             "LogError",
             "LogFormatError",
+            "LogIntegrityError",
             "LogVersionError",
             "LogWriter",
             "TornLogError",
@@ -119,9 +124,11 @@ def __dir__() -> list[str]:
 __all__ = [
     "LOG_FORMAT",
     "LOG_FORMAT_VERSION",
+    "MAX_LINE_BYTES",
     "SCHEMA_VERSION",
     "LogError",
     "LogFormatError",
+    "LogIntegrityError",
     "LogVersionError",
     "LogWriter",
     "LoopSnapshot",

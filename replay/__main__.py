@@ -1,23 +1,39 @@
-"""``python -m replay``: look at, check, compare and measure agentloop logs.
+"""``python -m replay``: look at, check, compare, verify and measure agentloop logs.
 
 Commands::
 
     python -m replay show LOG [--color | --no-color]   a timeline, one event a line
-    python -m replay check LOG                          replay it; ok or the divergence
-    python -m replay diff A B                           the first differing event
+    python -m replay check LOG [--json]                 replay it; ok or the divergence
+    python -m replay diff A B [--json]                  the first differing event
     python -m replay stats LOG [--json]                 steps, tools, tokens, errors, time
     python -m replay view LOG [-o FILE] [--check | --diff B]   one self-contained HTML page
     python -m replay otel LOG [-o FILE]                 OpenTelemetry spans, OTLP/JSON
+    python -m replay verify LOG [--json]                the hash chain and every line
+    python -m replay --version
 
-Exit codes: 0 ok (logs identical, replay matched); 1 a divergence or a difference;
-2 a usage error or a file that cannot be read as a log. Errors are one line on
-stderr, never a traceback.
+Exit codes: 0 ok (logs identical, replay matched, log verified); 1 a divergence, a
+difference, a log that does not verify (or a format-1 log, which has no chain to
+verify), or a log with no events to check; 2 a usage error or a file that cannot
+be read as a log. Errors are one line on stderr, never a traceback.
+
+Everything printed for people has its control characters escaped (``\\x1b``
+becomes the four characters ``\\x1b``): a log holds what a model sent, and a
+model-made id must not drive the terminal.
+
+``--json`` prints one JSON object on stdout instead (control characters escaped
+as ``\\uXXXX``), with the same exit code. Its shape is stable: fields may be added,
+none is removed or changes meaning. See ``docs/log-format.md`` for each command's
+object. When the file cannot be read (exit 2) the object is
+``{"error": {"message": ..., "path": ..., "line": ...}}``.
 
 A log with a header and no events (a writer created it, then its process died
 before the first event) is a valid log with nothing in it: ``show`` prints
 ``(no events)``, ``stats`` reports the status ``empty``, ``diff`` compares it like
 any other, and ``check`` prints ``no events: nothing to replay`` and exits 1 (it
 proves nothing, so it is not ok).
+
+Adding a command: write ``arguments(parser)`` and ``run(args) -> exit code``, and
+register them with :func:`command` (see the commands below).
 """
 
 from __future__ import annotations
@@ -25,8 +41,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn, TextIO
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple, NoReturn, TextIO
 
 import msgspec
 
@@ -41,27 +57,52 @@ from agentloop import (
     ToolCallEvent,
     ToolErrorEvent,
     Usage,
+    __version__,
     encode_event,
 )
 
 from . import _otel, _view
 from ._diff import diff_events, summarize
-from ._log import LogError, TornLogError, read_log
+from ._log import (
+    LOG_FORMAT_VERSION,
+    MAX_LINE_BYTES,
+    LogError,
+    LogIntegrityError,
+    LogVersionError,
+    TornLogError,
+    _open_and_scan,
+    _Scan,
+    _Torn,
+    read_log,
+)
 from ._replay import ReplayDivergence, replay
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "Command", "command", "main"]
 
 EXIT_OK = 0
 EXIT_DIFFERENT = 1
 EXIT_ERROR = 2
 
+_EPILOG = """\
+exit codes:
+  0  ok: the replay matched, the logs are identical, the log verified
+  1  not ok: a divergence, a difference, a log that does not verify (or has
+     no hash chain: format 1), a log with no events to check
+  2  a usage error, or a file that cannot be read as an agentloop log
+
+--json prints one JSON object (a stable shape; see docs/log-format.md)."""
+
 
 class _Fail(Exception):
     """One line for stderr, and an exit code."""
 
-    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+    def __init__(
+        self, message: str, code: int = EXIT_ERROR, *, path: str = "", line: int | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
+        self.path = path
+        self.line = line
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,38 +110,117 @@ class _Parser(argparse.ArgumentParser):
         raise _Fail(f"{message} (see python -m replay --help)")
 
 
+class Command(NamedTuple):
+    """A subcommand: its one-line help, how it adds its arguments, what it runs."""
+
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+#: The subcommands, by name, in the order ``--help`` lists them.
+COMMANDS: dict[str, Command] = {}
+
+
+def command(
+    name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None]
+) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """Register ``run`` (the decorated function) as the subcommand ``name``."""
+
+    def register(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        COMMANDS[name] = Command(help, arguments, run)
+        return run
+
+    return register
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m replay",
-        description="Look at, check, compare and measure agentloop event logs.",
+        description="Look at, check, compare, verify and measure agentloop event logs.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=(
+            f"replay (agentloop {__version__}): writes log format {LOG_FORMAT_VERSION}, "
+            f"reads formats 1 to {LOG_FORMAT_VERSION}"
+        ),
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    show = commands.add_parser("show", help="a readable timeline of a log")
-    show.add_argument("log")
-    color = show.add_mutually_exclusive_group()
-    color.add_argument("--color", dest="color", action="store_true", default=None)
-    color.add_argument("--no-color", dest="color", action="store_false")
-    check = commands.add_parser("check", help="replay a log and report ok or the divergence")
-    check.add_argument("log")
-    diff = commands.add_parser("diff", help="the first differing event of two logs")
-    diff.add_argument("a")
-    diff.add_argument("b")
-    stats = commands.add_parser("stats", help="steps, tool calls, tokens, errors, duration")
-    stats.add_argument("log")
-    stats.add_argument("--json", action="store_true", help="print one JSON object")
-    _view.add_parser(commands)
-    _otel.add_parser(commands)
+    for name, spec in COMMANDS.items():
+        sub = commands.add_parser(
+            name,
+            help=spec.help,
+            description=spec.help,
+            epilog=_EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        spec.arguments(sub)
     return parser
+
+
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+# --------------------------------------------------------------------------- output
+
+# C0 and C1 controls and DEL as \xNN; the characters that reorder or break lines
+# (bidirectional controls, line and paragraph separators) as \uNNNN.
+_BIDI = (*range(0x200E, 0x2010), *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
+_ESCAPES: dict[int, str] = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))},
+    **{c: f"\\u{c:04x}" for c in _BIDI},
+}
+# In JSON, msgspec already escapes C0; the others become \uNNNN (still JSON).
+_JSON_ESCAPES: dict[int, str] = {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), *_BIDI)}
+
+
+def _safe(text: str) -> str:
+    """``text`` with every character that could drive a terminal escaped."""
+    return text.translate(_ESCAPES)
+
+
+def _say(text: str = "", out: TextIO | None = None) -> None:
+    """Print ``text`` for a person: each of its lines escaped."""
+    stream = sys.stdout if out is None else out
+    stream.write("".join(_safe(line) + "\n" for line in text.split("\n")))
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(msgspec.json.encode(value).decode().translate(_JSON_ESCAPES) + "\n")
+
+
+def _answer(args: argparse.Namespace, report: dict[str, Any], text: str, ok: bool) -> int:
+    """Print a command's answer, ``report`` (``--json``) or ``text``; its exit code."""
+    if args.json:
+        _print_json(report)
+    else:
+        _say(text)
+    return EXIT_OK if ok else EXIT_DIFFERENT
 
 
 def _read(path: str) -> list[Event]:
     try:
         return read_log(path)
     except LogError as exc:
-        raise _Fail(str(exc)) from None
+        raise _Fail(str(exc), path=path, line=exc.line) from None
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise _Fail(f"{path}: cannot read: {reason}") from None
+        raise _Fail(f"{path}: cannot read: {exc.strerror or exc}", path=path) from None
+
+
+def _event(event: Event | None) -> dict[str, Any] | None:
+    if event is None:
+        return None
+    return {
+        "sequence": event.sequence,
+        "type": event.type,
+        "step": event.step,
+        "summary": summarize(event),
+    }
 
 
 # --------------------------------------------------------------------------- show
@@ -137,17 +257,26 @@ def _timeline(events: Sequence[Event], out: TextIO, color: bool) -> None:
         clock = ""
         if event.at is not None and start is not None:
             clock = f"+{event.at - start:.3f}s"
-        name = f"{event.type:<17}"
+        name = _safe(f"{event.type:<17}")
         if color:
             name = f"{_color_of(event)}{name}{_RESET}"
-        summary = summarize(event)
+        summary = _safe(summarize(event))
         if len(summary) > _SUMMARY_WIDTH:
             summary = summary[: _SUMMARY_WIDTH - 3] + "..."
         line = f"{event.sequence:>5}  {clock:>10}  step {event.step:<3} {name} {summary}"
         out.write(line.rstrip() + "\n")
 
 
-def _show(path: str, color: bool | None) -> int:
+def _show_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log")
+    color = parser.add_mutually_exclusive_group()
+    color.add_argument("--color", dest="color", action="store_true", default=None)
+    color.add_argument("--no-color", dest="color", action="store_false")
+
+
+@command("show", "a readable timeline of a log", _show_arguments)
+def _show(args: argparse.Namespace) -> int:
+    path, color = args.log, args.color
     if color is None:
         color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     try:
@@ -155,9 +284,7 @@ def _show(path: str, color: bool | None) -> int:
     except TornLogError as exc:
         _timeline(exc.events, sys.stdout, color)
         raise _Fail(str(exc)) from None
-    except LogError as exc:
-        raise _Fail(str(exc)) from None
-    except OSError:
+    except (LogError, OSError):
         events = _read(path)  # re-raise as one line
     _timeline(events, sys.stdout, color)
     return EXIT_OK
@@ -166,53 +293,122 @@ def _show(path: str, color: bool | None) -> int:
 # --------------------------------------------------------------------------- check
 
 
-def _check(path: str) -> int:
+def _log_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log")
+    _json_flag(parser)
+
+
+@command("check", "replay a log and report ok or the divergence", _log_argument)
+def _check(args: argparse.Namespace) -> int:
+    path = args.log
     events = _read(path)
+    report: dict[str, Any] = {
+        "path": path,
+        "ok": False,
+        "events": len(events),
+        "result": None,
+        "pending": None,
+        "divergence": None,
+    }
+    text: list[str] = []
     if not events:
-        print(f"{path}: no events: nothing to replay")
-        return EXIT_DIFFERENT
-    try:
-        outcome = replay(events)
-    except ReplayDivergence as divergence:
-        print(f"{path}: DIVERGED")
-        print(divergence)
-        return EXIT_DIFFERENT
-    if outcome.result is None:
-        pending = type(outcome.pending).__name__ if outcome.pending is not None else "nothing"
-        print(f"{path}: ok, {len(events)} events replayed; unfinished (waits for a {pending})")
+        text.append(f"{path}: no events: nothing to replay")
     else:
-        result = outcome.result
-        print(
-            f"{path}: ok, {len(events)} events replayed; run {result.status} "
-            f"({result.reason}) after {result.steps} step(s)"
-        )
-    return EXIT_OK
+        try:
+            outcome = replay(events)
+        except ReplayDivergence as divergence:
+            text += [f"{path}: DIVERGED", str(divergence)]
+            report["divergence"] = {
+                "sequence": divergence.sequence,
+                "reason": divergence.reason,
+                "recorded": _event(divergence.expected),
+                "regenerated": _event(divergence.actual),
+                "differences": divergence.differences,
+                "hint": divergence.hint,
+            }
+        else:
+            report["ok"] = True
+            result = outcome.result
+            if result is None:
+                pending = type(outcome.pending).__name__
+                report["pending"] = pending
+                text.append(
+                    f"{path}: ok, {len(events)} events replayed; unfinished (waits for a {pending})"
+                )
+            else:
+                report["result"] = {
+                    "status": result.status,
+                    "reason": result.reason,
+                    "steps": result.steps,
+                }
+                text.append(
+                    f"{path}: ok, {len(events)} events replayed; run {result.status} "
+                    f"({result.reason}) after {result.steps} step(s)"
+                )
+    return _answer(args, report, "\n".join(text), report["ok"])
 
 
 # --------------------------------------------------------------------------- diff
 
 
-def _diff(path_a: str, path_b: str) -> int:
-    a, b = _read(path_a), _read(path_b)
-    for index, (x, y) in enumerate(zip(a, b, strict=False)):
-        if encode_event(x) != encode_event(y):
-            print(f"logs differ at event #{index}")
-            print(f"  A: #{x.sequence} {x.type} step {x.step}  {summarize(x)}".rstrip())
-            print(f"  B: #{y.sequence} {y.type} step {y.step}  {summarize(y)}".rstrip())
-            print("  differences (A -> B):")
-            for line in diff_events(x, y, labels=("A", "B")):
-                print(f"    {line}")
-            return EXIT_DIFFERENT
-    if len(a) == len(b):
-        print(f"logs are identical ({len(a)} events)")
-        return EXIT_OK
-    longer, name, shorter = (a, "A", len(b)) if len(a) > len(b) else (b, "B", len(a))
-    extra = longer[shorter]
-    print(
-        f"logs agree on their first {shorter} events; {name} goes on with "
-        f"{len(longer) - shorter} more, from #{extra.sequence} {extra.type}"
+def _diff_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a")
+    parser.add_argument("b")
+    _json_flag(parser)
+
+
+@command("diff", "the first differing event of two logs", _diff_arguments)
+def _diff(args: argparse.Namespace) -> int:
+    a, b = _read(args.a), _read(args.b)
+    report: dict[str, Any] = {
+        "a": args.a,
+        "b": args.b,
+        "identical": False,
+        "events": {"a": len(a), "b": len(b)},
+        "first_difference": None,
+    }
+    text: list[str] = []
+    index = next(
+        (
+            i
+            for i, (x, y) in enumerate(zip(a, b, strict=False))
+            if encode_event(x) != encode_event(y)
+        ),
+        None,
     )
-    return EXIT_DIFFERENT
+    if index is not None:
+        x, y = a[index], b[index]
+        differences = diff_events(x, y, labels=("A", "B"))
+        report["first_difference"] = {
+            "index": index,
+            "a": _event(x),
+            "b": _event(y),
+            "differences": differences,
+        }
+        text += [
+            f"logs differ at event #{index}",
+            f"  A: #{x.sequence} {x.type} step {x.step}  {summarize(x)}".rstrip(),
+            f"  B: #{y.sequence} {y.type} step {y.step}  {summarize(y)}".rstrip(),
+            "  differences (A -> B):",
+            *(f"    {line}" for line in differences),
+        ]
+    elif len(a) == len(b):
+        report["identical"] = True
+        text.append(f"logs are identical ({len(a)} events)")
+    else:
+        longer, name, shorter = (a, "A", len(b)) if len(a) > len(b) else (b, "B", len(a))
+        extra = longer[shorter]
+        report["first_difference"] = {
+            "index": shorter,
+            "a": _event(extra) if name == "A" else None,
+            "b": _event(extra) if name == "B" else None,
+            "differences": [],
+        }
+        text.append(
+            f"logs agree on their first {shorter} events; {name} goes on with "
+            f"{len(longer) - shorter} more, from #{extra.sequence} {extra.type}"
+        )
+    return _answer(args, report, "\n".join(text), report["identical"])
 
 
 # --------------------------------------------------------------------------- stats
@@ -256,10 +452,12 @@ def _stats(events: Sequence[Event]) -> dict[str, Any]:
     return stats
 
 
-def _print_stats(path: str, as_json: bool) -> int:
+@command("stats", "steps, tool calls, tokens, errors, duration", _log_argument)
+def _print_stats(args: argparse.Namespace) -> int:
+    path = args.log
     stats = _stats(_read(path))
-    if as_json:
-        print(msgspec.json.encode(stats).decode())
+    if args.json:
+        _print_json(stats)
         return EXIT_OK
     status = stats["status"] + (f" ({stats['reason']})" if stats["reason"] else "")
     if not stats["events"]:
@@ -285,9 +483,95 @@ def _print_stats(path: str, as_json: bool) -> int:
         ("error", "none" if error is None else f"{error['code']}: {error['message']}"),
         ("duration", "unknown (no times)" if duration is None else f"{duration:.3f} s"),
     ]
-    for key, value in rows:
-        print(f"{key:<13} {value}")
+    _say("\n".join(f"{key:<13} {value}" for key, value in rows))
     return EXIT_OK
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def _scan(path: str, scan: _Scan) -> Iterator[Event]:
+    """The events of ``path``, one at a time (``scan`` gathers the rest)."""
+    try:
+        yield from _open_and_scan(path, scan, MAX_LINE_BYTES)
+    except OSError as exc:
+        raise _Fail(f"{path}: cannot read: {exc.strerror or exc}", path=path) from None
+
+
+@command("verify", "check the hash chain and every line of a log", _log_argument)
+def _verify(args: argparse.Namespace) -> int:
+    path = args.log
+    scan = _Scan()
+    last: Event | None = None
+    problem: dict[str, Any] | None = None
+    try:
+        for last in _scan(path, scan):  # noqa: B007 - one event at a time, in bounded memory
+            pass
+    except _Torn as torn:
+        problem = {
+            "line": torn.line,
+            "message": f"{torn}; the {scan.count} events before it are intact",
+        }
+    except LogError as exc:
+        if isinstance(exc, LogVersionError) or not (
+            isinstance(exc, LogIntegrityError) or (exc.line or 1) > 1
+        ):
+            raise _Fail(str(exc), path=path, line=exc.line) from None  # not a log at all
+        problem = {"line": exc.line, "message": str(exc)}
+    chain = scan.version >= 2
+    report: dict[str, Any] = {
+        "path": path,
+        "ok": problem is None and chain,
+        "format_version": scan.version,
+        "events": scan.count,
+        "chain": "absent" if not chain else ("broken" if problem else "intact"),
+        "complete": problem is None and type(last) is RunFinishedEvent,
+        "last_link": None,
+        "problem": problem,
+    }
+    if scan.format2 is not None and problem is None:
+        report["last_link"] = scan.format2.link.decode()
+    if problem is not None:
+        text = f"{path}: NOT verified: {problem['message'].removeprefix(f'{path}: ')}"
+    elif not chain:
+        text = (
+            f"{path}: not verified: log format {scan.version} has no hash chain ({scan.count} "
+            "events, every line canonical); rewrite it as format 2 to protect it: "
+            "replay.write_log(path, replay.read_log(path))"
+        )
+    else:
+        if report["complete"]:
+            end = "complete (ends with run.finished)"
+        elif last is None:
+            end = "no events"
+        else:
+            end = f"unfinished (ends at #{last.sequence} {last.type})"
+        text = (
+            f"{path}: verified: log format {scan.version}, {scan.count} events, hash chain "
+            f"intact (last link {report['last_link']}); {end}"
+        )
+    return _answer(args, report, text, report["ok"])
+
+
+# --------------------------------------------------------------------------- view, otel
+
+
+@command("view", "write a log as one self-contained HTML page", _view.arguments)
+def _view_page(args: argparse.Namespace) -> int:
+    try:
+        return _view.run(args)
+    except _view.ViewError as exc:
+        raise _Fail(str(exc)) from None
+
+
+@command(
+    "otel", "the log as OpenTelemetry spans, OTLP/JSON (needs the otel extra)", _otel.arguments
+)
+def _otel_spans(args: argparse.Namespace) -> int:
+    try:
+        return _otel.command(args, _read(args.log))
+    except _otel.OTelCommandError as exc:
+        raise _Fail(str(exc)) from None
 
 
 # --------------------------------------------------------------------------- main
@@ -295,29 +579,22 @@ def _print_stats(path: str, as_json: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
+    args: argparse.Namespace | None = None
     try:
         args = _parser().parse_args(argv)
-        if args.command == "show":
-            return _show(args.log, args.color)
-        if args.command == "check":
-            return _check(args.log)
-        if args.command == "diff":
-            return _diff(args.a, args.b)
-        if args.command == "view":
-            return _view.run(args)
-        if args.command == "otel":
-            try:
-                return _otel.command(args, _read(args.log))
-            except _otel.OTelCommandError as exc:
-                raise _Fail(str(exc)) from None
-        return _print_stats(args.log, args.json)
-    except (_Fail, _view.ViewError) as fail:
-        print(f"replay: error: {fail}", file=sys.stderr)
+        return COMMANDS[args.command].run(args)
+    except _Fail as fail:
+        if args is not None and getattr(args, "json", False):
+            _print_json({"error": {"message": str(fail), "path": fail.path, "line": fail.line}})
+        _say(f"replay: error: {fail}", sys.stderr)
         return fail.code
-    except BrokenPipeError:  # pragma: no cover - e.g. piped into head
+    except BrokenPipeError:  # e.g. piped into head: the reader has seen enough
+        # Python's own recipe: nothing more reaches the closed pipe, not even the
+        # flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except Exception as exc:  # pragma: no cover - a bug; still one line
-        print(f"replay: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except Exception as exc:  # a bug; still one line
+        _say(f"replay: internal error: {type(exc).__name__}: {exc}", sys.stderr)
         return EXIT_ERROR
 
 

@@ -1,10 +1,15 @@
-"""Readable one-line summaries of events and field-level diffs between two events."""
+"""Readable one-line summaries of events and field-level diffs between two events.
+
+Nothing here recurses over the values an event holds: a value nested 100,000
+levels deep is rendered (cut to a width) and compared with explicit stacks.
+"""
 
 from __future__ import annotations
 
 import math
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Final
 
 import msgspec
 
@@ -41,18 +46,104 @@ from agentloop import (
 
 __all__ = ["diff_events", "short", "summarize"]
 
+_encode = msgspec.json.Encoder().encode
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _items(value: msgspec.Struct) -> Iterator[tuple[str, Any]]:
+    """A Struct as the log names its parts: its tag, then every field (defaults
+    too, so a difference in one field is shown as that field)."""
+    cls = value.__class__
+    config = cls.__struct_config__
+    if config.tag_field is not None:
+        yield config.tag_field, config.tag
+    for name in cls.__struct_fields__:
+        yield name, getattr(value, name)
+
+
+def _scalar(value: Any) -> str:
+    """A value that is not a container, as JSON writes it (numbers JSON cannot
+    hold as Python writes them: ``nan``, ``inf``, a huge int's digits)."""
+    if isinstance(value, float):
+        return _encode(value).decode() if math.isfinite(value) else repr(float(value))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _digits(value)
+    try:
+        return _encode(value).decode()
+    except (TypeError, ValueError, OverflowError):  # hand-built events may hold anything
+        return repr(value)
+
+
+def _digits(value: int) -> str:
+    try:
+        return str(int(value))
+    except ValueError:  # beyond the interpreter's int-to-str limit (4300 digits)
+        return f"<int of {value.bit_length()} bits>"
+
+
+def _render(value: Any, width: int) -> str:
+    """``value`` as compact JSON (Structs with all their fields), without
+    recursion; stops once more than ``width`` characters are written."""
+    out: list[str] = []
+    size = 0
+    # Each entry is text to write, or a value to render (marked by a tuple).
+    stack: list[Any] = [(value,)]
+    pop, push = stack.pop, stack.append
+    while stack and size <= width:
+        item = pop()
+        if item.__class__ is str:
+            out.append(item)
+            size += len(item)
+            continue
+        (node,) = item
+        if isinstance(node, msgspec.Struct):
+            pairs: Any = _items(node)
+        elif isinstance(node, dict):
+            pairs = node.items()
+        elif isinstance(node, (list, tuple)):
+            push("]")
+            for index in range(len(node) - 1, -1, -1):
+                push((node[index],))
+                if index:
+                    push(",")
+            push("[")
+            continue
+        else:
+            text = _string(node, width - size) if isinstance(node, str) else _scalar(node)
+            out.append(text)
+            size += len(text)
+            continue
+        entries = list(pairs)
+        push("}")
+        for index in range(len(entries) - 1, -1, -1):
+            key, child = entries[index]
+            push((child,))
+            push(_string(key, width) + ":" if isinstance(key, str) else f'"{_scalar(key)}":')
+            if index:
+                push(",")
+        push("{")
+    return "".join(out)
+
+
+def _string(text: str, width: int) -> str:
+    """``text`` as a JSON string; only its first ``width`` characters when longer
+    (escaping does not depend on what follows, so that prefix is exact)."""
+    if len(text) > width + 1:
+        return _encode(text[: width + 1]).decode()[:-1]
+    return _encode(text).decode()
+
 
 def short(value: Any, width: int = 60) -> str:
     """A compact, truncated rendering of a value (strings quoted)."""
     if isinstance(value, str):
-        text = repr(value)
-    elif isinstance(value, (dict, list)):
-        try:
-            text = msgspec.json.encode(value).decode()
-        except (TypeError, OverflowError):  # pragma: no cover - non-JSON values
-            text = repr(value)
-        if _has_non_finite(value):
-            text = repr(value)
+        # (A very long string: only what can be shown of it.)
+        text = repr(value if len(value) <= 4 * width + 16 else value[: 4 * width])
+    elif isinstance(value, (dict, list, tuple, msgspec.Struct)):
+        text = _render(value, width)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        text = _digits(value)
     else:
         text = repr(value)
     if len(text) > width:
@@ -60,14 +151,7 @@ def short(value: Any, width: int = 60) -> str:
     return text
 
 
-def _has_non_finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, dict):
-        return any(_has_non_finite(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_non_finite(v) for v in value)
-    return False
+# --------------------------------------------------------------------------- summaries
 
 
 def _block(block: Any) -> str:
@@ -77,7 +161,7 @@ def _block(block: Any) -> str:
         return f"thinking {short(block.text, 30)}"
     if type(block) is ToolCall:
         return f"call {block.id} {block.name}({short(block.arguments, 40)})"
-    return type(block).__name__  # pragma: no cover - the Block union is closed
+    return type(block).__name__
 
 
 def _blocks(blocks: tuple[Any, ...]) -> str:
@@ -109,16 +193,21 @@ def _reply(reply: Any) -> str:
         return f"cancel {short(reply.reason, 40)}"
     if kind is UnrecognizedReply:
         return f"unrecognized reply: {short(reply.description, 50)}"
-    return type(reply).__name__  # pragma: no cover - the Reply union is closed
+    return type(reply).__name__
 
 
 def summarize(event: Event) -> str:
-    """A short description of an event's payload, for timelines and divergences."""
+    """A short description of an event's payload, for timelines and divergences.
+
+    It holds what the model and the caller sent (ids, names, text) as they sent
+    it; a terminal program escapes control characters before printing it (as
+    ``python -m replay`` does).
+    """
     if isinstance(event, SessionStartEvent):
         names = ", ".join(t.name for t in event.tools) or "no tools"
         parts = [f"max_steps={event.max_steps}", f"tools: {names}"]
         if event.budget is not None:
-            parts.append(f"budget={msgspec.json.encode(event.budget).decode()}")
+            parts.append(f"budget={_render(event.budget, sys.maxsize)}")
         if event.system is not None:
             parts.append(f"system={short(event.system, 40)}")
         return "  ".join(parts)
@@ -169,7 +258,39 @@ def summarize(event: Event) -> str:
         if event.reply is not None:
             parts.append(f"[{_reply(event.reply)}]")
         return " ".join(parts)
-    return ""  # step.end
+    return ""  # step.end, and event types this version does not summarize
+
+
+# --------------------------------------------------------------------------- diffs
+
+_PATH_EDGE: Final = 6  # a path deeper than twice this shows its ends only
+
+
+def _spell(segments: list[str]) -> str:
+    if len(segments) > 2 * _PATH_EDGE + 1:
+        hidden = len(segments) - 2 * _PATH_EDGE
+        segments = [*segments[:_PATH_EDGE], f"…(+{hidden:,} levels)…", *segments[-_PATH_EDGE:]]
+    # A field of the event itself has no dot before it.
+    return "".join(segments).removeprefix(".") or "."
+
+
+def _key(key: Any) -> str:
+    return f".{key}" if isinstance(key, str) else f".{_scalar(key)}"
+
+
+def _mapping(value: Any) -> dict[Any, Any] | None:
+    if isinstance(value, msgspec.Struct):
+        return dict(_items(value))
+    if isinstance(value, dict):
+        return value
+    return None  # a leaf, or a list or tuple next to something else
+
+
+# What diff_events has to do next: compare two values, or say that a key is on one
+# side only, or that two sequences differ in length. Each item carries its depth
+# and its path segment: the walk is depth first, so the path of the item at hand is
+# the segments list cut to its depth, plus its own.
+_COMPARE, _ONLY_A, _ONLY_B, _LENGTHS = range(4)
 
 
 def diff_events(
@@ -181,35 +302,65 @@ def diff_events(
 ) -> list[str]:
     """The differing fields of two events, one line each: ``path: A -> B``.
 
-    Paths use attribute and index syntax (``reply.content[0].arguments.x``). Values
-    equal in Python but not in the log (``1`` and ``1.0``, ``1`` and ``True``) count
-    as different and show their types. At most ``limit`` differences are listed;
-    when there are more, a last line says how many: ``(+N more differences)``.
+    Paths use attribute and index syntax (``reply.content[0].arguments.x``); a
+    very deep one shows its first and last levels. Values equal in Python but not
+    in the log (``1`` and ``1.0``, ``1`` and ``True``) count as different and show
+    their types. At most ``limit`` differences are listed; when there are more, a
+    last line says how many: ``(+N more differences)``.
     """
-    out = _Lines(limit)
-    _diff(msgspec.to_builtins(expected), msgspec.to_builtins(actual), "", out, labels)
-    lines = out.lines
-    if out.more:
-        lines.append(f"(+{out.more} more difference{'s' if out.more > 1 else ''})")
+    lines: list[str] = []
+    more = 0
+    segments: list[str] = []
+    stack: list[tuple[int, int, str, Any, Any]] = [(_COMPARE, 0, "", expected, actual)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        what, depth, segment, a, b = pop()
+        del segments[depth:]
+        if segment:
+            segments.append(segment)
+        if what == _COMPARE:
+            kind_a, kind_b = a.__class__, b.__class__
+            if (kind_a is list or kind_a is tuple) and (kind_b is list or kind_b is tuple):
+                count, below = len(a), len(segments)
+                if count != len(b):
+                    push((_LENGTHS, below, "", count, len(b)))
+                    count = min(count, len(b))
+                for index in range(count - 1, -1, -1):
+                    push((_COMPARE, below, f"[{index}]", a[index], b[index]))
+                continue
+            map_a = a if kind_a is dict else _mapping(a)
+            map_b = b if kind_b is dict else _mapping(b)
+            if map_a is not None and map_b is not None:
+                below = len(segments)
+                if map_a.keys() != map_b.keys():
+                    extra = [key for key in map_b if key not in map_a]
+                    for key in reversed(extra):
+                        push((_ONLY_B, below, _key(key), None, map_b[key]))
+                for key in reversed(map_a):
+                    name = f".{key}" if key.__class__ is str else _key(key)
+                    if key in map_b:
+                        push((_COMPARE, below, name, map_a[key], map_b[key]))
+                    else:
+                        push((_ONLY_A, below, name, map_a[key], None))
+                continue
+            if _same(a, b):
+                continue
+        if len(lines) >= limit:
+            more += 1
+            continue
+        path = _spell(segments)
+        if what == _COMPARE:
+            shown_a, shown_b = _show(a, b)
+            lines.append(f"{path}: {shown_a} -> {shown_b}")
+        elif what == _ONLY_A:
+            lines.append(f"{path}: only in {labels[0]}: {short(a)}")
+        elif what == _ONLY_B:
+            lines.append(f"{path}: only in {labels[1]}: {short(b)}")
+        else:
+            lines.append(f"{path}: {a} items -> {b} items")
+    if more:
+        lines.append(f"(+{more} more difference{'s' if more > 1 else ''})")
     return lines
-
-
-class _Lines:
-    """The difference lines so far, and how many more were found past the limit
-    (counted, not formatted)."""
-
-    __slots__ = ("limit", "lines", "more")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.lines: list[str] = []
-        self.more = 0
-
-    def full(self) -> bool:
-        if len(self.lines) < self.limit:
-            return False
-        self.more += 1
-        return True
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -238,29 +389,5 @@ def _show(a: Any, b: Any) -> tuple[str, str]:
         )
         start = max(0, first - 20)
         return _clip("…" + full_a[start:]), _clip("…" + full_b[start:])
-    # Same text, different values: name the types. (Not seen with decoded events.)
-    return f"{sa} ({type(a).__name__})", f"{sb} ({type(b).__name__})"  # pragma: no cover
-
-
-def _diff(a: Any, b: Any, path: str, out: _Lines, labels: tuple[str, str]) -> None:
-    if type(a) is dict and type(b) is dict:
-        for key in [*a, *(k for k in b if k not in a)]:
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in b:
-                if not out.full():
-                    out.lines.append(f"{sub}: only in {labels[0]}: {short(a[key])}")
-            elif key not in a:
-                if not out.full():
-                    out.lines.append(f"{sub}: only in {labels[1]}: {short(b[key])}")
-            else:
-                _diff(a[key], b[key], sub, out, labels)
-        return
-    if type(a) in (list, tuple) and type(b) in (list, tuple):
-        for index, (x, y) in enumerate(zip(a, b, strict=False)):
-            _diff(x, y, f"{path}[{index}]", out, labels)
-        if len(a) != len(b) and not out.full():
-            out.lines.append(f"{path or '.'}: {len(a)} items -> {len(b)} items")
-        return
-    if not _same(a, b) and not out.full():
-        sa, sb = _show(a, b)
-        out.lines.append(f"{path or '.'}: {sa} -> {sb}")
+    # Same text, different values: name the types.
+    return f"{sa} ({type(a).__name__})", f"{sb} ({type(b).__name__})"

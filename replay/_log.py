@@ -1,67 +1,163 @@
 """Log files: JSONL, one header line, then one event per line.
 
-Format (version 1)::
+Format version 2
+----------------
+::
 
-    {"format":"agentloop-log","version":1,"library":"0.1.0"}
-    {"type":"session.start","sequence":0,...}
-    {"type":"message.accepted","sequence":1,...}
+    {"format":"agentloop-log","version":2,"library":"0.1.0","#":"5a0c9e3f1b2d7c48"}
+    {"type":"session.start","sequence":0,"at":1000.0,"max_steps":8,"#":"e1f0..."}
+    {"type":"message.accepted","sequence":1,"at":1000.0,"message":{...},"#":"..."}
     ...
+    {"type":"plan.commit","sequence":7,"at":1001.0,"step":1,"=":"message","#":"..."}
+    {"type":"tool.result","sequence":9,"at":1001.25,"step":1,"reply":{...},"=":"message","#":"..."}
 
-Each event line is exactly :func:`agentloop.encode_event` of the event, followed by
-``\\n``. Writers append one whole line per event and flush it (optionally
-``fsync``) before the loop goes on, so after a crash the file holds every event
-but possibly a *torn* last line: a partial write with no newline. Readers detect
-that and raise :class:`TornLogError`, which carries the intact prefix; they never
-accept a partial line as data and never repair a file on their own.
+Every line is one JSON object and ends with ``\\n``. An event line is the event as
+:func:`agentloop.encode_event` writes it, with two members added at its end:
 
-Readers also require every event line to be *canonical*: byte for byte what
-``encode_event`` writes for the event it decodes to. A line with an unknown or
-duplicated field, extra whitespace or another spelling of the same values is
-refused (:class:`LogFormatError`), so what a log says is exactly what replays and
-what ``show`` prints. One thing is tolerated, as the JSON Lines convention allows:
-a line may end with ``\\r\\n`` instead of ``\\n`` (a checkout through git's
-``autocrlf`` rewrites a committed log that way). An empty line, anywhere, is an
-error (a writer never writes one), and a last line without its ``\\n`` is torn.
-The header line is only checked for its ``format`` and ``version``.
+- ``"#"``, always last: the *hash chain link*, the first 16 hex digits of the
+  SHA-256 of the previous line's link followed by this line's bytes up to (not
+  including) ``,"#":``. The header's link hashes the header alone. A reader checks
+  every link, so an edited, deleted, inserted, reordered or appended line (another
+  session's, say) breaks the chain at the first line it touches, and the reader
+  names that line (:class:`LogIntegrityError`). The chain has no secret: it shows
+  accidents and naive edits, not a forger who recomputes every link; and a cut at
+  the end of the file is what a crash leaves (``replay`` then finds the run
+  unfinished).
+- ``"="``, on some lines: the name of a field that is not written because it
+  follows from earlier lines, so that content is stored once:
 
-Evolution: a reader accepts every format version up to :data:`LOG_FORMAT_VERSION`
-and refuses newer ones (fail closed). Event fields follow msgspec's schema
-evolution rules (new fields get defaults, fields never change type, tags are never
-reused). Because readers require canonical lines, though, any change to what
-``encode_event`` writes (a new field, even one with a default, appears on every
-line) is a change of the format: it comes with a version bump and a migration here
-that reads the older versions by their own canonical form.
+  ==========================  ==========  ========================================
+  event                       ``"="``     the field is rebuilt as
+  ==========================  ==========  ========================================
+  ``plan.commit``             message     ``AssistantMessage("message-<id>",
+                                          content)`` of the last ``plan.draft``'s
+                                          response
+  ``tool.result``/``.error``  message     ``ToolResultMessage("tool-result-<call
+                                          id>", call id, tool name, reply.content,
+                                          is_error)`` from the last ``tool.call``
+                                          and this line's ``reply``
+  ``run.finished``            final_text  the text of the last ``plan.commit``
+  ==========================  ==========  ========================================
 
-``read_log`` checks the *file* (header, version, JSON, event types), not the
-*story*: missing, extra or reordered events are found by :func:`replay.replay`.
+  A writer leaves the field out exactly when the rebuilt value is the event's own
+  (equal, and encoded the same); otherwise the line holds it. So the in-memory
+  events are the same as ever; only the file is smaller.
+
+A field that holds its default is not written at all (every Struct in an event is
+declared with msgspec's ``omit_defaults``).
+
+Reading
+-------
+:func:`read_log` streams the file line by line (peak memory: the events plus one
+line) and fails closed. It refuses, naming the line: a broken chain link; a line
+that is not JSON or not a known event; a line that is not *canonical*, i.e. not
+byte for byte what this module writes for the event it decodes to (a line with an
+unknown or repeated field, extra whitespace or another spelling of the same
+values); an empty line; a line longer than ``max_line_bytes`` (256 MiB) or nested
+deeper than 512 levels (whatever the interpreter's recursion limit); a second
+header, or a second ``session.start``: one file holds one session. A line may end
+with ``\\r\\n`` (a checkout through git's ``autocrlf`` rewrites a committed log that
+way). A last line without its ``\\n`` is *torn*: the writer died while writing it.
+:class:`TornLogError` carries the intact prefix; a reader never accepts a partial
+line as data and never repairs a file on its own. The header is checked for its
+``format``, its ``version`` and (format 2) its link.
+
+``read_log`` checks the *file*, not the *story*: missing, extra or reordered events
+that a writer wrote that way are found by :func:`replay.replay`.
+
+Format version 1
+----------------
+Version 1 (agentloop 0.1) had no chain and no ``"="``, and wrote every field, its
+defaults too. It is still read, by its own canonical form: every line must be
+byte for byte the encoding of its event with exactly the fields format 1 knew
+(:data:`_V1_FIELDS`, frozen), all of them written. Fields added since then read as
+their defaults. :func:`write_log` and :class:`LogWriter` write version 2 only;
+``write_log(path, read_log(path))`` rewrites a version-1 log as version 2
+(atomically, same events).
+
+Evolution policy
+----------------
+- Adding a field *with a default* to any Struct a log holds (an event, ``Usage``,
+  a block, a reply, ...), a new event type, a new block or reply variant: **not** a
+  format change. Lines that do not use it stay byte for byte the same, and older
+  logs read as before (the field reads as its default). A reader that does not
+  know the field or the type refuses a line that uses it (not canonical, or not a
+  known event), saying which agentloop wrote the log: fail closed, never drop data.
+- Changing the type or the default of a field, removing or renaming a field,
+  reusing a tag, or changing the line layout above: a format change. It bumps
+  :data:`LOG_FORMAT_VERSION`, keeps reading every older version by its own
+  canonical form (a frozen field list, like :data:`_V1_FIELDS`), and freezes the
+  old fixtures (``fixtures/v<N>/``, replayed by the tests forever).
+- A reader refuses a version newer than :data:`LOG_FORMAT_VERSION`
+  (:class:`LogVersionError`).
 """
 
 from __future__ import annotations
 
+import array
+import contextlib
+import hashlib
+import itertools
+import math
 import os
+import re
 import secrets
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import IO, Any, Final
 
 import msgspec
 
 from agentloop import (
+    AssistantMessage,
+    Budget,
+    BudgetUsage,
+    BudgetWarnEvent,
+    Cancel,
     Event,
     EventLog,
+    MessageAcceptedEvent,
+    ModelChunk,
+    ModelChunkEvent,
+    ModelFailure,
+    ModelResponse,
+    PlanCommitEvent,
     PlanDraftEvent,
+    Resume,
+    RunError,
     RunFinishedEvent,
+    SessionCompleteEvent,
+    SessionPauseEvent,
+    SessionResumeEvent,
+    SessionStartEvent,
+    StepEndEvent,
+    StepStartEvent,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolCallEvent,
+    ToolErrorEvent,
+    ToolResult,
+    ToolResultEvent,
+    ToolResultMessage,
+    ToolSpec,
+    UnrecognizedReply,
+    Usage,
+    UserMessage,
     __version__,
     decode_event,
     encode_event,
+    text_from_assistant,
 )
 
 __all__ = [
     "LOG_FORMAT",
     "LOG_FORMAT_VERSION",
+    "MAX_LINE_BYTES",
     "LogError",
     "LogFormatError",
+    "LogIntegrityError",
     "LogVersionError",
     "LogWriter",
     "TornLogError",
@@ -71,10 +167,19 @@ __all__ = [
 
 #: The ``format`` field of the header line.
 LOG_FORMAT: Final = "agentloop-log"
-#: The newest log format version this library reads and the one it writes.
-LOG_FORMAT_VERSION: Final = 1
+#: The newest log format version this library reads, and the one it writes.
+LOG_FORMAT_VERSION: Final = 2
+#: The longest line :func:`read_log` reads by default (bytes, line end included).
+MAX_LINE_BYTES: Final = 256 * 1024 * 1024
 
 _POSIX: Final = os.name == "posix"
+# A header line is small; a file whose first 64 KiB hold no line end is no log.
+_MAX_HEADER_BYTES: Final = 64 * 1024
+# The deepest nesting of JSON objects and arrays a line may have. A fixed number, so
+# that every interpreter accepts and refuses the same lines (msgspec decodes by
+# recursion: 3.11 gives up near 1,000 levels, 3.13 near 10,000).
+_MAX_DEPTH: Final = 512
+_CHUNK: Final = 1024 * 1024
 
 StrPath = str | os.PathLike[str]
 
@@ -92,6 +197,11 @@ class LogError(Exception):
 class LogFormatError(LogError):
     """The file is not a (well-formed) agentloop log: no or wrong header, a line
     that is not JSON, or an event of an unknown type or shape."""
+
+
+class LogIntegrityError(LogFormatError):
+    """The hash chain is broken at ``line``: that line was edited, or lines were
+    removed, inserted or reordered before it (or it was appended from another log)."""
 
 
 class LogVersionError(LogFormatError):
@@ -121,6 +231,9 @@ class TornLogError(LogFormatError):
         self.events = events
 
 
+# --------------------------------------------------------------------------- the header
+
+
 class _Header(msgspec.Struct, frozen=True):
     format: str
     version: int
@@ -128,17 +241,621 @@ class _Header(msgspec.Struct, frozen=True):
 
 
 _header_decoder = msgspec.json.Decoder(dict[str, Any])
+_encode = msgspec.json.Encoder().encode
 
 
-def _header_line() -> bytes:
-    return msgspec.json.encode(_Header(LOG_FORMAT, LOG_FORMAT_VERSION, __version__)) + b"\n"
+def _header_body() -> bytes:
+    """The header line of a new log, up to its link member."""
+    return _encode(_Header(LOG_FORMAT, LOG_FORMAT_VERSION, __version__))[:-1]
 
 
-def _check_header(line: bytes, path: str) -> None:
+def _is_header(line: bytes) -> bool:
+    return line.startswith(b'{"format":')
+
+
+# --------------------------------------------------------------------------- format 2
+
+_LINK_KEY: Final = b',"#":"'
+_LINK_TAIL: Final = len(_LINK_KEY) + 16 + 2  # ,"#":"<16 hex>"}
+_DERIVED: Final = {name: b',"=":"' + name.encode() + b'"' for name in ("message", "final_text")}
+
+
+_SHA256: Final = hashlib.sha256()  # copied: cheaper than making a new one each time
+
+
+def _link(previous: bytes, body: bytes) -> bytes:
+    """The chain link of a line whose bytes up to ``,"#":`` are ``body``."""
+    digest = _SHA256.copy()
+    digest.update(previous)
+    digest.update(body)
+    return digest.digest()[:8].hex().encode()
+
+
+def _without(cls: type[msgspec.Struct], name: str) -> type[msgspec.Struct]:
+    """A Struct like ``cls`` (same tag, same fields, same defaults) without ``name``:
+    how a line that leaves ``name`` out is decoded and encoded."""
+    fields: list[Any] = []
+    for field in msgspec.structs.fields(cls):
+        if field.name == name:
+            continue
+        if field.required:
+            fields.append((field.name, field.type))
+        elif field.default_factory is not msgspec.NODEFAULT:
+            fields.append(
+                (field.name, field.type, msgspec.field(default_factory=field.default_factory))
+            )
+        else:
+            fields.append((field.name, field.type, field.default))
+    config = cls.__struct_config__
+    return msgspec.defstruct(
+        f"{cls.__name__}Stored",
+        fields,
+        tag_field=config.tag_field,
+        tag=config.tag,
+        frozen=True,
+        kw_only=True,
+        omit_defaults=True,
+        module=__name__,
+    )
+
+
+# A line this short cannot nest deeper than _MAX_DEPTH, nor be anything but valid
+# or invalid JSON for the decoder: its errors are the only thing to word.
+_SAFE_LENGTH: Final = 2 * _MAX_DEPTH
+# The events whose line the writer may shorten (see _Format2.body).
+_WHOLE: Final = frozenset((PlanCommitEvent, ToolResultEvent, ToolErrorEvent, RunFinishedEvent))
+
+# The events whose ``message`` a line may leave out, as a line holds them.
+_STORED: Final[dict[type[Any], type[msgspec.Struct]]] = {
+    cls: _without(cls, "message") for cls in (PlanCommitEvent, ToolResultEvent, ToolErrorEvent)
+}
+_STORED_DECODERS: Final = {
+    b'{"type":"' + cls.type.encode() + b'",': (cls, msgspec.json.Decoder(stored))
+    for cls, stored in _STORED.items()
+}
+
+
+def _same_message(
+    message: AssistantMessage | ToolResultMessage, rebuilt: AssistantMessage | ToolResultMessage
+) -> bool:
+    """Whether ``message`` is ``rebuilt``: equal, and written the same."""
+    if message.__class__ is not rebuilt.__class__ or message.id != rebuilt.id:
+        return False
+    if rebuilt.__class__ is AssistantMessage:
+        content, blocks = message.content, rebuilt.content
+        if content is blocks:
+            return True
+        # Equal values written the same (1, 1.0 and True are equal, not the same;
+        # NaN is not equal to itself).
+        try:
+            return bool(content == blocks) and _encode(content) == _encode(blocks)
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            return False
+    return (
+        message.tool_call_id == rebuilt.tool_call_id  # type: ignore[union-attr]
+        and message.tool_name == rebuilt.tool_name  # type: ignore[union-attr]
+        and message.content == rebuilt.content
+        and message.is_error is rebuilt.is_error  # type: ignore[union-attr]
+    )
+
+
+class _Format2:
+    """The format-2 lines of one log: the chain link so far and what the fields a
+    line may leave out are rebuilt from (the last ``tool.call``, ``plan.draft``
+    response and ``plan.commit`` message). Writers and readers share it, so what
+    is written is exactly what is read back."""
+
+    __slots__ = ("call", "committed", "draft", "link", "request_id")
+
+    def __init__(self, link: bytes = b"") -> None:
+        self.link = link
+        self.call: ToolCall | None = None
+        self.draft: ModelResponse | None = None
+        self.committed: AssistantMessage | None = None
+        self.request_id = ""  # the last chunk's (see _share)
+
+    def copy(self) -> _Format2:
+        other = _Format2(self.link)
+        other.call, other.draft, other.committed = self.call, self.draft, self.committed
+        return other
+
+    def advance(self, event: Event) -> None:
+        cls = event.__class__
+        if cls is ToolCallEvent:
+            self.call = event.call  # type: ignore[union-attr]
+        elif cls is PlanDraftEvent:
+            reply = event.reply  # type: ignore[union-attr]
+            self.draft = reply if reply.__class__ is ModelResponse else None
+        elif cls is PlanCommitEvent:
+            self.committed = event.message  # type: ignore[assignment,union-attr]
+
+    # -- rebuilding a field that a line leaves out
+
+    def _message(self, cls: type[Any], stored: Any) -> AssistantMessage | ToolResultMessage | None:
+        if cls is PlanCommitEvent:
+            draft = self.draft
+            if draft is None:
+                return None
+            return AssistantMessage(f"message-{draft.id}", draft.content)
+        call, reply = self.call, stored.reply
+        if call is None or reply is None or reply.call_id != call.id:
+            return None
+        return ToolResultMessage(
+            f"tool-result-{call.id}", call.id, call.name, reply.content, cls is ToolErrorEvent
+        )
+
+    def _final_text(self) -> str | None:
+        committed = self.committed
+        return None if committed is None else text_from_assistant(committed)
+
+    # -- writing
+
+    def body(self, event: Event) -> bytes:
+        """The line for ``event`` up to its link member."""
+        cls = event.__class__
+        if cls in _STORED:
+            rebuilt = self._message(cls, event)
+            if rebuilt is not None and _same_message(event.message, rebuilt):  # type: ignore[arg-type,union-attr]
+                stored = _STORED[cls]
+                fields = {name: getattr(event, name) for name in stored.__struct_fields__}
+                return _encode(stored(**fields))[:-1] + _DERIVED["message"]
+        elif cls is RunFinishedEvent:
+            final_text = event.final_text  # type: ignore[union-attr]
+            if final_text is not None and final_text == self._final_text():
+                plain = msgspec.structs.replace(event, final_text=None)
+                return encode_event(plain)[:-1] + _DERIVED["final_text"]
+        return encode_event(event)[:-1]
+
+    def line(self, event: Event) -> bytes:
+        """The whole line for ``event`` (line end included); advances the chain."""
+        body = self.body(event)
+        self.link = _link(self.link, body)
+        self.advance(event)
+        return body + _LINK_KEY + self.link + b'"}\n'
+
+    # -- reading
+
+    def read(self, line: bytes, end: int, where: _Where) -> Event:
+        """Check and decode one line (``line[:end]``: its line end cut off)."""
+        body_end = end - _LINK_TAIL
+        if (
+            body_end < 1
+            or line[end - 1] != 0x7D  # }
+            or line[end - 2] != 0x22  # "
+            or not line.startswith(_LINK_KEY, body_end)
+        ):
+            self.check_link(line, end, where)  # raises, saying what is wrong
+        link = line[end - 18 : end - 2]
+        digest = _SHA256.copy()
+        digest.update(self.link)
+        digest.update(line[:body_end])
+        if link != digest.digest()[:8].hex().encode():
+            self.check_link(line, end, where)
+        self.link = link
+        event: Event
+        if line[body_end - 1] != 0x22:  # does not end with a string: no "=" member
+            try:
+                event = decode_event(line) if end <= _SAFE_LENGTH else _decode(line, where)
+            except msgspec.MsgspecError:
+                event = _decode(line, where)  # raises, worded
+            cls = event.__class__
+            if cls not in _WHOLE:
+                encoded = encode_event(event)
+                if len(encoded) - 1 != body_end or not line.startswith(encoded[:-1]):
+                    raise where.not_canonical(
+                        line[:body_end] + b"}", encoded, "this agentloop writes", event
+                    )
+                if cls is ModelChunkEvent:
+                    self._share(event)  # type: ignore[arg-type]
+                elif cls is ToolCallEvent:
+                    self.call = event.call  # type: ignore[union-attr]
+                elif cls is PlanDraftEvent:
+                    reply = event.reply  # type: ignore[union-attr]
+                    self.draft = reply if reply.__class__ is ModelResponse else None
+                return event
+        else:
+            event = self._read_derived(line, body_end, where)
+        body = self.body(event)
+        if len(body) != body_end or not line.startswith(body):
+            raise where.not_canonical(
+                line[:body_end] + b"}", body + b"}", "this agentloop writes", event
+            )
+        self.advance(event)
+        return event
+
+    def _read_derived(self, line: bytes, body_end: int, where: _Where) -> Event:
+        """Decode a line that may leave a field out (``"="``), rebuilding the field."""
+        derived: str | None = None
+        for name, marker in _DERIVED.items():
+            if line.endswith(marker, 0, body_end):
+                derived = name
+        if derived == "message":
+            for prefix, (cls, decoder) in _STORED_DECODERS.items():
+                if line.startswith(prefix):
+                    fields = _decode(line, where, decoder.decode)
+                    message = self._message(cls, fields)
+                    if message is None:
+                        what = "plan.draft response" if cls is PlanCommitEvent else "tool.call"
+                        raise where.error(f"its message refers to a {what} the log does not have")
+                    event: Event = cls(**msgspec.structs.asdict(fields), message=message)
+                    return event
+        event = _decode(line, where)
+        if derived == "final_text" and event.__class__ is RunFinishedEvent:
+            final_text = self._final_text()
+            if final_text is None:
+                raise where.error("its final_text refers to a plan.commit the log does not have")
+            if event.final_text is None:
+                event = msgspec.structs.replace(event, final_text=final_text)
+        return event
+
+    def _share(self, event: ModelChunkEvent) -> None:
+        """Let a streamed chunk hold its step's request id and its event's time as
+        the objects the log already holds, not copies (the values are the same): a
+        long stream of small chunks then takes much less memory."""
+        chunk = event.chunk
+        request_id, at = chunk.request_id, chunk.at
+        if request_id == self.request_id:
+            msgspec.structs.force_setattr(chunk, "request_id", self.request_id)
+        else:
+            self.request_id = request_id
+        if at is not None and at == event.at and at != 0.0:  # (not 0.0: it may be -0.0)
+            msgspec.structs.force_setattr(chunk, "at", event.at)
+
+    def check_link(self, line: bytes, end: int, where: _Where) -> int:
+        """Check the link member of ``line[:end]``; returns where the body ends."""
+        body_end = end - _LINK_TAIL
+        if body_end < 1 or line[end - 2 : end] != b'"}' or line[body_end : end - 18] != _LINK_KEY:
+            raise LogIntegrityError(
+                where.text(
+                    'has no hash chain link (a format-2 line ends with \',"#":"<16 hex digits>"}\')'
+                ),
+                path=where.path,
+                line=where.number,
+            )
+        link = line[end - 18 : end - 2]
+        if link != _link(self.link, line[:body_end]):
+            raise LogIntegrityError(
+                where.text(
+                    "the hash chain is broken here: this line was edited, or lines were "
+                    "removed, inserted or reordered before it, or it comes from another log"
+                ),
+                path=where.path,
+                line=where.number,
+            )
+        self.link = link
+        return body_end
+
+
+# --------------------------------------------------------------------------- format 1
+
+# Format 1 wrote every field, in this order, of these Structs (and no others): frozen
+# with format 1. Never edit this table; a field added since reads as its default.
+_V1_FIELDS: Final[dict[type[Any], tuple[str, ...]]] = {
+    SessionStartEvent: (
+        "sequence",
+        "at",
+        "step",
+        "system",
+        "tools",
+        "max_steps",
+        "budget",
+        "request_sequence_start",
+    ),
+    MessageAcceptedEvent: ("sequence", "at", "step", "message"),
+    StepStartEvent: ("sequence", "at", "step", "request_id"),
+    ModelChunkEvent: ("sequence", "at", "step", "chunk"),
+    PlanDraftEvent: ("sequence", "at", "step", "reply"),
+    PlanCommitEvent: ("sequence", "at", "step", "message"),
+    ToolCallEvent: ("sequence", "at", "step", "call"),
+    ToolResultEvent: ("sequence", "at", "step", "message", "reply"),
+    ToolErrorEvent: ("sequence", "at", "step", "message", "reply"),
+    StepEndEvent: ("sequence", "at", "step"),
+    BudgetWarnEvent: ("sequence", "at", "step", "limit", "usage", "budget"),
+    SessionPauseEvent: ("sequence", "at", "step", "reason", "payload"),
+    SessionResumeEvent: ("sequence", "at", "step", "reply"),
+    SessionCompleteEvent: ("sequence", "at", "step", "status", "reason"),
+    RunFinishedEvent: (
+        "sequence",
+        "at",
+        "step",
+        "status",
+        "final_text",
+        "steps",
+        "max_steps",
+        "error",
+        "usage",
+        "reason",
+        "reply",
+    ),
+    ToolSpec: ("name", "description", "parameters", "requires_approval"),
+    Budget: ("max_turns", "max_tool_calls", "max_wall_seconds"),
+    BudgetUsage: ("turns", "tool_calls", "wall_seconds"),
+    Usage: ("input_tokens", "output_tokens"),
+    RunError: ("code", "message"),
+    UserMessage: ("id", "content"),
+    AssistantMessage: ("id", "content"),
+    ToolResultMessage: ("id", "tool_call_id", "tool_name", "content", "is_error"),
+    TextBlock: ("text",),
+    ThinkingBlock: ("text", "signature"),
+    ToolCall: ("id", "name", "arguments"),
+    ModelChunk: ("request_id", "block", "at"),
+    ModelResponse: ("request_id", "id", "content", "stop_reason", "usage", "at"),
+    ModelFailure: ("request_id", "message", "code", "at"),
+    ToolResult: ("call_id", "content", "is_error", "at"),
+    Resume: ("payload", "budget", "at"),
+    Cancel: ("reason", "at"),
+    UnrecognizedReply: ("description", "at"),
+}
+# Format 1 wrote values JSON cannot hold as tags in these two event types only.
+_V1_TAGGED: Final = (PlanDraftEvent, RunFinishedEvent)
+_V1_TAGS: Final = frozenset(("$float", "$int", "$dict"))
+_INT_MIN: Final = -(2**63)
+_INT_END: Final = 2**64
+
+
+class _NotV1(Exception):
+    """A value format 1 could not hold (a Struct it did not have)."""
+
+
+def _v1_builtins(value: Any) -> dict[str, Any]:
+    """A Struct as format 1 wrote it: its tag, then every format-1 field.
+
+    Recursive over Structs only (their nesting is fixed by the schema: an event, a
+    reply, a message, a block); the values inside are passed on as they are.
+    """
+    cls = value.__class__
+    names = _V1_FIELDS.get(cls)
+    if names is None:
+        raise _NotV1(cls.__name__)
+    config = cls.__struct_config__
+    out: dict[str, Any] = {} if config.tag_field is None else {config.tag_field: config.tag}
+    for name in names:
+        field = getattr(value, name)
+        if isinstance(field, msgspec.Struct):
+            field = _v1_builtins(field)
+        elif field.__class__ is tuple:
+            field = [_v1_builtins(x) if isinstance(x, msgspec.Struct) else x for x in field]
+        out[name] = field
+    return out
+
+
+def _v1_tag(root: Any) -> Any:
+    """Format 1's tags for the values JSON cannot hold, without recursion."""
+    result: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(result, 0, root)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        target, key, value = pop()
+        cls = value.__class__
+        if cls is dict:
+            out: dict[str, Any] = {}
+            escaped = len(value) == 1 and next(iter(value)) in _V1_TAGS
+            target[key] = {"$dict": out} if escaped else out
+            for name, item in value.items():
+                out[name] = None  # keeps the order
+                push((out, name, item))
+        elif cls is list:
+            items: list[Any] = [None] * len(value)
+            target[key] = items
+            for index, item in enumerate(value):
+                push((items, index, item))
+        elif cls is float and not math.isfinite(value):
+            target[key] = {
+                "$float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+            }
+        elif cls is int and not _INT_MIN <= value < _INT_END:
+            target[key] = {"$int": str(value)}
+        else:
+            target[key] = value
+    return result[0]
+
+
+def _v1_line(event: Event) -> bytes:
+    """``event`` as format 1 wrote it (no line end)."""
+    builtins = _v1_builtins(event)
+    if event.__class__ in _V1_TAGGED:
+        return _encode(_v1_tag(builtins))
+    return _encode(builtins)
+
+
+def _read_v1(line: bytes, end: int, where: _Where) -> Event:
+    event: Event = _decode(line, where)
     try:
-        header = _header_decoder.decode(line)
-    except (msgspec.DecodeError, RecursionError):
-        header = None
+        canonical = _v1_line(event)
+    except _NotV1 as exc:
+        raise where.error(f"{exc} is not part of log format 1") from None
+    if len(canonical) != end or not line.startswith(canonical):
+        raise where.not_canonical(line[:end], canonical, "format 1 writes", event)
+    return event
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _Where:
+    """Where a reader is (file, line, who wrote the file), to word its errors."""
+
+    __slots__ = ("library", "number", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.number = 1
+        self.library = ""
+
+    def text(self, problem: str) -> str:
+        return f"{self.path}: line {self.number}: {problem}"
+
+    def error(self, problem: str) -> LogFormatError:
+        return LogFormatError(self.text(problem), path=self.path, line=self.number)
+
+    def written_by(self) -> str:
+        """A hint when another agentloop wrote the file (it may know more fields)."""
+        library = self.library
+        if not library or library == __version__:
+            return ""
+        return (
+            f"; the log was written by agentloop {library}, this is agentloop "
+            f"{__version__}: a newer agentloop may write fields or events this one "
+            "does not know"
+        )
+
+    def not_canonical(
+        self, line: bytes, canonical: bytes, writer: str, event: Any
+    ) -> LogFormatError:
+        """``line`` (a JSON text, decoded to ``event``) is not ``canonical``: name
+        an unknown field, or show where the two differ."""
+        unknown = _unknown_field(line, event)
+        if unknown is not None:
+            problem = f"unknown field {unknown!r}"
+        else:
+            problem = (
+                f"not in canonical form ({_first_difference(line, canonical, writer)}; a log "
+                "line is byte for byte what the writer writes for its event: no unknown or "
+                "repeated fields, no extra spaces)"
+            )
+        return self.error(problem + self.written_by())
+
+
+def _decode(line: bytes, where: _Where, decode: Callable[[bytes], Any] = decode_event) -> Any:
+    """``decode(line)``, its errors as :class:`LogFormatError` naming the line."""
+    # (Nesting deeper than _MAX_DEPTH takes more than twice as many bytes.)
+    if (
+        len(line) > 2 * _MAX_DEPTH
+        and line.count(b"[") + line.count(b"{") > _MAX_DEPTH
+        and _depth(line) > _MAX_DEPTH
+    ):
+        raise where.error(
+            f"not a valid agentloop event (nested more than {_MAX_DEPTH} levels deep)"
+        )
+    try:
+        return decode(line)
+    except msgspec.MsgspecError as exc:
+        raise where.error(f"not a valid agentloop event ({exc}){where.written_by()}") from None
+
+
+_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+# Opening brackets become +1, closing ones -1 (as signed bytes).
+_SIGNS: Final = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+
+
+def _depth(line: bytes) -> int:
+    """How deep the objects and arrays of ``line`` nest: the highest running sum of
+    its brackets outside strings, all at C speed (no recursion, no loop per byte)."""
+    brackets = _JSON_STRING.sub(b"", line).translate(None, _NOT_BRACKETS)
+    return max(itertools.accumulate(array.array("b", brackets.translate(_SIGNS))), default=0)
+
+
+def _unknown_field(line: bytes, event: Any) -> str | None:
+    """The first key of ``line`` (a dotted path) that names no field of the Struct
+    it decoded to (plain data, like tool arguments, may hold any key)."""
+    stack: list[tuple[str, Any, Any]] = [("", msgspec.json.decode(line), event)]
+    while stack:
+        path, data, value = stack.pop()
+        if isinstance(value, msgspec.Struct) and data.__class__ is dict:
+            cls = value.__class__
+            known = {*cls.__struct_fields__, cls.__struct_config__.tag_field}
+            if not path:
+                known.add("=")
+            pending = []
+            for key, item in data.items():
+                where = f"{path}.{key}" if path else key
+                if key not in known:
+                    return where
+                if key in cls.__struct_fields__:
+                    pending.append((where, item, getattr(value, key)))
+            stack.extend(reversed(pending))
+        elif value.__class__ is tuple and data.__class__ is list and len(value) == len(data):
+            stack.extend((f"{path}[{i}]", data[i], value[i]) for i in reversed(range(len(data))))
+    return None
+
+
+def _first_difference(line: bytes, canonical: bytes, writer: str) -> str:
+    at = next(
+        (i for i, (x, y) in enumerate(zip(line, canonical, strict=False)) if x != y),
+        min(len(line), len(canonical)),
+    )
+    start = max(0, at - 20)
+
+    def excerpt(data: bytes) -> str:
+        text = data[start : at + 20].decode("utf-8", "replace")
+        return repr(("…" if start else "") + text + ("…" if at + 20 < len(data) else ""))
+
+    return f"at column {at + 1}: {excerpt(line)} where {writer} {excerpt(canonical)}"
+
+
+_CONTROL: Final = re.compile(rb"[\x00-\x09\x0b\x0c\x0e-\x1f]")
+
+
+def _next_line(file: IO[bytes], line: bytes, where: _Where, limit: int) -> tuple[bytes, int, bool]:
+    """The rest of the line ``line`` starts (one ``readline`` of the file): its
+    bytes (line end included), where its content ends, and whether it is complete
+    (ends with ``\\n``). ``b""`` at the end of the file.
+
+    Reads at most about ``limit`` bytes for one line, and stops after the first
+    megabyte of a line that holds bytes no log line holds (so ``/dev/zero`` after a
+    header is refused at once, in bounded memory).
+    """
+    step = min(limit, _CHUNK) + 1
+    if len(line) == step and not line.endswith(b"\n"):
+        parts = [line]
+        size = step
+        while size <= limit:
+            if _CONTROL.search(parts[-1]) is not None:
+                raise where.error(
+                    "holds control bytes that no log line holds (is this an agentloop log?)"
+                )
+            more = file.readline(step)
+            if not more:
+                break
+            parts.append(more)
+            size += len(more)
+            if more.endswith(b"\n"):
+                break
+        if size > limit:
+            raise where.error(f"longer than {limit:,} bytes (max_line_bytes); not read further")
+        line = b"".join(parts)
+    elif len(line) > limit:
+        raise where.error(f"longer than {limit:,} bytes (max_line_bytes); not read further")
+    if line.endswith(b"\n"):
+        return line, len(line) - (2 if line.endswith(b"\r\n") else 1), True
+    return line, len(line) - (1 if line.endswith(b"\r") else 0), False
+
+
+class _Scan:
+    """What reading a log found besides its events."""
+
+    __slots__ = ("count", "format2", "library", "start", "version")
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.library = ""
+        self.start = b""  # the header's link (format 2)
+        self.format2: _Format2 | None = None
+        self.count = 0
+
+
+class _Torn(Exception):
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def _read_header(file: IO[bytes], where: _Where, scan: _Scan) -> None:
+    path = where.path
+    line = file.readline(_MAX_HEADER_BYTES + 1)
+    if not line:
+        raise LogFormatError(f"{path}: empty file, not an agentloop log", path=path, line=1)
+    if not line.endswith(b"\n") and len(line) <= _MAX_HEADER_BYTES:
+        raise LogFormatError(
+            f"{path}: the header line is incomplete (torn or not an agentloop log)",
+            path=path,
+            line=1,
+        )
+    header: Any = None
+    if line.endswith(b"\n"):
+        with contextlib.suppress(msgspec.DecodeError, RecursionError):
+            header = _header_decoder.decode(line)
     if header is None or header.get("format") != LOG_FORMAT:
         raise LogFormatError(
             f"{path}: not an agentloop log (line 1 is not an "
@@ -153,38 +870,92 @@ def _check_header(line: bytes, path: str) -> None:
             path=path,
             version=version,
         )
+    library = header.get("library")
+    scan.library = where.library = library if isinstance(library, str) else ""
     if version > LOG_FORMAT_VERSION:
-        library = header.get("library")
-        by = f" (written by agentloop {library})" if isinstance(library, str) and library else ""
+        by = f" (written by agentloop {library})" if scan.library else ""
         raise LogVersionError(
             f"{path}: log format version {version}{by} is newer than this agentloop "
             f"({__version__}) reads (up to {LOG_FORMAT_VERSION}); upgrade agentloop",
             path=path,
             version=version,
         )
+    scan.version = version
+    if version >= 2:
+        format2 = _Format2()
+        end = len(line) - (2 if line.endswith(b"\r\n") else 1)
+        format2.check_link(line, end, where)
+        scan.start = format2.link
+        scan.format2 = format2
 
 
-# The canonical check, fast. msgspec's own encoding of every event at once is
-# compared with the file's bytes in one go. ``encode_event`` writes just that for
-# every event, except that in two event types it writes a tagged object for a value
-# JSON cannot hold (agentloop._codec): a non-finite float (msgspec writes ``null``,
-# which cannot have decoded to one, so the comparison fails anyway), an integer
-# outside int64/uint64 (19 digits or more) or a dict with a single "$..." key. Only
-# when the bytes hold a "$" or such a number are those two types checked one by one
-# with ``encode_event``; when the comparison fails, every line is (which also finds
-# the line to name).
-_encode_lines = msgspec.json.Encoder().encode_lines
-_MAY_BE_TAGGED: Final = (PlanDraftEvent, RunFinishedEvent)
-_DIGITS_TO_ZERO: Final = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
-_LONG_NUMBER: Final = b"0" * 19
+def _events(file: IO[bytes], path: str, scan: _Scan, limit: int) -> Iterator[Event]:
+    """Check and yield the events of an open log file, one line at a time.
+
+    Raises ``_Torn`` for a torn last line (after every intact event), and the
+    :class:`LogError` subclasses for everything else.
+    """
+    where = _Where(path)
+    _read_header(file, where, scan)
+    format2 = scan.format2
+    read = _read_v1 if format2 is None else format2.read
+    readline = file.readline
+    step = min(limit, _CHUNK) + 1
+    number = 1
+    while True:
+        number += 1
+        where.number = number
+        line = readline(step)
+        if line.endswith(b"\n") and len(line) <= limit and not line.endswith(b"\r\n"):
+            end = len(line) - 1  # the common case, without a call
+        else:
+            line, end, complete = _next_line(file, line, where, limit)
+            if not line:
+                return
+            if not complete:
+                _torn(line, end, where, format2)
+        if end == 0:
+            raise where.error("an empty line (a log has none; was the file edited?)")
+        if _is_header(line):
+            raise where.error(
+                "a second log header: the file holds two logs (one file records one "
+                "session; were two files joined?)"
+            )
+        event = read(line, end, where)
+        if event.__class__ is SessionStartEvent and scan.count:
+            raise where.error(
+                "a second session.start: the file holds two sessions (one file records one session)"
+            )
+        scan.count += 1
+        yield event
 
 
-def _may_hold_tags(body: bytes) -> bool:
-    return b"$" in body or _LONG_NUMBER in body.translate(_DIGITS_TO_ZERO)
+def _torn(line: bytes, end: int, where: _Where, format2: _Format2 | None) -> None:
+    """Raise ``_Torn`` for the last line, which has no ``\\n``."""
+    try:
+        if format2 is not None:
+            format2.copy().read(line, end, where)
+        else:
+            _read_v1(line, end, where)
+    except LogFormatError:
+        problem = "is torn (incomplete last line; the writer was interrupted)"
+    else:
+        # A complete event whose newline is missing: the writer finished the event
+        # but not the line. Still torn: a reader never guesses.
+        problem = "has no final newline (the writer was interrupted)"
+    raise _Torn(f"{where.path}: line {where.number} {problem}", where.number)
 
 
-def read_log(path: StrPath) -> list[Event]:
-    """Read every event of a log file.
+def _open_and_scan(name: str, scan: _Scan, limit: int) -> Iterator[Event]:
+    with open(name, "rb") as file:
+        yield from _events(file, name, scan, limit)
+
+
+def read_log(path: StrPath, *, max_line_bytes: int = MAX_LINE_BYTES) -> list[Event]:
+    """Read every event of a log file (format 1 or 2), checking every line.
+
+    The file is read one line at a time: peak memory is about the events plus one
+    line, and no line longer than ``max_line_bytes`` is read.
 
     Returns:
         The events in file order (not checked for gaps or order; see
@@ -195,112 +966,29 @@ def read_log(path: StrPath) -> list[Event]:
         TornLogError: the last line is incomplete (``.events`` is the intact prefix).
         LogVersionError: the header names a format version newer than
             :data:`LOG_FORMAT_VERSION` (or an invalid one).
+        LogIntegrityError: the hash chain is broken (format 2): a line was edited,
+            removed, inserted, reordered or appended; ``.line`` is the first one.
         LogFormatError: anything else wrong with the file (no header, an empty
-            line, a line that is not JSON, not a known event, or not in the
-            canonical form ``encode_event`` writes).
+            line, a line that is not JSON, not a known event, not in canonical
+            form, too long or too deep, or a second session).
     """
     name = os.fspath(path)
-    with open(name, "rb") as file:
-        data = file.read()
-    if not data:
-        raise LogFormatError(f"{name}: empty file, not an agentloop log", path=name, line=1)
-    if b"\r" in data:
-        # "\r\n" line ends are tolerated. (A raw "\r" cannot be inside a JSON string,
-        # so this only touches line ends; any other "\r" stays and is refused.)
-        data = data.replace(b"\r\n", b"\n")
-    lines = data.split(b"\n")
-    # A complete file ends with "\n", so the split leaves an empty last item; a
-    # non-empty one is a last line the writer never finished.
-    tail = lines.pop()
-    if not lines:
-        raise LogFormatError(
-            f"{name}: the header line is incomplete (torn or not an agentloop log)",
-            path=name,
-            line=1,
-        )
-    header = lines[0]
-    _check_header(header, name)
-    del lines[0]
     events: list[Event] = []
     append = events.append
-    decode = decode_event
-    number = 1
     try:
-        for number, line in enumerate(lines, start=2):  # noqa: B007
-            append(decode(line))
-    except (msgspec.MsgspecError, RecursionError) as exc:
-        if not lines[number - 2]:
-            problem = "an empty line (a log has none; was the file edited?)"
-        elif isinstance(exc, RecursionError):
-            problem = "not a valid agentloop event (nested too deeply)"
-        else:
-            problem = f"not a valid agentloop event ({exc})"
-        raise LogFormatError(f"{name}: line {number}: {problem}", path=name, line=number) from None
-    body = data[len(header) + 1 : len(data) - len(tail)]
-    if _encode_lines(events) != body:
-        _check_canonical(name, lines, events, None)
-    elif _may_hold_tags(body):
-        _check_canonical(name, lines, events, _MAY_BE_TAGGED)
-    if tail:
-        number = len(lines) + 2
-        try:
-            decode(tail)
-        except (msgspec.MsgspecError, RecursionError):
-            raise TornLogError(
-                f"{name}: line {number} is torn (incomplete last line; the writer was "
-                f"interrupted); the {len(events)} events before it are intact "
-                "(TornLogError.events)",
-                path=name,
-                line=number,
-                events=events,
-            ) from None
-        # Complete JSON whose newline is missing: the writer finished the event
-        # but not the line. Still torn: a reader never guesses.
+        for event in _open_and_scan(name, _Scan(), max_line_bytes):
+            append(event)
+    except _Torn as torn:
         raise TornLogError(
-            f"{name}: line {number} has no final newline (the writer was interrupted); "
-            f"the {len(events)} events before it are intact (TornLogError.events)",
+            f"{torn}; the {len(events)} events before it are intact (TornLogError.events)",
             path=name,
-            line=number,
+            line=torn.line,
             events=events,
-        )
+        ) from None
     return events
 
 
-def _check_canonical(
-    name: str, lines: list[bytes], events: list[Event], only: tuple[type, ...] | None
-) -> None:
-    """Raise :class:`LogFormatError` for the first line that is not ``encode_event``
-    of its event (among the events of the types ``only``, if given)."""
-    encode = encode_event
-    for index, event in enumerate(events):
-        if only is not None and event.__class__ not in only:
-            continue
-        canonical = encode(event)
-        line = lines[index]
-        if canonical != line:
-            number = index + 2
-            difference = _first_difference(line, canonical)
-            raise LogFormatError(
-                f"{name}: line {number}: not in canonical form ({difference}; a log line is "
-                "byte for byte what encode_event writes: no unknown or repeated fields, no "
-                "extra spaces)",
-                path=name,
-                line=number,
-            )
-
-
-def _first_difference(line: bytes, canonical: bytes) -> str:
-    at = next(
-        (i for i, (x, y) in enumerate(zip(line, canonical, strict=False)) if x != y),
-        min(len(line), len(canonical)),
-    )
-    start = max(0, at - 20)
-
-    def excerpt(data: bytes) -> str:  # never empty: neither line is
-        text = data[start : at + 20].decode("utf-8", "replace")
-        return repr(("…" if start else "") + text + ("…" if at + 20 < len(data) else ""))
-
-    return f"at column {at + 1}: {excerpt(line)} where encode_event writes {excerpt(canonical)}"
+# --------------------------------------------------------------------------- writing
 
 
 def _fsync_directory(directory: str) -> None:
@@ -319,8 +1007,27 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
+def _header_line(format2: _Format2) -> bytes:
+    body = _header_body()
+    format2.link = _link(b"", body)
+    return body + _LINK_KEY + format2.link + b'"}\n'
+
+
+def _lines(events: Iterable[Event]) -> Iterator[bytes]:
+    """The lines of a new format-2 log holding ``events``."""
+    format2 = _Format2()
+    yield _header_line(format2)
+    for index, event in enumerate(events):
+        if index and event.__class__ is SessionStartEvent:
+            raise ValueError(
+                f"events[{index}] is a second session.start (one log file records one session)"
+            )
+        yield format2.line(event)
+
+
 def write_log(path: StrPath, events: Iterable[Event]) -> None:
-    """Write a whole log file (header + events), replacing ``path`` atomically.
+    """Write a whole log file (header + events, format 2), replacing ``path``
+    atomically.
 
     The file is written next to ``path`` under a temporary name, flushed, fsynced
     and renamed over ``path``, so readers see the old file or the new one, never a
@@ -328,6 +1035,10 @@ def write_log(path: StrPath, events: Iterable[Event]) -> None:
     loss. A replaced file keeps its permission bits; a new one gets those a
     plain ``open(path, "w")`` gives (``0o666`` less the umask). Use
     :class:`LogWriter` to record a run as it happens.
+
+    Raises:
+        ValueError: ``events`` hold a second ``session.start`` (one file, one
+            session); ``path`` is left as it was.
     """
     name = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(name))
@@ -343,9 +1054,7 @@ def write_log(path: StrPath, events: Iterable[Event]) -> None:
         with os.fdopen(fd, "wb") as file:
             if mode is not None:
                 os.chmod(tmp, mode)
-            file.write(_header_line())
-            encode = encode_event
-            file.writelines(encode(event) + b"\n" for event in events)
+            file.writelines(_lines(events))
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, name)
@@ -360,9 +1069,11 @@ class LogWriter:
 
     Args:
         path: the log file. A missing or empty file gets the header first; an
-            existing log is read (``read_log``) and appended to, which is how a
-            resumed session continues the same file. A torn existing log raises
-            :class:`TornLogError`: repair it explicitly first.
+            existing log is read (checked like :func:`read_log`, one line at a time)
+            and appended to, which is how a resumed session continues the same
+            file. A torn existing log raises :class:`TornLogError`: repair it
+            explicitly first. A format-1 log is not appended to (``ValueError``):
+            rewrite it as format 2 first with ``write_log(path, read_log(path))``.
         fsync: also ``os.fsync`` after every event (durable against power loss,
             much slower). Flushing alone survives a killed process.
 
@@ -374,13 +1085,14 @@ class LogWriter:
             ...
 
     Events must arrive in sequence order, continuing the file (``write`` raises
-    ``ValueError`` otherwise: one file records one run). :meth:`follow` writes the
-    events of a log that the file does not have yet, then subscribes; :meth:`close`
-    (the end of the ``with`` block) unsubscribes again, so a loop that outlives the
-    writer (or that the garbage collector closes later) keeps its further events in
-    ``loop.log`` instead of failing on a closed file. ``write`` can also be
-    subscribed by hand (``loop.log.subscribe(writer.write)``); then unsubscribe it
-    by hand before the writer closes.
+    ``ValueError`` otherwise: one file records one run). :meth:`follow` checks that
+    the log it follows *is* the run the file records (its first events are the
+    file's), writes the events the file does not have yet, then subscribes;
+    :meth:`close` (the end of the ``with`` block) unsubscribes again, so a loop
+    that outlives the writer (or that the garbage collector closes later) keeps its
+    further events in ``loop.log`` instead of failing on a closed file. ``write``
+    can also be subscribed by hand (``loop.log.subscribe(writer.write)``); then
+    unsubscribe it by hand before the writer closes.
     """
 
     def __init__(self, path: StrPath, *, fsync: bool = False) -> None:
@@ -390,10 +1102,32 @@ class LogWriter:
         self._subscriptions: list[Callable[[], None]] = []
         created = not os.path.exists(name)
         fresh = created or os.path.getsize(name) == 0
-        self._next = 0 if fresh else len(read_log(name))
+        self._format2 = _Format2()
+        self._next = 0
+        if not fresh:
+            scan = _Scan()
+            try:
+                for _ in _open_and_scan(name, scan, MAX_LINE_BYTES):
+                    pass
+            except _Torn:
+                read_log(name)  # raises the TornLogError, with the intact events
+                raise LogFormatError(  # the file was completed in between: no guessing
+                    f"{name}: the log changed while LogWriter was opening it",
+                    path=name,
+                ) from None
+            if scan.format2 is None:
+                raise ValueError(
+                    f"{name}: a format-{scan.version} log; LogWriter appends to format "
+                    f"{LOG_FORMAT_VERSION} only. Rewrite it first (same events, atomic): "
+                    "replay.write_log(path, replay.read_log(path))"
+                )
+            self._format2 = scan.format2
+            self._next = scan.count
         self._file: IO[bytes] | None = open(name, "ab", buffering=0)  # noqa: SIM115
         if fresh:
-            self._write_line(_header_line())
+            self._write_line(_header_line(self._format2))
+        # The header's link: where the chain of the file's events starts.
+        self._start = self._format2.link if self._next == 0 else scan.start
         if created and fsync:
             _fsync_directory(os.path.dirname(os.path.abspath(name)))
 
@@ -413,12 +1147,19 @@ class LogWriter:
             ValueError: the writer is closed, or ``event.sequence`` is not
                 :attr:`next_sequence`.
         """
+        if self._file is None:
+            raise ValueError(f"{self.path}: LogWriter is closed")
         if event.sequence != self._next:
             raise ValueError(
                 f"{self.path}: event {event.type} has sequence {event.sequence}, but the "
                 f"log continues at {self._next} (one log file records one run, in order)"
             )
-        self._write_line(encode_event(event) + b"\n")
+        format2 = self._format2
+        body = format2.body(event)
+        link = _link(format2.link, body)
+        self._write_line(body + _LINK_KEY + link + b'"}\n')
+        format2.link = link  # only once the line is written
+        format2.advance(event)
         self._next += 1
 
     def follow(self, log: EventLog) -> Callable[[], None]:
@@ -433,11 +1174,24 @@ class LogWriter:
             The unsubscribe function (calling it more than once is harmless).
 
         Raises:
-            ValueError: the writer is closed, or ``log`` does not continue the file.
+            ValueError: the writer is closed, or ``log`` is not the run the file
+                records (its first :attr:`next_sequence` events are not the file's).
         """
         if self._file is None:
             raise ValueError(f"{self.path}: LogWriter is closed")
-        for event in log.since(self._next):
+        written = self._next
+        if written:
+            probe = _Format2(self._start)
+            for event in log[:written]:
+                probe.line(event)
+            if len(log) < written or probe.link != self._format2.link:
+                raise ValueError(
+                    f"{self.path}: the log to follow is not the run this file records (the "
+                    f"file holds {written} events, and the log's first {written} are not "
+                    "those); one file records one run: use a new file, or continue this "
+                    "one's run with replay.resume(read_log(path))"
+                )
+        for event in log.since(written):
             self.write(event)
         unsubscribe = log.subscribe(self.write)
         self._subscriptions.append(unsubscribe)
@@ -445,8 +1199,7 @@ class LogWriter:
 
     def _write_line(self, line: bytes) -> None:
         file = self._file
-        if file is None:
-            raise ValueError(f"{self.path}: LogWriter is closed")
+        assert file is not None
         view = memoryview(line)
         while view:
             written = file.write(view)

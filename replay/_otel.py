@@ -11,11 +11,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from agentloop import Event
 
-__all__ = ["OTelCommandError", "add_parser", "command"]
+__all__ = ["OTelCommandError", "arguments", "command"]
 
 
 class OTelCommandError(Exception):
@@ -28,18 +27,8 @@ def _name(text: str) -> str:
     return text
 
 
-def add_parser(commands: Any) -> None:
-    """Add the ``otel`` subcommand to the CLI's subparsers."""
-    otel: argparse.ArgumentParser = commands.add_parser(
-        "otel",
-        help="the log as OpenTelemetry spans, OTLP/JSON (needs the otel extra)",
-        description=(
-            "Write the spans of a log (GenAI semantic conventions: invoke_agent, chat, "
-            "execute_tool) as one OTLP/JSON ExportTraceServiceRequest. Ids are derived "
-            "from the log: the same log gives the same output. Message content is left "
-            "out unless --capture-content."
-        ),
-    )
+def arguments(otel: argparse.ArgumentParser) -> None:
+    """Add ``otel``'s arguments to its subparser (``python -m replay otel``)."""
     otel.add_argument("log")
     otel.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     otel.add_argument(

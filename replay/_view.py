@@ -48,7 +48,6 @@ import re
 import sys
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any
 
 import msgspec
 
@@ -58,7 +57,7 @@ from ._diff import diff_events
 from ._log import LogError, TornLogError, read_log
 from ._replay import ReplayDivergence, ReplayError, _line, replay
 
-__all__ = ["Report", "ViewError", "add_parser", "check_report", "diff_report", "render_html", "run"]
+__all__ = ["Report", "ViewError", "arguments", "check_report", "diff_report", "render_html", "run"]
 
 EXIT_OK = 0
 EXIT_DIFFERENT = 1
@@ -261,19 +260,8 @@ def render_html(
 # --------------------------------------------------------------------------- the command
 
 
-def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
-    """Add ``view`` to ``python -m replay``'s subcommands."""
-    view = commands.add_parser(
-        "view",
-        help="write a log as one self-contained HTML page",
-        description=(
-            "Write LOG as one HTML file that opens offline in any browser: steps, model "
-            "text and thinking, tool calls and results, pauses, errors, usage. Exit "
-            "codes: 0 written; 1 written, and --check or --diff found a divergence; 2 a "
-            "usage error or a log that cannot be read (a torn log is still written, with "
-            "its intact events)."
-        ),
-    )
+def arguments(view: argparse.ArgumentParser) -> None:
+    """Add ``view``'s arguments to its subparser (``python -m replay view``)."""
     view.add_argument("log")
     view.add_argument(
         "-o",

@@ -11,7 +11,8 @@ model and without calling any tool:
   replay the others.
 - ``--agentloop-record=all``: record every session again (overwrite).
 
-Cassettes are JSONL event logs (``replay.read_log`` reads them) stored next to
+Cassettes are JSONL event logs (``replay.read_log`` reads them, hash chain
+included: an edited cassette fails its test, naming the line) stored next to
 the test file, in ``cassettes/<test module>/<test name>.jsonl``; commit them.
 ``<test name>`` is the test's class(es) and function, dot-separated, with its
 parameter ids (``TestGreeting.test_hello[c]``). A name that cannot be a file name
@@ -308,7 +309,7 @@ class AgentCassette:
         hooks: HookRegistry | None,
         config: dict[str, Any],
     ) -> RunResult:
-        from replay import LogError, ReplayDivergence, ReplayError, read_log
+        from replay import LogError, LogIntegrityError, ReplayDivergence, ReplayError, read_log
 
         shown = _shown(path, self._rootpath)
         if not path.exists():
@@ -321,6 +322,11 @@ class AgentCassette:
         advice = "Record it again:"
         try:
             events = read_log(path)
+        except LogIntegrityError as exc:
+            problem = (
+                f"agentloop: the cassette {shown} was edited after it was recorded (its hash "
+                f"chain is broken at line {exc.line}), so it no longer says what happened:\n{exc}"
+            )
         except (LogError, OSError) as exc:
             problem = f"agentloop: cannot read the cassette {shown}:\n{exc}"
         else:

@@ -176,7 +176,7 @@ def paused(scenario: Scenario) -> tuple[AgentLoop, list[str], Effect]:
 def test_each_limit_pauses_at_the_right_point(scenario: Scenario) -> None:
     loop, trace, effect = paused(scenario)
     reason = f"budget_exceeded:{scenario.limit}"
-    usage = msgspec.to_builtins(scenario.usage)
+    usage = msgspec.structs.asdict(scenario.usage)
     assert effect == Pause(reason, {"limit": scenario.limit, "usage": usage})
     assert loop.state is State.IDLE
     assert loop.pending == effect

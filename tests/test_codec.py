@@ -30,13 +30,10 @@ from agentloop import (
     decode_event,
     encode_event,
 )
+from replay import read_log
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-FIXTURE_LINES = [
-    line
-    for path in sorted(FIXTURES.glob("**/*.jsonl"))
-    for line in path.read_bytes().splitlines()[1:]
-]
+FIXTURE_EVENTS = [event for path in sorted(FIXTURES.glob("**/*.jsonl")) for event in read_log(path)]
 
 
 def _norm(value: Any) -> Any:
@@ -86,9 +83,12 @@ def _round_trip(event: Any) -> Any:
 # --------------------------------------------------------------------------- fast path
 
 
-@pytest.mark.parametrize("line", FIXTURE_LINES, ids=lambda b: b[:40].decode())
-def test_every_fixture_line_is_canonical(line: bytes) -> None:
-    assert encode_event(decode_event(line)) == line
+@pytest.mark.parametrize("event", FIXTURE_EVENTS, ids=lambda e: f"{e.type}#{e.sequence}")
+def test_every_fixture_event_encodes_canonically(event: Any) -> None:
+    data = encode_event(event)
+    back = decode_event(data)
+    assert encode_event(back) == data
+    assert _norm(back) == _norm(event)
 
 
 def test_ordinary_events_are_plain_msgspec_json() -> None:
@@ -97,6 +97,8 @@ def test_ordinary_events_are_plain_msgspec_json() -> None:
     assert decode_event(encode_event(event)) == event
     step_end = StepEndEvent(sequence=3, at=2.5, step=2)
     assert encode_event(step_end) == b'{"type":"step.end","sequence":3,"at":2.5,"step":2}'
+    # Fields that hold their default are left out.
+    assert encode_event(StepEndEvent(sequence=3)) == b'{"type":"step.end","sequence":3}'
 
 
 def test_decode_accepts_str() -> None:

@@ -9,22 +9,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-import msgspec
 import pytest
 
 import agentloop
 from agentloop import Event
 from agentloop.__main__ import main, print_result
-from replay import summarize
+from replay import LOG_FORMAT_VERSION, read_log, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
-HEADER = {"format": "agentloop-log", "version": 1, "library": agentloop.__version__}
+HEADER = {
+    "format": "agentloop-log",
+    "version": LOG_FORMAT_VERSION,
+    "library": agentloop.__version__,
+}
 
 
 def read_events(path: Path) -> tuple[dict[str, object], list[Event]]:
-    header, *lines = path.read_bytes().splitlines()
-    decoder = msgspec.json.Decoder(Event)
-    return json.loads(header), [decoder.decode(line) for line in lines]
+    header = json.loads(path.read_bytes().partition(b"\n")[0])
+    del header["#"]  # the hash chain link
+    return header, read_log(path)
 
 
 def test_demo_subprocess(tmp_path):
@@ -42,8 +45,8 @@ def test_demo_subprocess(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert log.exists()
-    assert json.loads(log.read_text().splitlines()[0]) == HEADER
-    _, events = read_events(log)
+    header, events = read_events(log)
+    assert header == HEADER
     assert events[-1].type == "run.finished"
     assert events[-1].status == "completed"  # type: ignore[union-attr]
     assert [e.sequence for e in events] == list(range(len(events)))

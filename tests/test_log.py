@@ -1,4 +1,5 @@
-"""Log files: header, round trips, LogWriter, torn lines, wrong headers and versions."""
+"""Log files: format 2 (hash chain, content stored once), format 1, LogWriter, torn
+lines, wrong headers and versions, bounded lines, one session per file."""
 
 from __future__ import annotations
 
@@ -13,10 +14,20 @@ import msgspec
 import pytest
 
 from agentloop import (
+    AssistantMessage,
     ModelResponse,
+    PlanCommitEvent,
+    PlanDraftEvent,
+    RunFinishedEvent,
+    SessionStartEvent,
     StepEndEvent,
     TextBlock,
+    ToolCall,
+    ToolCallEvent,
+    ToolErrorEvent,
     ToolResult,
+    ToolResultEvent,
+    ToolResultMessage,
     ToolSpec,
     Usage,
     UserMessage,
@@ -29,6 +40,7 @@ from replay import (
     LOG_FORMAT_VERSION,
     LogError,
     LogFormatError,
+    LogIntegrityError,
     LogVersionError,
     LogWriter,
     TornLogError,
@@ -36,19 +48,21 @@ from replay import (
     replay,
     write_log,
 )
+from replay._log import _V1_FIELDS, _v1_line
+from tests.logfiles import FIXTURES, bodies, chain, fixture, link, relinked
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-FIXTURE_PATHS = sorted(FIXTURES.glob("**/*.jsonl"))
+V2_PATHS = sorted(FIXTURES.glob("*.jsonl"))
+V1_PATHS = sorted((FIXTURES / "v1").glob("*.jsonl"))
 HEADER = {"format": LOG_FORMAT, "version": LOG_FORMAT_VERSION, "library": __version__}
 TOOL_CALLS_EVENTS = read_log(FIXTURES / "tool_calls.jsonl")
 
 
-def _ids(path: Path) -> str:
-    return str(path.relative_to(FIXTURES))
+def _encoded(events: Any) -> list[bytes]:
+    return [encode_event(event) for event in events]
 
 
 def test_fixtures_exist() -> None:
-    names = {p.stem for p in FIXTURE_PATHS}
+    names = {p.stem for p in V2_PATHS}
     for required in (
         "plain_answer",
         "tool_calls",
@@ -59,23 +73,49 @@ def test_fixtures_exist() -> None:
         "protocol_failure",
     ):
         assert required in names
-    assert any(p.parent.name == "v1" for p in FIXTURE_PATHS), "frozen v1 fixtures are missing"
+    # Every fixture has its frozen format-1 copy.
+    assert {p.stem for p in V1_PATHS} == names
 
 
 # --------------------------------------------------------------------------- round trips
 
 
-@pytest.mark.parametrize("path", FIXTURE_PATHS, ids=_ids)
-def test_read_write_round_trip_is_byte_exact(path: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", V2_PATHS, ids=lambda p: p.stem)
+def test_format_2_round_trip_is_byte_exact(path: Path, tmp_path: Path) -> None:
     events = read_log(path)
-    lines = path.read_bytes().splitlines()
-    assert json.loads(lines[0])["format"] == LOG_FORMAT
-    assert [encode_event(e) for e in events] == lines[1:]
+    header = json.loads(path.read_bytes().partition(b"\n")[0])
+    assert header.pop("#") and header == HEADER
     copy = tmp_path / "copy.jsonl"
     write_log(copy, events)
-    assert read_log(copy) == events or [encode_event(e) for e in read_log(copy)] == lines[1:]
-    assert copy.read_bytes().splitlines()[1:] == lines[1:]
-    assert json.loads(copy.read_bytes().splitlines()[0]) == HEADER
+    assert copy.read_bytes() == path.read_bytes()
+    # Written as it happens, event by event: the same bytes.
+    streamed = tmp_path / "streamed.jsonl"
+    with LogWriter(streamed) as writer:
+        for event in events:
+            writer.write(event)
+    assert streamed.read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("path", V1_PATHS, ids=lambda p: p.stem)
+def test_format_1_logs_read_replay_and_rewrite_as_format_2(path: Path, tmp_path: Path) -> None:
+    data = path.read_bytes()
+    assert json.loads(data.partition(b"\n")[0])["version"] == 1
+    events = read_log(path)
+    # Every line is format 1's canonical form of its event: all fields written.
+    assert [_v1_line(event) for event in events] == data.splitlines()[1:]
+    # The same events as the format-2 fixture, which replay the same way.
+    assert _encoded(events) == _encoded(read_log(FIXTURES / path.name))
+    if events[0].type == "session.start":
+        assert _encoded(replay(events).events) == _encoded(events)
+    copy = tmp_path / "copy.jsonl"
+    write_log(copy, events)
+    assert copy.read_bytes() == (FIXTURES / path.name).read_bytes()
+
+
+def test_format_2_is_smaller() -> None:
+    v1 = sum(p.stat().st_size for p in V1_PATHS)
+    v2 = sum(p.stat().st_size for p in V2_PATHS)
+    assert v2 < v1
 
 
 def test_write_log_replaces_atomically(tmp_path: Path) -> None:
@@ -92,6 +132,253 @@ def test_write_log_accepts_str_paths_and_empty_logs(tmp_path: Path) -> None:
     assert read_log(path) == []
 
 
+def test_write_log_refuses_a_second_session_and_keeps_the_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    write_log(path, TOOL_CALLS_EVENTS)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=r"events\[22\] is a second session.start"):
+        write_log(path, [*TOOL_CALLS_EVENTS, TOOL_CALLS_EVENTS[0]])
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["log.jsonl"]
+
+
+# --------------------------------------------------------------------------- content stored once
+
+
+def test_results_and_commits_are_stored_once() -> None:
+    data = fixture("tool_calls")
+    # The tool result's content is on its line once (in the reply), the committed
+    # message refers to the draft, the final text to the committed message.
+    answer = "20 + 22 = 42, and it is -3 °C and snowing in Oslo.".encode()
+    assert fixture("tool_calls", 1).count(answer) == 3  # draft, commit, final text
+    assert data.count(answer) == 1  # the draft
+    assert fixture("tool_calls", 1).count(b'\\"snow\\"') == 2
+    assert data.count(b'\\"snow\\"') == 1  # the tool result
+    lines = data.splitlines()
+    assert lines[8].startswith(
+        b'{"type":"plan.commit","sequence":7,"at":1001.0,"step":1,"=":"message"'
+    )
+    assert b'"=":"message"' in lines[10] and b'"message"' not in lines[10].replace(
+        b'"=":"message"', b""
+    )
+    assert b'"=":"final_text"' in lines[-1] and b'"final_text":' not in lines[-1]
+    # In memory, the events are what the loop made.
+    events = read_log(FIXTURES / "tool_calls.jsonl")
+    commit, result = events[7], events[9]
+    assert type(commit) is PlanCommitEvent and type(result) is ToolResultEvent
+    assert commit.message.id == "message-resp-1" and len(commit.message.content) == 3
+    assert result.message == ToolResultMessage("tool-result-call-1", "call-1", "add", "42")
+    draft = events[6]
+    assert type(draft) is PlanDraftEvent
+    assert commit.message.content is draft.reply.content  # shared, not copied
+
+
+def _session(*middle: Any) -> list[Any]:
+    start = SessionStartEvent(sequence=0, max_steps=8)
+    events = [start, *middle]
+    return [msgspec.structs.replace(e, sequence=i) for i, e in enumerate(events)]
+
+
+CALL = ToolCall("c1", "add", {"a": 1})
+DRAFT = PlanDraftEvent(
+    sequence=0, step=1, reply=ModelResponse("request-001", "r1", (CALL,), "tool_call")
+)
+RESULT_MESSAGE = ToolResultMessage("tool-result-c1", "c1", "add", "2")
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        # Written in full, because what the earlier lines give is not the same:
+        # a hook edited the committed message, or the result.
+        _session(
+            DRAFT, PlanCommitEvent(sequence=0, step=1, message=AssistantMessage("message-r1", ()))
+        ),
+        _session(
+            DRAFT,
+            PlanCommitEvent(
+                sequence=0,
+                step=1,
+                message=AssistantMessage("message-r1", (ToolCall("c1", "add", {"a": True}),)),
+            ),
+        ),
+        _session(DRAFT, PlanCommitEvent(sequence=0, message=AssistantMessage("m-other", (CALL,)))),
+        _session(PlanCommitEvent(sequence=0, message=AssistantMessage("message-r1", (CALL,)))),
+        _session(
+            ToolCallEvent(sequence=0, call=CALL),
+            ToolResultEvent(
+                sequence=0,
+                message=msgspec.structs.replace(RESULT_MESSAGE, content="edited"),
+                reply=ToolResult("c1", "2"),
+            ),
+        ),
+        _session(
+            ToolCallEvent(sequence=0, call=CALL),
+            ToolErrorEvent(
+                sequence=0,
+                message=msgspec.structs.replace(RESULT_MESSAGE, is_error=True),
+                reply=ToolResult("c1", "2"),
+            ),
+        ),
+        _session(
+            ToolCallEvent(sequence=0, call=ToolCall("c2", "add", {})),
+            ToolResultEvent(sequence=0, message=RESULT_MESSAGE, reply=ToolResult("c1", "2")),
+        ),
+        _session(ToolResultEvent(sequence=0, message=RESULT_MESSAGE, reply=ToolResult("c1", "2"))),
+        _session(
+            ToolCallEvent(sequence=0, call=CALL),
+            ToolResultEvent(sequence=0, message=RESULT_MESSAGE, reply=None),
+        ),
+        _session(RunFinishedEvent(sequence=0, status="completed", final_text="")),
+        # Stored once.
+        _session(
+            DRAFT, PlanCommitEvent(sequence=0, message=AssistantMessage("message-r1", (CALL,)))
+        ),
+        _session(
+            ToolCallEvent(sequence=0, call=CALL),
+            ToolErrorEvent(
+                sequence=0,
+                message=msgspec.structs.replace(RESULT_MESSAGE, is_error=True),
+                reply=ToolResult("c1", "2", is_error=True),
+            ),
+        ),
+        _session(
+            PlanCommitEvent(sequence=0, message=AssistantMessage("m", (TextBlock("a"),))),
+            RunFinishedEvent(sequence=0, status="completed", final_text="a"),
+        ),
+    ],
+)
+def test_hand_built_events_round_trip_exactly(tmp_path: Path, events: list[Any]) -> None:
+    path = tmp_path / "log.jsonl"
+    write_log(path, events)
+    assert _encoded(read_log(path)) == _encoded(events)
+
+
+def test_a_reference_to_what_the_log_lacks_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    for body, what in [
+        (b'{"type":"plan.commit","sequence":1,"=":"message"', "a plan.draft response"),
+        (
+            b'{"type":"tool.result","sequence":1,"reply":{"kind":"tool_result",'
+            b'"call_id":"c1","content":"2"},"=":"message"',
+            "a tool.call",
+        ),
+        (
+            b'{"type":"run.finished","sequence":1,"status":"completed","=":"final_text"',
+            "a plan.commit",
+        ),
+    ]:
+        start = bodies(fixture("plain_answer"))[:2]
+        path.write_bytes(chain([*start, body]))
+        with pytest.raises(LogFormatError, match=f"line 3: its .* refers to {what}"):
+            read_log(path)
+
+
+# --------------------------------------------------------------------------- the hash chain
+
+
+def _lines(name: str = "tool_calls") -> list[bytes]:
+    return fixture(name).splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("number", range(1, 24))
+def test_an_edited_byte_on_any_line_breaks_the_chain_there(tmp_path: Path, number: int) -> None:
+    lines = _lines()
+    line = bytearray(lines[number - 1])
+    index = len(line) // 2
+    line[index] = ord("X") if line[index] != ord("X") else ord("Y")
+    lines[number - 1] = bytes(line)
+    path = tmp_path / "edited.jsonl"
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(LogIntegrityError) as info:
+        read_log(path)
+    assert info.value.line == number
+    assert str(info.value).startswith(f"{path}: line {number}: the hash chain is broken here")
+
+
+def test_a_consistently_edited_tool_result_is_detected(tmp_path: Path) -> None:
+    path = tmp_path / "edited.jsonl"
+    path.write_bytes(fixture("tool_calls").replace(b'"content":"42"', b'"content":"43"'))
+    with pytest.raises(LogIntegrityError, match="line 11: the hash chain is broken"):
+        read_log(path)
+    # Format 1 held it twice; edited in both places, the file reads (format 1 has
+    # no chain: only replay could tell, by running the tool again).
+    path.write_bytes(fixture("tool_calls", 1).replace(b'"content":"42"', b'"content":"43"'))
+    assert read_log(path)[9].message.content == "43"
+
+
+@pytest.mark.parametrize(
+    ("edit", "number"),
+    [
+        (lambda lines: lines[:5] + lines[6:], 6),  # a line deleted
+        (lambda lines: [*lines[:5], lines[6], lines[5], *lines[7:]], 6),  # two swapped
+        (lambda lines: [*lines, lines[3]], 24),  # a line appended again
+        (lambda lines: [*lines, _lines("plain_answer")[4]], 24),  # another log's line
+        (lambda lines: [*lines[:4], lines[4], *lines[4:]], 6),  # a line repeated
+        (lambda lines: [lines[0].replace(b"0.1.0", b"0.1.1"), *lines[1:]], 1),  # the header
+        (lambda lines: [*lines[:-1], lines[-1].replace(b'"#":"', b'"#":"0', 1)], 23),
+    ],
+    ids=["deleted", "swapped", "appended-again", "appended-other", "repeated", "header", "link"],
+)
+def test_deleted_reordered_and_appended_lines_break_the_chain(
+    tmp_path: Path, edit: Any, number: int
+) -> None:
+    path = tmp_path / "edited.jsonl"
+    path.write_bytes(b"".join(edit(_lines())))
+    with pytest.raises(LogIntegrityError) as info:
+        read_log(path)
+    assert info.value.line == number
+
+
+def test_a_line_without_a_link_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "unlinked.jsonl"
+    lines = _lines("plain_answer")
+    path.write_bytes(b"".join([*lines[:3], b'{"type":"step.end","sequence":3}\n']))
+    with pytest.raises(LogIntegrityError, match=r"line 4: has no hash chain link"):
+        read_log(path)
+    path.write_bytes(b'{"format":"agentloop-log","version":2}\n')
+    with pytest.raises(LogIntegrityError, match=r"line 1: has no hash chain link"):
+        read_log(path)
+
+
+def test_a_cut_at_the_end_reads_as_a_crash_would_leave_it(tmp_path: Path) -> None:
+    # The chain cannot tell a cut from a crash; replay finds the run unfinished.
+    path = tmp_path / "cut.jsonl"
+    path.write_bytes(b"".join(_lines()[:-2]))
+    events = read_log(path)
+    assert events == TOOL_CALLS_EVENTS[:-2]
+
+
+# --------------------------------------------------------------------------- one session per file
+
+
+def test_two_logs_joined_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "joined.jsonl"
+    path.write_bytes(fixture("plain_answer") + fixture("tool_calls"))
+    with pytest.raises(LogFormatError, match="line 13: a second log header: the file holds two"):
+        read_log(path)
+    path.write_bytes(fixture("plain_answer", 1) + fixture("tool_calls", 1))
+    with pytest.raises(LogFormatError, match="line 13: a second log header"):
+        read_log(path)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_second_session_start_is_refused(tmp_path: Path, version: int) -> None:
+    path = tmp_path / "two.jsonl"
+    if version == 1:
+        lines = fixture("plain_answer", 1).splitlines(keepends=True)
+        path.write_bytes(b"".join([*lines, *lines[1:]]))
+    else:
+        path.write_bytes(relinked(fixture("plain_answer"), lambda b: [*b, *b[1:]]))
+    with pytest.raises(LogFormatError) as info:
+        read_log(path)
+    assert str(info.value) == (
+        f"{path}: line 13: a second session.start: the file holds two sessions (one file "
+        "records one session)"
+    )
+    assert type(info.value) is LogFormatError
+
+
 # --------------------------------------------------------------------------- LogWriter
 
 
@@ -104,13 +391,18 @@ def _run(writer: LogWriter) -> None:
             loop.send(ModelResponse(request.id, "r1", (TextBlock("hello"),), "stop", at=6.0))
     finally:
         unsubscribe()
-    return None
+
+
+def _header_of(path: Path) -> dict[str, Any]:
+    header: dict[str, Any] = json.loads(path.read_bytes().partition(b"\n")[0])
+    assert re.fullmatch("[0-9a-f]{16}", header.pop("#"))
+    return header
 
 
 def test_log_writer_as_subscriber_and_context_manager(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     with LogWriter(path) as writer:
-        assert json.loads(path.read_bytes()) == HEADER  # the header is there at once
+        assert _header_of(path) == HEADER  # the header is there at once
         _run(writer)
         assert writer.next_sequence == len(read_log(path))  # flushed per event
     assert writer.closed
@@ -134,11 +426,13 @@ def test_log_writer_flushes_every_event(tmp_path: Path) -> None:
 
 def test_log_writer_appends_to_an_existing_log(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
-    write_log(path, [StepEndEvent(sequence=0, step=1)])
+    write_log(path, TOOL_CALLS_EVENTS[:9])  # up to a tool call: the context carries over
     with LogWriter(path) as writer:
-        assert writer.next_sequence == 1
-        writer.write(StepEndEvent(sequence=1, step=1))
-    assert [e.sequence for e in read_log(path)] == [0, 1]
+        assert writer.next_sequence == 9
+        assert "next_sequence=9" in repr(writer)
+        for event in TOOL_CALLS_EVENTS[9:]:
+            writer.write(event)
+    assert path.read_bytes() == fixture("tool_calls")
     assert path.read_bytes().count(b'"format"') == 1
 
 
@@ -163,13 +457,41 @@ def test_log_writer_refuses_a_torn_or_foreign_file(tmp_path: Path) -> None:
     write_log(torn, [StepEndEvent(sequence=0, step=1)])
     with torn.open("ab") as file:
         file.write(b'{"type":"step.e')
-    with pytest.raises(TornLogError):
+    with pytest.raises(TornLogError) as info:
         LogWriter(torn)
+    assert info.value.events == [StepEndEvent(sequence=0, step=1)]
     foreign = tmp_path / "notes.txt"
     foreign.write_text("shopping list\n")
     with pytest.raises(LogFormatError):
         LogWriter(foreign)
     assert foreign.read_text() == "shopping list\n"
+
+
+def test_log_writer_does_not_guess_when_a_torn_log_changes_while_it_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from replay import _log
+
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(fixture("plain_answer")[:-5])
+    # Another process completes the file between LogWriter's two reads.
+    monkeypatch.setattr(_log, "read_log", lambda path: [])
+    with pytest.raises(LogFormatError, match="the log changed while LogWriter was opening it"):
+        LogWriter(torn)
+
+
+def test_log_writer_does_not_append_to_format_1(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    path.write_bytes(fixture("waiting_on_tool", 1))
+    with pytest.raises(
+        ValueError, match=re.escape("a format-1 log; LogWriter appends to format 2")
+    ):
+        LogWriter(path)
+    assert path.read_bytes() == fixture("waiting_on_tool", 1)
+    # The recipe the message gives: the same events, as format 2.
+    write_log(path, read_log(path))
+    with LogWriter(path) as writer:
+        assert writer.next_sequence == len(read_log(FIXTURES / "waiting_on_tool.jsonl"))
 
 
 def test_log_writer_follow_writes_the_backlog_then_subscribes(tmp_path: Path) -> None:
@@ -182,20 +504,43 @@ def test_log_writer_follow_writes_the_backlog_then_subscribes(tmp_path: Path) ->
         with pytest.raises(StopIteration):
             loop.send(ModelResponse(request.id, "r1", (TextBlock("ok"),), "stop"))
         unsubscribe()
-    assert [encode_event(e) for e in read_log(path)] == [encode_event(e) for e in loop.log]
+    assert _encoded(read_log(path)) == _encoded(loop.log)
+
+
+def _started(text: str) -> Any:
+    loop = agent_loop([UserMessage("u1", text)], tools=[], started_at=1.0)
+    next(loop)
+    return loop
+
+
+def test_follow_refuses_to_splice_another_run_onto_a_file(tmp_path: Path) -> None:
+    # Defect 17: a second run followed onto an existing file.
+    path = tmp_path / "run.jsonl"
+    with LogWriter(path) as writer:
+        writer.follow(_started("first").log)
+    before = path.read_bytes()
+    for other in (_started("second"), agent_loop([UserMessage("u1", "x")], tools=[])):
+        with (
+            LogWriter(path) as writer,
+            pytest.raises(ValueError, match="the log to follow is not the run this file records"),
+        ):
+            writer.follow(other.log)
+        assert path.read_bytes() == before
+    # The same run, resumed from the file: followed, nothing written twice.
+    from replay import resume
+
+    loop, _ = resume(read_log(path))
+    with LogWriter(path) as writer:
+        writer.follow(loop.log)
+    assert path.read_bytes() == before
 
 
 # --------------------------------------------------------------------------- torn lines
 
 
-def _fixture_bytes(name: str = "tool_calls") -> bytes:
-    return (FIXTURES / f"{name}.jsonl").read_bytes()
-
-
 def test_every_cut_of_the_last_line_is_reported_as_torn(tmp_path: Path) -> None:
-    data = _fixture_bytes()
-    lines = data.splitlines(keepends=True)
-    intact = read_log(FIXTURES / "tool_calls.jsonl")[:-1]
+    lines = _lines()
+    intact = TOOL_CALLS_EVENTS[:-1]
     last = lines[-1]
     path = tmp_path / "torn.jsonl"
     for cut in range(1, len(last)):  # every partial write, including a missing "\n"
@@ -205,13 +550,14 @@ def test_every_cut_of_the_last_line_is_reported_as_torn(tmp_path: Path) -> None:
         error = info.value
         assert error.events == intact
         assert error.line == len(lines)
-        assert "torn" in str(error) or "no final newline" in str(error)
+        expected = "has no final newline" if cut == len(last) - 1 else "is torn"
+        assert f"line {len(lines)} {expected}" in str(error)
         assert str(path) in str(error)
 
 
 def test_torn_log_recovery_is_explicit(tmp_path: Path) -> None:
     path = tmp_path / "torn.jsonl"
-    path.write_bytes(_fixture_bytes()[:-40])
+    path.write_bytes(fixture("tool_calls")[:-40])
     with pytest.raises(TornLogError) as info:
         read_log(path)
     write_log(path, info.value.events)
@@ -220,8 +566,20 @@ def test_torn_log_recovery_is_explicit(tmp_path: Path) -> None:
 
 def test_garbage_after_a_crash_is_torn_not_data(tmp_path: Path) -> None:
     path = tmp_path / "torn.jsonl"
-    path.write_bytes(_fixture_bytes() + b"\x00\x00\x00")
+    path.write_bytes(fixture("tool_calls") + b"\x00\x00\x00")
     with pytest.raises(TornLogError):
+        read_log(path)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_torn_format_1_or_2_line(tmp_path: Path, version: int) -> None:
+    path = tmp_path / "torn.jsonl"
+    data = fixture("plain_answer", version)
+    path.write_bytes(data[:-1])
+    with pytest.raises(TornLogError, match="line 12 has no final newline"):
+        read_log(path)
+    path.write_bytes(data[:-9])
+    with pytest.raises(TornLogError, match="line 12 is torn"):
         read_log(path)
 
 
@@ -229,10 +587,12 @@ def test_garbage_after_a_crash_is_torn_not_data(tmp_path: Path) -> None:
 
 
 def _header(**fields: object) -> bytes:
-    return json.dumps({**HEADER, **fields}).encode() + b"\n"
+    """A header line, linked."""
+    body = json.dumps({**HEADER, **fields}, separators=(",", ":")).encode()[:-1]
+    return chain([body])
 
 
-BODY = b"".join(_fixture_bytes("plain_answer").splitlines(keepends=True)[1:])
+BODY = b"".join(_lines("plain_answer")[1:])
 
 
 @pytest.mark.parametrize(
@@ -244,6 +604,8 @@ BODY = b"".join(_fixture_bytes("plain_answer").splitlines(keepends=True)[1:])
         (b"hello world\n", LogFormatError, "not an agentloop log"),
         (b'{"format":"agentloop-log"', LogFormatError, "header line is incomplete"),
         (b"[1, 2, 3]\n", LogFormatError, "not an agentloop log"),
+        (b"{" * 70_000 + b"\n", LogFormatError, "not an agentloop log"),
+        (b"x" * 70_000, LogFormatError, "not an agentloop log"),
         # another format
         (_header(format="vcr-cassette") + BODY, LogFormatError, "not an agentloop log"),
         # versions
@@ -251,12 +613,10 @@ BODY = b"".join(_fixture_bytes("plain_answer").splitlines(keepends=True)[1:])
         (_header(version=99, library="9.9.9") + BODY, LogVersionError, "agentloop 9.9.9"),
         (_header(version=0) + BODY, LogVersionError, "invalid log format version"),
         (_header(version="1") + BODY, LogVersionError, "invalid log format version"),
-        # bad lines in the middle
-        (_header() + b"not json\n" + BODY, LogFormatError, "line 2: not a valid"),
-        (_header() + BODY + b"\n", LogFormatError, "line 13: an empty line"),
-        (_header() + b'{"type":"no.such","sequence":0}\n', LogFormatError, "line 2"),
-        (_header() + b'{"type":"step.end"}\n', LogFormatError, "line 2"),
-        (_header() + b"\xff\xfe\n", LogFormatError, "line 2"),
+        (_header(version=True) + BODY, LogVersionError, "invalid log format version"),
+        # another header, another chain
+        (_header(library="0.0.9") + BODY, LogIntegrityError, "line 2: the hash chain is"),
+        (fixture("plain_answer") + b"\n", LogFormatError, "line 13: an empty line"),
     ],
 )
 def test_bad_files_fail_closed(
@@ -269,6 +629,26 @@ def test_bad_files_fail_closed(
     assert info.type is error
     assert isinstance(info.value, LogError)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        (b"not json", r"line 4: not a valid agentloop event \(JSON is malformed"),
+        (b'{"type":"no.such","sequence":3', "line 4: not a valid agentloop event"),
+        (b'{"type":"step.end"', "line 4: not a valid agentloop event"),
+        (b"\xff\xfe", "line 4: not a valid agentloop event"),
+        (b'{"type":"plan.commit","sequence":3,"=":"message"', "line 4: its message refers to"),
+    ],
+)
+def test_bad_lines_behind_a_valid_chain_name_their_line(
+    tmp_path: Path, line: bytes, match: str
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(relinked(fixture("plain_answer"), lambda b: [*b[:3], line, *b[3:]]))
+    with pytest.raises(LogFormatError, match=match) as info:
+        read_log(path)
+    assert info.value.line == 4
 
 
 def test_future_version_error_carries_the_version(tmp_path: Path) -> None:
@@ -288,48 +668,101 @@ def test_missing_file_is_an_os_error(tmp_path: Path) -> None:
 def test_tool_result_values_survive(tmp_path: Path) -> None:
     # Sanity: a reply's exact floats and strings come back (no float formatting loss).
     path = tmp_path / "r.jsonl"
-    event = read_log(FIXTURES / "tool_calls.jsonl")[11]
+    event = TOOL_CALLS_EVENTS[11]
     assert isinstance(getattr(event, "reply", None), ToolResult)
     write_log(path, [event])
     assert read_log(path) == [event]
 
 
+# --------------------------------------------------------------------------- bounded lines
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_dev_zero_is_refused_at_once() -> None:
+    # Defect 16: the first 64 KiB hold no line end, so it is no log.
+    with pytest.raises(LogFormatError) as info:
+        read_log("/dev/zero")
+    assert str(info.value).startswith("/dev/zero: not an agentloop log")
+
+
+def test_control_bytes_in_a_long_line_stop_the_reader(tmp_path: Path) -> None:
+    path = tmp_path / "zeros.jsonl"
+    path.write_bytes(_lines("plain_answer")[0] + b"\x00" * (3 * 1024 * 1024))
+    with pytest.raises(LogFormatError, match="line 2: holds control bytes that no log line holds"):
+        read_log(path)
+
+
+def test_lines_longer_than_the_limit_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(_lines("plain_answer")[0] + b"a" * (2 * 1024 * 1024 + 5) + b"\n")
+    with pytest.raises(LogFormatError, match=r"line 2: longer than 1,048,576 bytes"):
+        read_log(path, max_line_bytes=1024 * 1024)
+    data = fixture("plain_answer")
+    longest = max(len(line) for line in data.splitlines(keepends=True))
+    path.write_bytes(data)
+    for limit in (50, longest - 1):
+        with pytest.raises(LogFormatError, match=f"longer than {limit} bytes"):
+            read_log(path, max_line_bytes=limit)
+    assert read_log(path, max_line_bytes=longest) == read_log(FIXTURES / "plain_answer.jsonl")
+    # A long line at the end, with no line end: over the limit all the same.
+    path.write_bytes(_lines("plain_answer")[0] + b"a" * (2 * 1024 * 1024 + 5))
+    with pytest.raises(LogFormatError, match="longer than"):
+        read_log(path, max_line_bytes=2 * 1024 * 1024)
+    # Under the limit, it is torn.
+    with pytest.raises(TornLogError, match="line 2 is torn"):
+        read_log(path)
+
+
+def test_a_long_valid_line_reads(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    text = "x" * (3 * 1024 * 1024)
+    events = _session(
+        ToolCallEvent(sequence=0, call=CALL),
+        ToolResultEvent(
+            sequence=0,
+            message=msgspec.structs.replace(RESULT_MESSAGE, content=text),
+            reply=ToolResult("c1", text),
+        ),
+    )
+    write_log(path, events)
+    assert read_log(path) == events
+    assert path.stat().st_size < len(text) + 1000  # stored once
+
+
 # --------------------------------------------------------------------------- canonical lines
 
-
-def _with_line(number: int, transform: Any, name: str = "plain_answer") -> bytes:
-    """The fixture with its line ``number`` (1-based) passed through ``transform``."""
-    lines = _fixture_bytes(name).split(b"\n")
-    lines[number - 1] = transform(lines[number - 1])
-    return b"\n".join(lines)
+STEP_START = b'{"type":"step.start","sequence":2,"at":1000.0,"step":1,"request_id":"request-001"'
 
 
-STEP_START = b'{"type":"step.start","sequence":2,"at":1000.0,"step":1,"request_id":"request-001"}'
-
-
+@pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize(
-    ("line", "column"),
+    ("line", "message"),
     [
-        # an unknown field (msgspec ignores it when decoding)
-        (STEP_START[:-1] + b',"injected":"rm -rf /"}', 82),
         # a duplicate key (the last one wins when decoding)
-        (STEP_START.replace(b'"sequence"', b'"request_id":"EVIL","sequence"'), 23),
+        (
+            STEP_START.replace(b'"sequence"', b'"request_id":"EVIL","sequence"'),
+            "not in canonical form (at column 23: ",
+        ),
         # whitespace, before, inside or after
-        (STEP_START + b" ", 83),
-        (b" " + STEP_START, 1),
-        (STEP_START.replace(b'"step":1', b'"step": 1'), 54),
+        (STEP_START + b" ", "not in canonical form (at column 82: "),
+        (b" " + STEP_START, "not in canonical form (at column 1: "),
+        (STEP_START.replace(b'"step":1', b'"step": 1'), "not in canonical form (at column 54: "),
         # the same values, spelled otherwise
-        (STEP_START.replace(b"1000.0", b"1000.00"), 46),
-        (STEP_START.replace(b"1000.0", b"1e3"), 41),
-        (STEP_START.replace(b"request-001", b"\\u0072equest-001"), 70),
+        (STEP_START.replace(b"1000.0", b"1000.00"), "not in canonical form (at column 46: "),
+        (STEP_START.replace(b"1000.0", b"1e3"), "not in canonical form (at column 41: "),
+        (
+            STEP_START.replace(b"request-001", b"\\u0072equest-001"),
+            "not in canonical form (at column 70: ",
+        ),
         # the same fields, in another order
         (
-            b'{"type":"step.start","at":1000.0,"sequence":2,"step":1,"request_id":"request-001"}',
-            23,
+            b'{"type":"step.start","at":1000.0,"sequence":2,"step":1,"request_id":"request-001"',
+            "not in canonical form (at column 23: ",
         ),
+        # a field the event does not have
+        (STEP_START + b',"injected":"rm -rf /"', "unknown field 'injected'"),
     ],
     ids=[
-        "unknown-field",
         "duplicate-key",
         "trailing-space",
         "leading-space",
@@ -338,38 +771,109 @@ STEP_START = b'{"type":"step.start","sequence":2,"at":1000.0,"step":1,"request_i
         "exponent",
         "escaped-char",
         "field-order",
+        "unknown-field",
     ],
 )
-def test_lines_not_in_canonical_form_are_refused(tmp_path: Path, line: bytes, column: int) -> None:
-    assert _fixture_bytes("plain_answer").split(b"\n")[3] == STEP_START
+def test_lines_not_in_canonical_form_are_refused(
+    tmp_path: Path, line: bytes, message: str, version: int
+) -> None:
     path = tmp_path / "edited.jsonl"
-    path.write_bytes(_with_line(4, lambda _: line))
+    if version == 1:
+        lines = fixture("plain_answer", 1).split(b"\n")
+        assert lines[3] == STEP_START + b"}"
+        lines[3] = line + b"}"
+        path.write_bytes(b"\n".join(lines))
+    else:
+        assert bodies(fixture("plain_answer"))[3] == STEP_START
+        path.write_bytes(relinked(fixture("plain_answer"), lambda b: [*b[:3], line, *b[4:]]))
     with pytest.raises(LogFormatError) as info:
         read_log(path)
     error = info.value
     assert type(error) is LogFormatError
     assert (error.path, error.line) == (str(path), 4)
-    message = str(error)
-    assert message.startswith(f"{path}: line 4: not in canonical form (at column {column}: ")
-    assert "where encode_event writes" in message and "\n" not in message
+    assert str(error).startswith(f"{path}: line 4: {message}")
+    assert "\n" not in str(error)
+    if "canonical" in message:
+        writer = "format 1 writes" if version == 1 else "this agentloop writes"
+        assert f"where {writer} " in str(error)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # defaults are left out in format 2: written, they are another spelling
+        (lambda b: b.replace(b'"max_steps":8', b'"max_steps":8,"budget":null'), '"budget":null'),
+        (lambda b: b.replace(b'"at":1000.0,"max', b'"at":1000.0,"step":0,"max'), '"step":0'),
+        # a field that follows from an earlier line, written out anyway
+        (
+            lambda b: b.replace(
+                b'"=":"final_text"', b'"final_text":"The capital of France is Paris."'
+            ),
+            '"final_text":"The',
+        ),
+        # a reference where there is nothing to refer to
+        (
+            lambda b: b.replace(b'"step":1,"status"', b'"step":1,"=":"message","status"'),
+            '"=":"message"',
+        ),
+        (
+            lambda b: b + b',"=":"message"' if b.startswith(b'{"type":"step.end"') else b,
+            '"=":"message"',
+        ),
+        # both: the field, and the reference to where it comes from
+        (
+            lambda b: b.replace(b'"=":"final_text"', b'"final_text":"Lyon","=":"final_text"'),
+            '"final_text":"Lyon"',
+        ),
+    ],
+)
+def test_format_2_lines_leave_out_what_they_may(tmp_path: Path, edit: Any, message: str) -> None:
+    path = tmp_path / "edited.jsonl"
+    path.write_bytes(relinked(fixture("plain_answer"), lambda b: [edit(x) for x in b]))
+    with pytest.raises(LogFormatError, match="not in canonical form") as info:
+        read_log(path)
+    assert message in str(info.value)
+
+
+def test_a_nested_unknown_field_is_named_with_who_wrote_the_log(tmp_path: Path) -> None:
+    def edit(parts: list[bytes]) -> list[bytes]:
+        parts[0] = parts[0].replace(b'"library":"0.1.0"', b'"library":"9.9.9"')
+        parts[7] = parts[7].replace(b'"output_tokens":9', b'"output_tokens":9,"cache_tokens":3')
+        return parts
+
+    path = tmp_path / "newer.jsonl"
+    path.write_bytes(relinked(fixture("plain_answer"), edit))
+    with pytest.raises(LogFormatError) as info:
+        read_log(path)
+    assert str(info.value) == (
+        f"{path}: line 8: unknown field 'reply.usage.cache_tokens'; the log was written by "
+        f"agentloop 9.9.9, this is agentloop {__version__}: a newer agentloop may write "
+        "fields or events this one does not know"
+    )
+    # An event type this agentloop does not know, likewise.
+    path.write_bytes(
+        relinked(
+            fixture("plain_answer"),
+            lambda b: [
+                b[0].replace(b"0.1.0", b"9.9.9"),
+                *b[1:8],
+                b'{"type":"message.queued","sequence":7',
+            ],
+        )
+    )
+    with pytest.raises(
+        LogFormatError, match=r"line 9: not a valid agentloop event .*agentloop 9\.9\.9"
+    ):
+        read_log(path)
 
 
 def test_the_canonical_difference_is_shown_around_where_it_is(tmp_path: Path) -> None:
     path = tmp_path / "edited.jsonl"
-    path.write_bytes(_with_line(4, lambda line: line[:-1] + b',"x":1}'))
+    path.write_bytes(relinked(fixture("plain_answer"), lambda b: [*b[:3], b" " + b[3], *b[4:]]))
     with pytest.raises(
         LogFormatError,
         match=re.escape(
-            """(at column 82: '…st_id":"request-001","x":1}' where encode_event writes """
-            """'…st_id":"request-001"}'; """
-        ),
-    ):
-        read_log(path)
-    path.write_bytes(_with_line(4, lambda line: b" " + line))
-    with pytest.raises(
-        LogFormatError,
-        match=re.escape(
-            """(at column 1: ' {"type":"step.start…' where encode_event writes """
+            """(at column 1: ' {"type":"step.start…' where this agentloop writes """
             """'{"type":"step.start"…'; """
         ),
     ):
@@ -377,13 +881,13 @@ def test_the_canonical_difference_is_shown_around_where_it_is(tmp_path: Path) ->
 
 
 def test_an_edited_line_holding_tagged_values_is_still_checked(tmp_path: Path) -> None:
-    # non_finite_arguments holds {"$float": ...} tags: msgspec's own encoding of
-    # the events differs from the file, so every line is checked by encode_event.
-    data = _fixture_bytes("non_finite_arguments")
+    data = fixture("non_finite_arguments")
     assert b'{"$float"' in data
     path = tmp_path / "edited.jsonl"
-    path.write_bytes(data.replace(b'{"$float":"nan"}', b'{"$float": "nan"}', 1))
-    with pytest.raises(LogFormatError, match="not in canonical form"):
+    path.write_bytes(
+        relinked(data, lambda b: [x.replace(b'{"$float":"nan"}', b'{"$float": "nan"}') for x in b])
+    )
+    with pytest.raises(LogFormatError, match="line 5: not in canonical form"):
         read_log(path)
 
 
@@ -393,22 +897,24 @@ def test_a_huge_integer_written_untagged_is_not_canonical(tmp_path: Path) -> Non
     path = tmp_path / "big.jsonl"
     big = b'"arguments":{"a":2' + b"0" * 20 + b","
     path.write_bytes(
-        _with_line(8, lambda line: line.replace(b'"arguments":{"a":20,', big), "tool_calls")
+        relinked(
+            fixture("tool_calls"),
+            lambda b: [*b[:7], b[7].replace(b'"arguments":{"a":20,', big), *b[8:]],
+        )
     )
     with pytest.raises(LogFormatError, match="line 8: not in canonical form") as info:
         read_log(path)
     assert '{"$int":"2' in str(info.value)
     # Tagged, as the log writes it, it reads (and is the value it was).
-    events = read_log(FIXTURES / "tool_calls.jsonl")
+    events = list(TOOL_CALLS_EVENTS)
     draft: Any = events[6]
-    assert draft.type == "plan.draft"
     call: Any = draft.reply.content[1]
     huge = msgspec.structs.replace(call, arguments={**call.arguments, "a": 2 * 10**20})
     content = (draft.reply.content[0], huge, *draft.reply.content[2:])
     events[6] = msgspec.structs.replace(
         draft, reply=msgspec.structs.replace(draft.reply, content=content)
     )
-    write_log(path, events)
+    write_log(path, events[:7])
     assert read_log(path)[6].reply.content[1].arguments["a"] == 2 * 10**20
 
 
@@ -416,7 +922,6 @@ def test_a_huge_integer_written_untagged_is_not_canonical(tmp_path: Path) -> Non
     "text", ["It costs $5.", "id 12345678901234567890", "$float", "$ 1234567890123456789"]
 )
 def test_dollars_and_long_digit_runs_in_canonical_logs_read(tmp_path: Path, text: str) -> None:
-    # What makes read_log check the events that may hold tags one by one.
     loop = agent_loop([UserMessage("u1", text)], tools=[], started_at=1.0)
     request = next(loop)
     with pytest.raises(StopIteration):
@@ -426,11 +931,12 @@ def test_dollars_and_long_digit_runs_in_canonical_logs_read(tmp_path: Path, text
     assert read_log(path) == list(loop.log)
 
 
-def test_crlf_line_ends_are_tolerated(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_crlf_line_ends_are_tolerated(tmp_path: Path, version: int) -> None:
     # As JSON Lines allows: e.g. a log committed to git and checked out with autocrlf.
     path = tmp_path / "crlf.jsonl"
     for name in ("tool_calls", "non_finite_arguments"):
-        data = _fixture_bytes(name)
+        data = fixture(name, version)
         path.write_bytes(data.replace(b"\n", b"\r\n"))
         assert read_log(path) == read_log(FIXTURES / f"{name}.jsonl")
     # Mixed, as after LogWriter appended to such a file.
@@ -443,14 +949,18 @@ def test_crlf_line_ends_are_tolerated(tmp_path: Path) -> None:
     [
         # a "\r" that is not part of a line end
         (
-            _with_line(3, lambda line: line + b"\r\r", "tool_calls"),
-            LogFormatError,
-            "line 3: not in",
+            b"".join(_lines()[:2]) + _lines()[2][:-1] + b"\r\r\n",
+            LogIntegrityError,
+            "line 3: has no hash chain link",
         ),
-        (_with_line(3, lambda line: line + b" \r", "tool_calls"), LogFormatError, "line 3: not in"),
+        (
+            b"".join(_lines()[:2]) + _lines()[2][:-1] + b" \r\n",
+            LogIntegrityError,
+            "line 3: has no hash chain link",
+        ),
         # a last line whose "\n" is missing is torn, "\r" or not
-        (_fixture_bytes()[:-1] + b"\r", TornLogError, "line 23 has no final newline"),
-        (_fixture_bytes()[:-1] + b"\r\n\r", TornLogError, "line 24 is torn"),
+        (fixture("tool_calls")[:-1] + b"\r", TornLogError, "line 23 has no final newline"),
+        (fixture("tool_calls")[:-1] + b"\r\n\r", TornLogError, "line 24 is torn"),
     ],
 )
 def test_other_carriage_returns_are_refused(
@@ -465,7 +975,7 @@ def test_other_carriage_returns_are_refused(
 
 @pytest.mark.parametrize(("where", "number"), [(2, 2), (5, 5), (12, 12)])
 def test_empty_lines_are_refused_by_number(tmp_path: Path, where: int, number: int) -> None:
-    lines = _fixture_bytes("plain_answer").split(b"\n")  # 12 lines, then ""
+    lines = fixture("plain_answer").split(b"\n")  # 12 lines, then ""
     lines.insert(where - 1, b"")
     path = tmp_path / "blank.jsonl"
     path.write_bytes(b"\n".join(lines))
@@ -481,27 +991,101 @@ def test_empty_lines_are_refused_by_number(tmp_path: Path, where: int, number: i
 # --------------------------------------------------------------------------- deep nesting
 
 
-def test_deeply_nested_json_is_a_format_error_naming_the_line(tmp_path: Path) -> None:
-    deep = b"[" * 3000 + b"]" * 3000
+@pytest.mark.parametrize("depth", [600, 3000, 100_000])
+def test_deeply_nested_json_is_a_format_error_naming_the_line(tmp_path: Path, depth: int) -> None:
+    # The same answer on every interpreter (msgspec's own limit is the C stack's).
+    deep = b"[" * depth + b"]" * depth
     path = tmp_path / "deep.jsonl"
     path.write_bytes(
-        _with_line(
-            8,
-            lambda line: line.replace(b'"arguments":{"a":20', b'"arguments":{"a":' + deep),
-            "tool_calls",
+        relinked(
+            fixture("tool_calls"),
+            lambda b: [x.replace(b'"arguments":{"a":20', b'"arguments":{"a":' + deep) for x in b],
         )
     )
     with pytest.raises(LogFormatError) as info:
         read_log(path)
-    assert str(info.value) == f"{path}: line 8: not a valid agentloop event (nested too deeply)"
-    assert info.value.line == 8
+    assert str(info.value) == (
+        f"{path}: line 6: not a valid agentloop event (nested more than 512 levels deep)"
+    )
+    assert info.value.line == 6
     # In the header: not an agentloop log.
     path.write_bytes(deep + b"\n" + BODY)
     with pytest.raises(LogFormatError, match="not an agentloop log"):
         read_log(path)
     # As a torn last line: torn, like any other.
-    path.write_bytes(_fixture_bytes() + b'{"type":"step.end","x":' + deep)
+    path.write_bytes(fixture("tool_calls") + b'{"type":"step.end","x":' + deep)
     with pytest.raises(TornLogError, match="line 24 is torn"):
+        read_log(path)
+
+
+def test_values_nested_up_to_the_limit_read_and_brackets_in_strings_do_not_count(
+    tmp_path: Path,
+) -> None:
+    deep: Any = 1
+    for _ in range(505):  # + event, reply, content, block, arguments: 510 levels
+        deep = [deep]
+    text = "[{" * 2000  # brackets in strings are text, not nesting
+    events = _session(
+        PlanDraftEvent(
+            sequence=0,
+            step=1,
+            reply=ModelResponse(
+                "request-001", "r1", (ToolCall("c1", text, {"a": deep}),), "tool_call"
+            ),
+        )
+    )
+    path = tmp_path / "deep.jsonl"
+    write_log(path, events)
+    assert _encoded(read_log(path)) == _encoded(events)
+
+
+def test_malformed_brackets_are_left_to_the_decoder(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    line = b'{"type":"step.end","sequence":3,"x":' + b"[}" * 600
+    path.write_bytes(relinked(fixture("plain_answer"), lambda b: [*b[:3], line]))
+    with pytest.raises(LogFormatError, match=r"line 4: not a valid agentloop event \(JSON is"):
+        read_log(path)
+
+
+# --------------------------------------------------------------------------- format 1
+
+
+def test_format_1_fields_are_frozen_and_new_fields_need_defaults() -> None:
+    # The evolution rule that makes format 1 readable forever: its fields stay (in
+    # their order), and every field added since has a default.
+    for cls, names in _V1_FIELDS.items():
+        fields = cls.__struct_fields__
+        assert [name for name in fields if name in names] == list(names), cls
+        for field in msgspec.structs.fields(cls):
+            if field.name not in names:
+                assert not field.required, f"{cls.__name__}.{field.name} needs a default"
+
+
+def test_a_format_1_line_is_checked_with_the_fields_format_1_had(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if session.start had gained request_sequence_start after format 1: a
+    # format-1 line without it reads (as the default), one with it is refused.
+    from replay import _log
+
+    fields = _V1_FIELDS[SessionStartEvent]
+    fields_v1: dict[Any, Any] = _log._V1_FIELDS
+    monkeypatch.setitem(
+        fields_v1,
+        SessionStartEvent,
+        tuple(f for f in fields if f != "request_sequence_start"),
+    )
+    path = tmp_path / "old.jsonl"
+    data = fixture("plain_answer", 1)
+    path.write_bytes(data.replace(b',"request_sequence_start":0', b""))
+    assert read_log(path) == read_log(FIXTURES / "plain_answer.jsonl")
+    path.write_bytes(data)
+    with pytest.raises(LogFormatError, match=r"line 2: not in canonical form .*request_seq"):
+        read_log(path)
+    # A Struct format 1 did not have.
+    monkeypatch.delitem(fields_v1, ToolSpec)
+    path.write_bytes(fixture("tool_calls", 1))
+    with pytest.raises(LogFormatError, match="line 2: ToolSpec is not part of log format 1"):
         read_log(path)
 
 
@@ -608,6 +1192,25 @@ def test_directory_fsync_is_best_effort(tmp_path: Path, monkeypatch: pytest.Monk
     _log._fsync_directory(str(tmp_path))
 
 
+def test_a_failed_write_leaves_the_chain_where_the_file_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "run.jsonl"
+    with LogWriter(path) as writer:
+        writer.write(StepEndEvent(sequence=0, step=1))
+        real = writer._write_line
+
+        def full_disk(line: bytes) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(writer, "_write_line", full_disk)
+        with pytest.raises(OSError, match="No space"):
+            writer.write(StepEndEvent(sequence=1, step=1))
+        monkeypatch.setattr(writer, "_write_line", real)
+        writer.write(StepEndEvent(sequence=1, step=1))
+    assert [e.sequence for e in read_log(path)] == [0, 1]
+
+
 # --------------------------------------------------------------------------- follow and close
 
 
@@ -637,3 +1240,39 @@ def test_follow_unsubscribe_is_idempotent_and_follow_needs_an_open_writer(tmp_pa
     unsubscribe()
     with pytest.raises(ValueError, match="LogWriter is closed"):
         writer.follow(loop.log)
+
+
+def test_link_helper_matches_the_files() -> None:
+    # tests/logfiles.py computes links from the format's description.
+    data = fixture("plain_answer")
+    assert chain(bodies(data)) == data
+    header = bodies(data)[0]
+    assert data.startswith(header + b',"#":"' + link(b"", header))
+
+
+def test_the_stored_form_of_an_event_keeps_every_other_field() -> None:
+    from replay._log import _without
+
+    # Field by field, defaults and default factories included: what a line that
+    # leaves one field out is read and written with.
+    stored = _without(ToolSpec, "name")
+    assert stored.__struct_fields__ == ("description", "parameters", "requires_approval")
+    assert msgspec.json.encode(stored()) == b'{"parameters":{"type":"object","properties":{}}}'
+    commit = _without(PlanCommitEvent, "message")
+    assert commit.__struct_fields__ == ("sequence", "at", "step")
+    assert msgspec.json.encode(commit(sequence=1)) == b'{"type":"plan.commit","sequence":1}'
+
+
+def test_messages_too_deep_to_compare_are_written_in_full() -> None:
+    from replay._log import _same_message
+
+    def deep() -> Any:
+        value: Any = 1
+        for _ in range(100_000):
+            value = [value]
+        return value
+
+    a = AssistantMessage("m", (ToolCall("c1", "add", {"a": deep()}),))
+    b = AssistantMessage("m", (ToolCall("c1", "add", {"a": deep()}),))
+    assert not _same_message(a, b)  # not compared: RecursionError, so not the same
+    assert _same_message(a, a)

@@ -491,6 +491,24 @@ def test_unreadable_cassette_fails_with_the_command_to_rerecord(tmp_path: Path) 
     assert "pytest --agentloop-record=all" in message
 
 
+def test_an_edited_cassette_fails_its_test(tmp_path: Path) -> None:
+    _cassette_at(tmp_path, "once").run(MESSAGES, model=_model(), tools=[add])
+    path = tmp_path / "session.jsonl"
+    data = path.read_bytes()
+    # A tool result edited by hand (it is stored once: in the reply).
+    assert data.count(b'"content":"3"') == 1
+    path.write_bytes(data.replace(b'"content":"3"', b'"content":"4"'))
+    with pytest.raises(pytest.fail.Exception) as info:
+        _cassette_at(tmp_path, "none").run(MESSAGES, model=None, tools=[add])
+    message = str(info.value)
+    assert message.startswith(
+        "agentloop: the cassette session.jsonl was edited after it was recorded (its hash "
+        "chain is broken at line "
+    )
+    assert "the hash chain is broken here" in message
+    assert "pytest --agentloop-record=all" in message
+
+
 def test_unfinished_cassette_fails(tmp_path: Path) -> None:
     _cassette_at(tmp_path, "once").run(MESSAGES, model=_model(), tools=[add])
     path = tmp_path / "session.jsonl"

@@ -310,7 +310,7 @@ SUMMARIES = {
     ),
     "session.pause, non-finite payload": (
         SessionPauseEvent(sequence=6, step=1, reason="approval", payload={"x": [math.nan]}),
-        "approval {'x': [nan]}",  # repr: JSON would have to lose the NaN
+        'approval {"x":[nan]}',  # JSON would have to lose the NaN
     ),
     "session.resume with a budget": (
         SessionResumeEvent(

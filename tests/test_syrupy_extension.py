@@ -264,7 +264,8 @@ def test_property_filters_are_refused() -> None:
 
 
 def test_snapshot_diff_in_a_test_run(pytester: pytest.Pytester) -> None:
-    source = FIXTURES / "tool_calls.jsonl"
+    # A format-1 log: it has no hash chain, so its bytes can be edited here.
+    source = FIXTURES / "v1" / "tool_calls.jsonl"
     log = pytester.path / "session.jsonl"
     log.write_bytes(source.read_bytes())
     pytester.makepyfile(

@@ -546,6 +546,12 @@ def format_agentloop(data: Mapping[str, Any]) -> list[str]:
             f"{s5['roundtrip_events_per_s']:,.0f} events/s; {s5['bytes_per_step']:,.0f} bytes "
             f"per step ({s5['bytes_per_event']:,.0f} per event)"
         )
+        if "file_bytes_per_step" in s5:
+            say(
+                f"  S5 log file: {s5['file_bytes_per_step']:,.0f} bytes per step; read_log "
+                f"{s5['read_log_events_per_s']:,.0f} events/s, write_log "
+                f"{s5['write_log_events_per_s']:,.0f} events/s"
+            )
     extra = data.get("memory_extra")
     if extra and "checkpoints" in extra:
         marks = ", ".join(
@@ -623,6 +629,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=None, help="batches per measurement")
     parser.add_argument("--no-memory", action="store_true", help="skip the RSS measurements")
     parser.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
+    parser.add_argument(
+        "--big-log",
+        action="store_true",
+        help="also read a 100 MB log: peak memory against its size (big_log.py)",
+    )
 
 
 def run_suite(args: argparse.Namespace) -> int:
@@ -640,6 +651,13 @@ def run_suite(args: argparse.Namespace) -> int:
         progress=lambda text: print(text, file=sys.stderr, flush=True),
     )
     print(format_report(results, settings))
+    if getattr(args, "big_log", False):
+        script = Path(__file__).resolve().parent / "big_log.py"
+        mb = ["--mb", "5"] if args.quick else []
+        print()
+        done = subprocess.run([sys.executable, str(script), *mb], check=False)
+        if done.returncode != 0:
+            return 1
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 1 if any("error" in d for d in results if d["framework"] == "agentloop") else 0

@@ -219,6 +219,8 @@ def extras(settings: Settings) -> dict[str, Any]:
         jobs = steps_only_jobs()
         jobs["replay"] = Job(lambda: replay.replay(events))
         jobs["replay_file"] = Job(lambda: replay.replay(replay.read_log(path)))
+        jobs["read_log"] = Job(lambda: replay.read_log(path))
+        jobs["write_log"] = Job(lambda: replay.write_log(path, events))
         jobs["encode"] = Job(lambda: [encode(event) for event in events])
         jobs["decode"] = Job(lambda: [decode(data) for data in encoded])
         ns = measure_all(jobs, settings)
@@ -248,6 +250,11 @@ def extras(settings: Settings) -> dict[str, Any]:
             "bytes": size,
             "bytes_per_step": size / MEMORY_STEPS,
             "bytes_per_event": size / count,
+            # The log file as written (header, hash chain, content stored once).
+            "file_bytes": file_bytes,
+            "file_bytes_per_step": file_bytes / MEMORY_STEPS,
+            "read_log_events_per_s": count / ns["read_log"] * 1e9,
+            "write_log_events_per_s": count / ns["write_log"] * 1e9,
         },
     }
 

@@ -1,0 +1,26 @@
+"""Smoke test of ``bench/peers/big_log.py`` (the numbers are printed, never asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "peers" / "big_log.py"
+
+
+def test_the_big_log_bench_runs_and_reports() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--mb", "1", "--steps", "3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert set(results) == {"large", "small"}
+    for result in results.values():
+        assert result["format_version"] == 2
+        assert result["events"] > 0 and result["peak_over_file_size"] > 0
