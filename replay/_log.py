@@ -1040,6 +1040,12 @@ def write_log(path: StrPath, events: Iterable[Event]) -> None:
         ValueError: ``events`` hold a second ``session.start`` (one file, one
             session); ``path`` is left as it was.
     """
+    _write_lines(path, _lines(events))
+
+
+def _write_lines(path: StrPath, lines: Iterable[bytes]) -> None:
+    """Write ``lines`` (a whole log, line ends included) to ``path`` atomically, as
+    :func:`write_log` describes."""
     name = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(name))
     try:
@@ -1054,7 +1060,7 @@ def write_log(path: StrPath, events: Iterable[Event]) -> None:
         with os.fdopen(fd, "wb") as file:
             if mode is not None:
                 os.chmod(tmp, mode)
-            file.writelines(_lines(events))
+            file.writelines(lines)
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, name)

@@ -2,21 +2,29 @@
 
 Theory of operation
 -------------------
-A session is its log (DESIGN §2): the store keeps, per session, the events exactly
-as :func:`agentloop.encode_event` writes them, one row each, plus a little
-bookkeeping that makes the log easy to serve from several processes:
+A session is its log (DESIGN §2): the store keeps, per session, the lines of its
+log file, one row per event, plus a little bookkeeping that makes the log easy to
+serve from several processes:
 
 - ``sessions``: one row per session: ``status`` (``running``, ``paused``, or the
   finished run's status: ``completed``, ``cancelled``, ``max_steps``, ``failed``),
   ``steps``, ``next_sequence`` (how many events it holds), ``created``/``updated``
   (the store's clock), the *lease* (``lease_owner``, ``lease_expires``) and
-  ``config`` (the recorded ``session.start`` configuration, as JSON, for listings)
-  and ``log_format``: the log format version its events are encoded in (what a
-  log file's header says; the log format's migrations apply to stored events too).
-- ``events``: ``(session_id, sequence)`` → the event, exactly the JSON text
-  :func:`agentloop.encode_event` writes (stored as TEXT, so ``sqlite3 FILE "SELECT
-  event FROM events"`` reads it), and ``link``: an empty place per row for the
-  hash-chain link of log format v2.
+  ``config`` (the recorded ``session.start`` configuration, as JSON, for listings),
+  ``log_format``: the log format version its events are encoded in, and
+  ``log_header``: the header of its log (format 2; schema 2), whose link starts
+  the session's hash chain.
+- ``events``: ``(session_id, sequence)`` → ``event``, the event's line of the log
+  file without its link (format 2: defaults left out, ``"="`` for content stored
+  on an earlier line; a JSON object, stored as TEXT, so ``sqlite3 FILE "SELECT
+  event FROM events"`` reads it), and ``link``, the line's hash chain link. So a
+  stored session is tamper-evident like a file: reading it checks every link and
+  names the first row that was edited, removed or moved, and
+  :meth:`SQLiteStore.export` writes exactly the file :class:`replay.LogWriter`
+  would have written (the same links; ``python -m replay verify`` checks it).
+  Sessions stored in log format 1 (schema 1) are read by format 1's canonical
+  form (no links) and rewritten as format 2, in the same transaction, when they
+  are next appended to.
 - ``answers``: the answer (``Resume`` or ``Cancel``) recorded for a parked session,
   waiting for the next :func:`replay.run_durable`.
 - ``schema_version``: one row per schema version applied, so a store written by
@@ -60,9 +68,20 @@ from typing import Any, Final, Literal
 import msgspec
 
 import agentloop
-from agentloop import Cancel, Event, Resume, decode_event, encode_event
+from agentloop import Budget, Cancel, Event, Resume
 
-from ._log import LOG_FORMAT_VERSION
+from ._log import (
+    _LINK_KEY,
+    LOG_FORMAT_VERSION,
+    LogFormatError,
+    _Format2,
+    _header_body,
+    _link,
+    _read_v1,
+    _Where,
+    _write_lines,
+    write_log,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -122,10 +141,14 @@ _SCHEMA_1: Final = (
     ) WITHOUT ROWID""",
 )
 
+# Schema 2 (log format 2): a session's log header, where its hash chain starts
+# (NULL for the sessions stored in format 1, until they are next appended to).
+_SCHEMA_2: Final = ("ALTER TABLE sessions ADD COLUMN log_header TEXT",)
+
 Migration = Sequence[str] | Callable[[sqlite3.Connection], None]
 
 #: The migrations, in order; ``len(MIGRATIONS)`` is :data:`SCHEMA_VERSION`.
-MIGRATIONS: Final[list[Migration]] = [_SCHEMA_1]
+MIGRATIONS: Final[list[Migration]] = [_SCHEMA_1, _SCHEMA_2]
 #: The schema version this library writes (and the newest it opens).
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -245,7 +268,10 @@ def _session_config(start: Event) -> dict[str, Any]:
     return {
         "system": start.system,
         "max_steps": start.max_steps,
-        "budget": msgspec.to_builtins(start.budget),
+        # Every field, as listed before log format 2 left defaults out.
+        "budget": None
+        if start.budget is None
+        else {name: getattr(start.budget, name) for name in Budget.__struct_fields__},
         "tools": [spec.name for spec in start.tools],
         "request_sequence_start": start.request_sequence_start,
     }
@@ -350,6 +376,8 @@ class SQLiteStore:
         self._clock = clock
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
+        # Where the chains of recently read or written sessions end (see _continue).
+        self._chains: dict[str, tuple[int, _Format2]] = {}
         db = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
@@ -475,9 +503,11 @@ class SQLiteStore:
     def events(self, session_id: str) -> list[Event]:
         """The session's events, in order (what ``show DB --session ID`` reads).
 
-        Each stored event is checked: it decodes, it is what
-        :func:`agentloop.encode_event` writes for it, and its sequence number is its
-        row's. (The story is checked by :func:`replay.replay`, as for a file.)
+        Each stored event is checked as :func:`replay.read_log` checks a line: its
+        hash chain link, that it decodes, that it is byte for byte what the writer
+        writes for it (format 1's canonical form for a session stored in format 1),
+        and that its sequence number is its row's. (The story is checked by
+        :func:`replay.replay`, as for a file.)
 
         Raises:
             SessionNotFound: no such session.
@@ -491,40 +521,58 @@ class SQLiteStore:
         Raises:
             SessionNotFound, StoreError: as for :meth:`events`.
         """
+        info, events, _, _ = self._load(session_id)
+        return info, events
+
+    def _load(self, session_id: str) -> tuple[SessionInfo, list[Event], Any, list[Any]]:
+        """:meth:`load`, and the session's log header and rows as stored."""
         with self._read() as db:
             row = db.execute(
-                f"SELECT {_SESSION_COLUMNS}, log_format FROM sessions WHERE id = ?",
+                f"SELECT {_SESSION_COLUMNS}, log_format, log_header FROM sessions WHERE id = ?",
                 (session_id,),
             ).fetchone()
-            rows = db.execute(
-                "SELECT sequence, event FROM events WHERE session_id = ? ORDER BY sequence",
-                (session_id,),
-            ).fetchall()
+            rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
         if row is None:
             raise SessionNotFound(session_id)
-        if row[-1] > LOG_FORMAT_VERSION:
+        self._check_format(session_id, row[-2])
+        events, format2 = _read_rows(session_id, row[-2], row[-1], rows)
+        if format2 is not None:
+            self._remember(session_id, len(events), format2)
+        return _info(row), events, row[-1], rows
+
+    def _check_format(self, session_id: str, log_format: int) -> None:
+        if log_format > LOG_FORMAT_VERSION:
             raise StoreVersionError(
                 f"{self.path}: session {session_id!r} is stored in log format version "
-                f"{row[-1]}, newer than this agentloop ({agentloop.__version__}) reads (up "
-                f"to {LOG_FORMAT_VERSION}); upgrade agentloop",
-                version=row[-1],
+                f"{log_format}, newer than this agentloop ({agentloop.__version__}) reads "
+                f"(up to {LOG_FORMAT_VERSION}); upgrade agentloop",
+                version=log_format,
             )
-        events = [
-            _decode_row(session_id, position, sequence, data)
-            for position, (sequence, data) in enumerate(rows)
-        ]
-        return _info(row), events
 
     def export(self, session_id: str, path: StrPath) -> int:
-        """Write the session's log to a JSONL log file (:func:`replay.write_log`).
+        """Write the session's log to a JSONL log file, atomically (as
+        :func:`replay.write_log` does).
+
+        The file holds the stored lines and links as they are (checked first): the
+        log file :class:`replay.LogWriter` would have written for the run, which
+        ``python -m replay verify`` verifies. A session still stored in log
+        format 1 is written in format 2.
 
         Returns:
             How many events were written.
-        """
-        from ._log import write_log
 
-        events = self.events(session_id)
-        write_log(path, events)
+        Raises:
+            SessionNotFound, StoreError: as for :meth:`events`.
+        """
+        _, events, header, rows = self._load(session_id)
+        if header is None:  # format 1: no chain to copy
+            write_log(path, events)
+        else:
+            start = _start(header).link.decode()
+            _write_lines(
+                path,
+                [_file_line(header, start), *(_file_line(row[1], row[2]) for row in rows)],
+            )
         return len(events)
 
     def answer_for(self, session_id: str) -> Resume | Cancel | None:
@@ -574,9 +622,11 @@ class SQLiteStore:
                 unknown status).
         """
         _check_status(status)
-        rows = _encode_rows(session_id, 0, events)
-        if not rows:
+        if not events:
             raise ValueError(f"session {session_id!r}: a new session needs its first events")
+        header = (_header_body() + b"}").decode()
+        format2 = _start(header)
+        rows = _stored_rows(session_id, 0, events, format2)
         config = msgspec.json.encode(_session_config(events[0])).decode()
         now = self.now()
         expires = None if owner is None else now + lease_seconds
@@ -588,8 +638,8 @@ class SQLiteStore:
                 raise StoreConflict(session_id, 0, found[0], " (it was created by another writer)")
             db.execute(
                 "INSERT INTO sessions (id, status, steps, next_sequence, created, updated, "
-                "lease_owner, lease_expires, config, log_format) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "lease_owner, lease_expires, config, log_format, log_header) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     session_id,
                     status,
@@ -601,12 +651,12 @@ class SQLiteStore:
                     expires,
                     config,
                     LOG_FORMAT_VERSION,
+                    header,
                 ),
             )
-            db.executemany(
-                "INSERT INTO events (session_id, sequence, event) VALUES (?, ?, ?)", rows
-            )
+            db.executemany(_INSERT_ROWS, rows)
         self.commits += 1
+        self._remember(session_id, len(rows), format2)
 
     def append(
         self,
@@ -642,7 +692,7 @@ class SQLiteStore:
                 unknown status.
         """
         _check_status(status)
-        rows = _encode_rows(session_id, expected, events)
+        _check_batch(session_id, expected, events)
         now = self.now()
         lease = None if owner is None else now + lease_seconds
         with self._write() as db:
@@ -653,7 +703,7 @@ class SQLiteStore:
                 "lease_expires = coalesce(?, lease_expires) "
                 "WHERE id = ? AND next_sequence = ? AND (? IS NULL OR lease_owner = ?)",
                 (
-                    expected + len(rows),
+                    expected + len(events),
                     status,
                     steps,
                     now,
@@ -671,12 +721,61 @@ class SQLiteStore:
                 if actual != expected:
                     raise StoreConflict(session_id, expected, actual)
                 raise _lease_lost(session_id, str(owner), holder, expires)
-            db.executemany(
-                "INSERT INTO events (session_id, sequence, event) VALUES (?, ?, ?)", rows
-            )
+            format2 = self._continue(db, session_id, expected)
+            db.executemany(_INSERT_ROWS, _stored_rows(session_id, expected, events, format2))
             if consume_answer:
                 db.execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
         self.commits += 1
+        self._remember(session_id, expected + len(events), format2)
+
+    # ------------------------------------------------------------------ the chain
+
+    def _remember(self, session_id: str, count: int, format2: _Format2) -> None:
+        """Keep where the session's chain ends after ``count`` events (for the next
+        append: the durable runner reads a session, then appends to it)."""
+        with self._lock:
+            chains = self._chains
+            chains.pop(session_id, None)
+            chains[session_id] = (count, format2)
+            if len(chains) > _CHAINS_KEPT:
+                del chains[next(iter(chains))]  # the least recently used
+
+    def _continue(self, db: sqlite3.Connection, session_id: str, count: int) -> _Format2:
+        """The state that the session's next line continues, its ``count`` events
+        stored (in the open write transaction).
+
+        The remembered state serves when the stored link of event ``count - 1`` is
+        its link (the chain then vouches for every row before). Otherwise the rows
+        are read and checked; a session stored in format 1 is rewritten as format 2
+        (the same events) in this transaction.
+        """
+        remembered = self._chains.get(session_id)
+        if remembered is not None and remembered[0] == count:
+            found = db.execute(
+                "SELECT link FROM events WHERE session_id = ? AND sequence = ?",
+                (session_id, count - 1),
+            ).fetchone()
+            if found is not None and found[0] == remembered[1].link.decode():
+                return remembered[1].copy()
+        log_format, header = _row(db, session_id, "log_format, log_header")
+        self._check_format(session_id, log_format)
+        rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+        events, format2 = _read_rows(session_id, log_format, header, rows)
+        if format2 is None:
+            header = (_header_body() + b"}").decode()
+            format2 = _start(header)
+            db.executemany(
+                "UPDATE events SET event = ?, link = ? WHERE session_id = ? AND sequence = ?",
+                [
+                    (event, link, session_id, sequence)
+                    for _, sequence, event, link in _stored_rows(session_id, 0, events, format2)
+                ],
+            )
+            db.execute(
+                "UPDATE sessions SET log_format = ?, log_header = ? WHERE id = ?",
+                (LOG_FORMAT_VERSION, header, session_id),
+            )
+        return format2
 
     def acquire(self, session_id: str, owner: str, lease_seconds: float) -> SessionInfo:
         """Lease the session to ``owner`` for ``lease_seconds`` (or renew its lease).
@@ -861,32 +960,87 @@ def _lease_lost(
     )
 
 
-def _encode_rows(
-    session_id: str, start: int, events: Sequence[Event]
-) -> list[tuple[str, int, str]]:
-    rows = []
+# --------------------------------------------------------------------------- stored lines
+
+_SELECT_ROWS: Final = (
+    "SELECT sequence, event, link FROM events WHERE session_id = ? ORDER BY sequence"
+)
+_INSERT_ROWS: Final = "INSERT INTO events (session_id, sequence, event, link) VALUES (?, ?, ?, ?)"
+# Sessions whose chain's end a store object remembers (each: a link and three events).
+_CHAINS_KEPT: Final = 256
+
+
+def _start(header: str) -> _Format2:
+    """The format-2 state before a session's first event: its header's link."""
+    return _Format2(_link(b"", header.encode()[:-1]))
+
+
+def _file_line(text: str, link: str) -> bytes:
+    """A stored line (a JSON object without its link member) as the log file has it."""
+    return text.encode()[:-1] + _LINK_KEY + link.encode() + b'"}\n'
+
+
+def _check_batch(session_id: str, start: int, events: Sequence[Event]) -> None:
     for offset, event in enumerate(events):
         if event.sequence != start + offset:
             raise ValueError(
                 f"session {session_id!r}: event {event.type} has sequence {event.sequence}, "
                 f"expected {start + offset} (a batch continues the session, in order)"
             )
-        rows.append((session_id, event.sequence, encode_event(event).decode()))
+
+
+def _stored_rows(
+    session_id: str, start: int, events: Sequence[Event], format2: _Format2
+) -> list[tuple[str, int, str, str]]:
+    """The rows of ``events`` (the session continues at ``start``), each the event's
+    log line without its link, and the link; advances ``format2``."""
+    _check_batch(session_id, start, events)
+    end = -len(_LINK_KEY) - 19  # ,"#":"<16 hex digits>"}\n
+    rows = []
+    for event in events:
+        text = format2.line(event)[:end] + b"}"
+        rows.append((session_id, event.sequence, text.decode(), format2.link.decode()))
     return rows
 
 
-def _decode_row(session_id: str, position: int, sequence: int, data: str) -> Event:
-    where = f"session {session_id!r}, event #{sequence}"
-    if sequence != position:
-        raise StoreError(f"{where}: the stored events have a gap (expected #{position})")
-    if type(data) is not str:
-        raise StoreError(f"{where}: the stored event is not text ({type(data).__name__})")
-    try:
-        event = decode_event(data)
-    except (msgspec.DecodeError, ValueError) as exc:
-        raise StoreError(f"{where}: the stored event does not decode: {exc}") from None
-    if event.sequence != sequence:
-        raise StoreError(f"{where}: the stored event says sequence {event.sequence}")
-    if encode_event(event) != data.encode():
-        raise StoreError(f"{where}: the stored event is not in the canonical form")
-    return event
+class _RowWhere(_Where):
+    """Words a stored line's problem as the store does: the session and the event."""
+
+    __slots__ = ()
+
+    def text(self, problem: str) -> str:
+        return f"{self.path}, event #{self.number}: {problem}"
+
+
+def _read_rows(
+    session_id: str, log_format: int, header: Any, rows: Sequence[Any]
+) -> tuple[list[Event], _Format2 | None]:
+    """The events of a session's rows, each checked as :func:`replay.read_log`
+    checks a line of its format; and the format-2 state after the last (``None``
+    for format 1)."""
+    where = _RowWhere(f"session {session_id!r}")
+    format2: _Format2 | None = None
+    read: Callable[[bytes, int, _Where], Event] = _read_v1
+    if log_format != 1:
+        if type(header) is not str:
+            raise StoreError(f"session {session_id!r}: its log header is missing")
+        format2 = _start(header)
+        read = format2.read
+    events: list[Event] = []
+    for position, (sequence, data, link) in enumerate(rows):
+        where.number = sequence
+        if sequence != position:
+            raise StoreError(where.text(f"the stored events have a gap (expected #{position})"))
+        if type(data) is not str:
+            raise StoreError(where.text(f"the stored event is not text ({type(data).__name__})"))
+        line = data.encode()
+        if format2 is not None:
+            line = line[:-1] + _LINK_KEY + (link if type(link) is str else "").encode() + b'"}'
+        try:
+            event = read(line, len(line), where)
+        except LogFormatError as exc:
+            raise StoreError(str(exc)) from None
+        if event.sequence != sequence:
+            raise StoreError(where.text(f"the stored event says sequence {event.sequence}"))
+        events.append(event)
+    return events, format2

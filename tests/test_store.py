@@ -39,7 +39,9 @@ from replay import (
     StoreError,
     StoreVersionError,
 )
+from replay import __main__ as replay_cli
 from replay import _store as store_module
+from tests.logfiles import link
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_SCRIPT = ROOT / "fixtures" / "make_store_fixture.py"
@@ -85,14 +87,15 @@ def store(tmp_path: Path, clock: FakeClock) -> Iterator[SQLiteStore]:
 def test_a_new_store_has_the_schema_in_wal_mode(tmp_path):
     path = tmp_path / "new.db"
     with SQLiteStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 1
+        assert store.schema_version == SCHEMA_VERSION == 2
         assert store.sessions() == []
-        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 1>"
+        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 2>"
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert db.execute("PRAGMA application_id").fetchone() == (store_module.APPLICATION_ID,)
     assert db.execute("SELECT version, library FROM schema_version").fetchall() == [
-        (1, agentloop.__version__)
+        (1, agentloop.__version__),
+        (2, agentloop.__version__),
     ]
     db.close()
 
@@ -114,7 +117,7 @@ def test_reopening_keeps_everything(tmp_path, clock):
     with SQLiteStore(path, clock=clock) as store:
         store.create("s", events, status="completed", steps=1)
     with SQLiteStore(path) as store:
-        assert store.schema_version == 1
+        assert store.schema_version == 2
         assert store.events("s") == events
 
 
@@ -143,12 +146,12 @@ def test_a_store_of_a_newer_schema_is_refused(tmp_path):
     path = tmp_path / "future.db"
     SQLiteStore(path).close()
     db = sqlite3.connect(path)
-    db.execute("INSERT INTO schema_version VALUES (2, 0, '9.0')")
+    db.execute("INSERT INTO schema_version VALUES (3, 0, '9.0')")
     db.commit()
     db.close()
-    with pytest.raises(StoreVersionError, match="schema version 2 is newer") as caught:
+    with pytest.raises(StoreVersionError, match="schema version 3 is newer") as caught:
         SQLiteStore(path)
-    assert caught.value.version == 2
+    assert caught.value.version == 3
 
 
 def test_closed_store(tmp_path):
@@ -201,8 +204,9 @@ def test_the_fixture_script_writes_the_store_it_describes(fixture_script, tmp_pa
     monkeypatch.setattr(fixture_script, "HERE", tmp_path)
     assert fixture_script.main() == 0
     fresh, golden = tmp_path / "fresh.db", tmp_path / "golden.db"
-    fixture_script.restore((tmp_path / "store" / "schema-1.sql").read_text(), fresh)
-    fixture_script.restore((ROOT / "fixtures" / "store" / "schema-1.sql").read_text(), golden)
+    name = f"schema-{SCHEMA_VERSION}.sql"
+    fixture_script.restore((tmp_path / "store" / name).read_text(), fresh)
+    fixture_script.restore((ROOT / "fixtures" / "store" / name).read_text(), golden)
     with SQLiteStore(fresh) as a, SQLiteStore(golden) as b:
         assert a.sessions() == b.sessions()
         for info in a.sessions():
@@ -255,20 +259,20 @@ def check_golden_store(path: Path, script: ModuleType) -> None:
 
 
 def test_a_store_of_schema_1_is_migrated_by_a_later_schema(fixture_script, tmp_path, monkeypatch):
-    # A real step 2 (a column and an index), as a later release would add it: a
-    # store written by schema 1 is migrated when opened, keeps every row, and its
-    # sessions continue.
+    # Schema 2 and a real step 3 (a column and an index), as a later release would
+    # add it: a store written by schema 1 is migrated when opened, keeps every row,
+    # and its sessions continue.
     path = tmp_path / "old.db"
     fixture_script.restore((ROOT / "fixtures" / "store" / "schema-1.sql").read_text(), path)
-    step_2 = (
+    step_3 = (
         "ALTER TABLE sessions ADD COLUMN labels TEXT NOT NULL DEFAULT '[]'",
         "CREATE INDEX sessions_by_update ON sessions (updated)",
     )
-    monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, step_2])
+    monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, step_3])
     with SQLiteStore(path, clock=FakeClock(2e9)) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == 3
         rows = store._db.execute("SELECT version, applied FROM schema_version").fetchall()
-        assert rows == [(1, 1767225600.25), (2, 2e9)]
+        assert rows == [(1, 1767225600.25), (2, 2e9), (3, 2e9)]
         assert store._db.execute("SELECT DISTINCT labels FROM sessions").fetchall() == [("[]",)]
         assert len(store.sessions()) == 4
     check_golden_store(path, fixture_script)  # (opened again: nothing more to migrate)
@@ -286,8 +290,8 @@ def test_a_migration_may_be_a_function_and_a_failed_one_changes_nothing(tmp_path
     with pytest.raises(RuntimeError, match="step 2 failed"):
         SQLiteStore(path)
     monkeypatch.undo()
-    with SQLiteStore(path) as store:  # still schema 1, and the column was rolled back
-        assert store.schema_version == 1
+    with SQLiteStore(path) as store:  # still schema 2, and the column was rolled back
+        assert store.schema_version == SCHEMA_VERSION
         columns = [row[1] for row in store._db.execute("PRAGMA table_info(sessions)")]
         assert "half_done" not in columns
 
@@ -296,13 +300,24 @@ def test_a_migration_may_be_a_function_and_a_failed_one_changes_nothing(tmp_path
 
     monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, fine])
     with SQLiteStore(path) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == SCHEMA_VERSION + 1
 
 
 # --------------------------------------------------------------------------- writing and reading
 
 
-def test_create_append_and_read_back(store, clock):
+def file_of(events: list[Event], tmp_path: Path) -> bytes:
+    """The log file LogWriter writes for ``events``."""
+    path = tmp_path / "written.jsonl"
+    with replay.LogWriter(path) as writer:
+        for event in events:
+            writer.write(event)
+    data = path.read_bytes()
+    path.unlink()
+    return data
+
+
+def test_create_append_and_read_back(store, clock, tmp_path):
     events = events_of()
     store.create("s", events[:3], status="running", steps=1, owner="w", lease_seconds=10)
     info = store.session("s")
@@ -340,9 +355,13 @@ def test_create_append_and_read_back(store, clock):
     assert store.events("s") == events
     assert store.load("s") == (info, events)
     assert store.commits == 2
-    # Stored as the exact text encode_event writes.
-    texts = [row[0] for row in store._db.execute("SELECT event FROM events ORDER BY sequence")]
-    assert texts == [agentloop.encode_event(e).decode() for e in events]
+    # Stored as the lines of the log file (format 2), each without its link member,
+    # and the link: the file LogWriter writes for the run, row by row.
+    rows = store._db.execute("SELECT event, link FROM events ORDER BY sequence").fetchall()
+    header, *lines = file_of(events, tmp_path).splitlines()
+    assert [f'{event[:-1]},"#":"{link}"}}'.encode() for event, link in rows] == lines
+    stored_header = store._db.execute("SELECT log_header FROM sessions").fetchone()[0]
+    assert stored_header.encode()[:-1] == header[: -len(',"#":"0123456789abcdef"}')]
 
 
 def test_append_without_an_owner_skips_the_lease(store):
@@ -446,43 +465,209 @@ def test_export_writes_a_log_file(store, tmp_path):
     assert replay.read_log(path) == events
 
 
+def test_export_writes_the_stored_lines_and_links(store, tmp_path, capsys):
+    events = events_of()
+    store.create("s", events[:3], status="running", steps=1)
+    store.append("s", events[3:], expected=3, status="completed", steps=1)
+    path = tmp_path / "s.jsonl"
+    assert store.export("s", path) == len(events)
+    assert path.read_bytes() == file_of(events, tmp_path)
+    assert replay_cli.main(["verify", str(path)]) == 0
+    assert "hash chain intact" in capsys.readouterr().out
+
+
+def test_export_of_a_session_written_by_another_agentloop_keeps_its_header(store, tmp_path):
+    # Its chain starts at its own header: the file is the stored lines, not a new log.
+    store.create("s", events_of(), status="completed", steps=1)
+    header = store._db.execute("SELECT log_header FROM sessions").fetchone()[0]
+    older = header.replace(agentloop.__version__, "0.0.9")
+    relink(store, "s", header=older)
+    store.export("s", tmp_path / "s.jsonl")
+    data = (tmp_path / "s.jsonl").read_bytes()
+    assert data.startswith(older.encode()[:-1] + b',"#":"')
+    assert data != file_of(events_of(), tmp_path)
+    assert replay.read_log(tmp_path / "s.jsonl") == events_of()
+
+
+def relink(store: SQLiteStore, session_id: str, *, header: str | None = None) -> None:
+    """Recompute every link of a stored session (what a forger does; optionally
+    with another header)."""
+    db = store._db
+    if header is not None:
+        db.execute("UPDATE sessions SET log_header = ? WHERE id = ?", (header, session_id))
+    header = db.execute("SELECT log_header FROM sessions WHERE id = ?", (session_id,)).fetchone()[0]
+    previous = link(b"", header.encode()[:-1])
+    rows = db.execute(
+        "SELECT sequence, event FROM events WHERE session_id = ? ORDER BY sequence", (session_id,)
+    ).fetchall()
+    for sequence, event in rows:
+        previous = link(previous, event.encode()[:-1])
+        db.execute(
+            "UPDATE events SET link = ? WHERE session_id = ? AND sequence = ?",
+            (previous.decode(), session_id, sequence),
+        )
+
+
+BROKEN = "the hash chain is broken here"
+
+
 @pytest.mark.parametrize(
     ("sql", "message"),
     [
+        ("UPDATE events SET sequence = 99 WHERE sequence = 2", "event #3: the stored events have"),
+        ("DELETE FROM events WHERE sequence = 2", "event #3: the stored events have a gap"),
+        ("UPDATE events SET event = replace(event, 'echo', 'ECHO')", f"event #6: {BROKEN}"),
+        ("UPDATE events SET event = 'nope' WHERE sequence = 1", f"event #1: {BROKEN}"),
+        ("UPDATE events SET link = NULL WHERE sequence = 4", "event #4: has no hash chain link"),
         (
-            "UPDATE events SET sequence = 99 WHERE sequence = 2",
-            "event #3: the stored events have a gap",
+            "UPDATE events SET link = (SELECT link FROM events WHERE sequence = 1) "
+            "WHERE sequence = 2",
+            f"event #2: {BROKEN}",
         ),
+        ("UPDATE sessions SET log_header = replace(log_header, '2', '3')", f"event #0: {BROKEN}"),
+        ("UPDATE sessions SET log_header = NULL", "its log header is missing"),
         (
-            "UPDATE events SET event = 'nope' WHERE sequence = 1",
-            "event #1: the stored event does not decode",
+            "UPDATE events SET event = CAST(event AS BLOB) WHERE sequence = 1",
+            "event #1: the stored event is not text",
         ),
+    ],
+)
+def test_a_stored_session_is_tamper_evident(store, sql, message):
+    store.create("s", events_of(), status="completed", steps=1)
+    store._db.execute(sql)
+    with pytest.raises(StoreError, match=f"session 's'(, |: ){message}"):
+        store.events("s")
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("UPDATE events SET event = 'nope}' WHERE sequence = 1", "not a valid agentloop event"),
         (
             "UPDATE events SET event = replace(event, '\"sequence\":1', '\"sequence\":7') "
             "WHERE sequence = 1",
-            "event #1: the stored event says sequence 7",
+            "the stored event says sequence 7",
         ),
         (
             "UPDATE events SET event = replace(event, '{\"type\"', '{ \"type\"') "
             "WHERE sequence = 1",
-            "event #1: the stored event is not in the canonical form",
+            "not in canonical form",
         ),
-        ("UPDATE events SET event = CAST(event AS BLOB) WHERE sequence = 1", "is not text"),
+        (
+            'UPDATE events SET event = replace(event, \'"step":1\', \'"step":1,"x":2\') '
+            "WHERE sequence = 2",
+            "unknown field 'x'",
+        ),
+        (
+            'UPDATE events SET event = replace(event, \'"=":"final_text"\', '
+            '\'"final_text":"echo hi"\') '
+            "WHERE sequence = 10",
+            "not in canonical form",
+        ),
     ],
 )
-def test_damaged_events_are_reported_with_session_and_sequence(store, sql, message):
+def test_forged_links_do_not_hide_a_line_that_is_not_canonical(store, sql, message):
+    # Every line is checked as read_log checks one, the chain aside.
     store.create("s", events_of(), status="completed", steps=1)
     store._db.execute(sql)
-    with pytest.raises(StoreError, match=f"session 's', {message}" if "#" in message else message):
+    relink(store, "s")
+    with pytest.raises(StoreError, match=f"session 's', event #\\d+: .*{message}"):
         store.events("s")
 
 
-def test_a_session_in_a_newer_log_format_is_refused(store):
-    store.create("s", events_of(), status="completed", steps=1)
+def test_an_append_to_a_tampered_session(store):
+    # An append checks the stored rows unless this store object wrote or read the
+    # session's chain up to there (it then checks the last link only); a read
+    # always checks every row.
+    events = events_of()
+    store.create("s", events[:4], status="running", steps=1)
+    store._db.execute("UPDATE events SET event = replace(event, 'u-s', 'u-x')")
+    with SQLiteStore(store.path) as other, pytest.raises(StoreError, match=f"#1: {BROKEN}"):
+        other.append("s", events[4:6], expected=4, status="running", steps=1)
+    assert store.session("s").events == 4  # nothing was written
+    store.append("s", events[4:6], expected=4, status="running", steps=1)
+    with pytest.raises(StoreError, match=f"#1: {BROKEN}"):
+        store.events("s")
+    store._db.execute("UPDATE events SET link = 'ffffffffffffffff' WHERE sequence = 5")
+    with pytest.raises(StoreError, match=f"#1: {BROKEN}"):  # the end changed: all read again
+        store.append("s", events[6:], expected=6, status="completed", steps=1)
+
+
+def test_an_append_continues_a_chain_another_writer_extended(tmp_path):
+    # The chain's end is remembered per store object; another object (another
+    # process) appending in between is noticed, and the rows are read again.
+    path = tmp_path / "two.db"
+    events = events_of()
+    with SQLiteStore(path) as first, SQLiteStore(path) as second:
+        first.create("s", events[:2], status="running", steps=0)
+        second.append("s", events[2:4], expected=2, status="running", steps=1)
+        first.append("s", events[4:], expected=4, status="completed", steps=1)
+        assert first.events("s") == second.events("s") == events
+    with SQLiteStore(path) as third:  # nothing remembered: read and checked first
+        third.export("s", tmp_path / "s.jsonl")
+    assert (tmp_path / "s.jsonl").read_bytes() == file_of(events, tmp_path)
+
+
+def test_a_store_object_remembers_a_bounded_number_of_chains(store, monkeypatch):
+    monkeypatch.setattr(store_module, "_CHAINS_KEPT", 2)
+    events = events_of()
+    for session_id in ("a", "b", "c"):
+        store.create(session_id, events[:3], status="running", steps=1)
+    assert list(store._chains) == ["b", "c"]
+    store.append("a", events[3:], expected=3, status="completed", steps=1)
+    assert list(store._chains) == ["c", "a"]
+    assert store.events("a") == events
+
+
+def test_a_session_of_log_format_1_is_read_and_rewritten_as_format_2_when_appended(
+    fixture_script, tmp_path
+):
+    path = tmp_path / "golden.db"
+    fixture_script.restore((ROOT / "fixtures" / "store" / "schema-1.sql").read_text(), path)
+    with SQLiteStore(path) as store:
+        log_format = "SELECT log_format, log_header FROM sessions WHERE id = 'parked'"
+        assert store._db.execute(log_format).fetchone() == (1, None)
+        before = store.events("parked")
+        assert store._chains == {}  # no chain to remember
+        replay.answer(store, "parked", Resume({"approved": True}))
+        options = {"model": FunctionModel(fixture_script.answer), "tools": fixture_script.TOOLS}
+        assert replay.run_durable(store, "parked", **options).status == "completed"
+        assert store._db.execute(log_format).fetchone()[0] == 2
+        after = store.events("parked")
+        assert after[: len(before)] == before  # the same events, now in format 2
+        store.export("parked", tmp_path / "parked.jsonl")
+        assert (tmp_path / "parked.jsonl").read_bytes() == file_of(after, tmp_path)
+        # A session still in format 1 exports as format 2 too.
+        store.export("finished", tmp_path / "finished.jsonl")
+        assert replay.read_log(tmp_path / "finished.jsonl") == store.events("finished")
+
+
+def test_a_damaged_format_1_session_is_reported_like_a_file(fixture_script, tmp_path):
+    path = tmp_path / "golden.db"
+    fixture_script.restore((ROOT / "fixtures" / "store" / "schema-1.sql").read_text(), path)
+    with SQLiteStore(path) as store:
+        store._db.execute(
+            "UPDATE events SET event = replace(event, ',\"budget\":null', '') "
+            "WHERE session_id = 'crashed' AND sequence = 14"
+        )
+        store._db.execute(
+            "UPDATE events SET event = replace(event, '\"step\":1,', '\"step\": 1,') "
+            "WHERE session_id = 'crashed' AND sequence = 2"
+        )
+        with pytest.raises(StoreError, match=r"'crashed', event #2: not in canonical form"):
+            store.events("crashed")
+        with pytest.raises(StoreError, match=r"'crashed', event #2: not in canonical form"):
+            store.append("crashed", [], expected=7, status="running", steps=1)
+
+
+def test_a_session_in_a_newer_log_format_is_refused(store, tmp_path):
+    store.create("s", events_of()[:3], status="running", steps=1)
     store._db.execute("UPDATE sessions SET log_format = 99")
     with pytest.raises(StoreVersionError, match="log format version 99, newer") as caught:
         store.events("s")
     assert caught.value.version == 99
+    with SQLiteStore(store.path) as other, pytest.raises(StoreVersionError, match="99, newer"):
+        other.append("s", events_of()[3:], expected=3, status="completed", steps=1)
 
 
 # --------------------------------------------------------------------------- leases
