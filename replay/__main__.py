@@ -111,11 +111,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 class Command(NamedTuple):
-    """A subcommand: its one-line help, how it adds its arguments, what it runs."""
+    """A subcommand: its one-line help, how it adds its arguments, what it runs, and
+    for its ``--help`` a description (default: the help) and an epilog (default:
+    the exit codes and ``--json`` of the log commands; ``None`` for none)."""
 
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    description: str = ""
+    epilog: str | None = _EPILOG
 
 
 #: The subcommands, by name, in the order ``--help`` lists them.
@@ -123,12 +127,18 @@ COMMANDS: dict[str, Command] = {}
 
 
 def command(
-    name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None]
+    name: str,
+    help: str,
+    arguments: Callable[[argparse.ArgumentParser], None],
+    *,
+    description: str = "",
+    epilog: str | None = _EPILOG,
 ) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
-    """Register ``run`` (the decorated function) as the subcommand ``name``."""
+    """Register ``run`` (the decorated function) as the subcommand ``name`` (see
+    :class:`Command` for the rest)."""
 
     def register(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-        COMMANDS[name] = Command(help, arguments, run)
+        COMMANDS[name] = Command(help, arguments, run, description, epilog)
         return run
 
     return register
@@ -154,8 +164,8 @@ def _parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(
             name,
             help=spec.help,
-            description=spec.help,
-            epilog=_EPILOG,
+            description=spec.description or spec.help,
+            epilog=spec.epilog,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         spec.arguments(sub)
@@ -556,7 +566,13 @@ def _verify(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- view, otel
 
 
-@command("view", "write a log as one self-contained HTML page", _view.arguments)
+@command(
+    "view",
+    "write a log as one self-contained HTML page",
+    _view.arguments,
+    description=_view.DESCRIPTION,
+    epilog=None,
+)
 def _view_page(args: argparse.Namespace) -> int:
     try:
         return _view.run(args)
@@ -565,7 +581,11 @@ def _view_page(args: argparse.Namespace) -> int:
 
 
 @command(
-    "otel", "the log as OpenTelemetry spans, OTLP/JSON (needs the otel extra)", _otel.arguments
+    "otel",
+    "the log as OpenTelemetry spans, OTLP/JSON (needs the otel extra)",
+    _otel.arguments,
+    description=_otel.DESCRIPTION,
+    epilog=None,
 )
 def _otel_spans(args: argparse.Namespace) -> int:
     try:

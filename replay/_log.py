@@ -597,14 +597,18 @@ class _NotV1(Exception):
     """A value format 1 could not hold (a Struct it did not have)."""
 
 
-def _v1_builtins(value: Any) -> dict[str, Any]:
-    """A Struct as format 1 wrote it: its tag, then every format-1 field.
+Fields = Callable[[type[Any]], "tuple[str, ...] | None"]
+
+
+def _builtins(value: Any, fields: Fields) -> dict[str, Any]:
+    """A Struct with these fields written, defaults too: its tag, then ``fields(its
+    class)`` (``None``: a Struct that may not be there, :class:`_NotV1`).
 
     Recursive over Structs only (their nesting is fixed by the schema: an event, a
     reply, a message, a block); the values inside are passed on as they are.
     """
     cls = value.__class__
-    names = _V1_FIELDS.get(cls)
+    names = fields(cls)
     if names is None:
         raise _NotV1(cls.__name__)
     config = cls.__struct_config__
@@ -612,9 +616,9 @@ def _v1_builtins(value: Any) -> dict[str, Any]:
     for name in names:
         field = getattr(value, name)
         if isinstance(field, msgspec.Struct):
-            field = _v1_builtins(field)
+            field = _builtins(field, fields)
         elif field.__class__ is tuple:
-            field = [_v1_builtins(x) if isinstance(x, msgspec.Struct) else x for x in field]
+            field = [_builtins(x, fields) if isinstance(x, msgspec.Struct) else x for x in field]
         out[name] = field
     return out
 
@@ -650,12 +654,19 @@ def _v1_tag(root: Any) -> Any:
     return result[0]
 
 
-def _v1_line(event: Event) -> bytes:
-    """``event`` as format 1 wrote it (no line end)."""
-    builtins = _v1_builtins(event)
+def _whole_line(event: Event, fields: Fields) -> bytes:
+    """``event`` as JSON with these fields (see :func:`_builtins`) written, defaults
+    too, and values JSON cannot hold tagged as format 1 (and ``encode_event``) tag
+    them."""
+    builtins = _builtins(event, fields)
     if event.__class__ in _V1_TAGGED:
         return _encode(_v1_tag(builtins))
     return _encode(builtins)
+
+
+def _v1_line(event: Event) -> bytes:
+    """``event`` as format 1 wrote it (no line end)."""
+    return _whole_line(event, _V1_FIELDS.get)
 
 
 def _read_v1(line: bytes, end: int, where: _Where) -> Event:

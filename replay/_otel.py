@@ -14,7 +14,7 @@ from pathlib import Path
 
 from agentloop import Event
 
-__all__ = ["OTelCommandError", "arguments", "command"]
+__all__ = ["DESCRIPTION", "OTelCommandError", "arguments", "command"]
 
 
 class OTelCommandError(Exception):
@@ -25,6 +25,17 @@ def _name(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
     return text
+
+
+#: ``python -m replay otel --help``'s description.
+DESCRIPTION = """\
+Write the spans of a log (GenAI semantic conventions: invoke_agent, chat,
+execute_tool) as one OTLP/JSON ExportTraceServiceRequest. Ids are derived from the
+log: the same log gives the same output. Message content is left out unless
+--capture-content.
+
+Exit codes: 0 written; 2 a usage error, a log that cannot be read, no OpenTelemetry
+installed (the otel extra), or an output that cannot be written."""
 
 
 def arguments(otel: argparse.ArgumentParser) -> None:

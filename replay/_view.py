@@ -7,14 +7,14 @@ looks the same in ten years.
 
 Theory of operation
 -------------------
-The events are embedded once, as data: the JSON array of ``encode_event`` of
-every event (the bytes the log file holds) inside a
-``<script type="application/json">`` element, and the page's script builds the
-DOM from it in the browser. Rendering HTML here instead would make the file
+The events are embedded once, as data: the JSON array of every event, whole (every
+field written, defaults too: a log file leaves them out, the script reads them),
+inside a ``<script type="application/json">`` element, and the page's script
+builds the DOM from it in the browser. Rendering HTML here instead would make the file
 several times the size of the log and draw every one of 10,000 events before the
 first is seen; the script draws a step only when it is opened (a large log opens
 with its steps collapsed), searches the data instead of the DOM, and can show any
-event exactly as logged.
+event whole.
 
 Escaping happens in two places, and nowhere else:
 
@@ -54,10 +54,19 @@ import msgspec
 from agentloop import Event, __version__, encode_event
 
 from ._diff import diff_events
-from ._log import LogError, TornLogError, read_log
+from ._log import LogError, TornLogError, _whole_line, read_log
 from ._replay import ReplayDivergence, ReplayError, _line, replay
 
-__all__ = ["Report", "ViewError", "arguments", "check_report", "diff_report", "render_html", "run"]
+__all__ = [
+    "DESCRIPTION",
+    "Report",
+    "ViewError",
+    "arguments",
+    "check_report",
+    "diff_report",
+    "render_html",
+    "run",
+]
 
 EXIT_OK = 0
 EXIT_DIFFERENT = 1
@@ -94,8 +103,17 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     hint: str = ""
 
 
+def _every_field(cls: type[msgspec.Struct]) -> tuple[str, ...]:
+    return cls.__struct_fields__
+
+
+def _whole(event: Event) -> msgspec.Raw:
+    """``event`` as JSON with every field, defaults too (what the script reads)."""
+    return msgspec.Raw(_whole_line(event, _every_field))
+
+
 def _raw(event: Event | None) -> msgspec.Raw | None:
-    return None if event is None else msgspec.Raw(encode_event(event))
+    return None if event is None else _whole(event)
 
 
 def check_report(events: Sequence[Event]) -> Report:
@@ -239,7 +257,7 @@ def render_html(
     data = msgspec.json.encode(
         {
             "meta": meta,
-            "events": [msgspec.Raw(encode_event(event)) for event in events],
+            "events": [_whole(event) for event in events],
             "report": report,
         }
     )
@@ -258,6 +276,16 @@ def render_html(
 
 
 # --------------------------------------------------------------------------- the command
+
+
+#: ``python -m replay view --help``'s description.
+DESCRIPTION = """\
+Write LOG as one HTML file that opens offline in any browser: steps, model text and
+thinking, tool calls and results, pauses, errors, usage.
+
+Exit codes: 0 written; 1 written, and --check or --diff found a divergence; 2 a
+usage error or a log that cannot be read (a torn log is still written, with its
+intact events)."""
 
 
 def arguments(view: argparse.ArgumentParser) -> None:
