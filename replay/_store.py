@@ -397,9 +397,14 @@ class SQLiteStore:
     # ------------------------------------------------------------------ plumbing
 
     def _connection(self) -> sqlite3.Connection:
+        """The connection, with no transaction open (call it holding the lock)."""
         db = self._db
         if db is None:
             raise StoreError(f"{self.path}: the store is closed")
+        if db.in_transaction:
+            # Left open by a call that a KeyboardInterrupt stopped between two
+            # statements (e.g. just after BEGIN): nothing of it was committed.
+            _rollback(db)
         return db
 
     @contextmanager

@@ -670,6 +670,19 @@ def test_a_session_in_a_newer_log_format_is_refused(store, tmp_path):
         other.append("s", events_of()[3:], expected=3, status="completed", steps=1)
 
 
+def test_a_transaction_an_interrupt_left_open_is_rolled_back_by_the_next_call(store):
+    # A KeyboardInterrupt may stop a call between BEGIN and its try block (or leave
+    # a context manager's __enter__ after its generator began the transaction).
+    events = events_of()
+    store.create("s", events[:3], status="running", steps=1)
+    store._db.execute("BEGIN IMMEDIATE")
+    store._db.execute("UPDATE sessions SET status = 'paused'")  # half a call
+    assert store.session("s").status == "running"
+    store._db.execute("BEGIN IMMEDIATE")
+    store.append("s", events[3:], expected=3, status="completed", steps=1)
+    assert store.session("s").status == "completed"
+
+
 # --------------------------------------------------------------------------- leases
 
 
