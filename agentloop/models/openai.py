@@ -420,21 +420,19 @@ def _chat_calls(
 
 
 def _chunk_error(error: object, usage: Usage | None) -> ModelError:
-    """An ``error`` object inside a chat completion chunk."""
-    if isinstance(error, Mapping):
-        message = first_text([error.get("message")]) or "the stream reported an error"
-        code = error.get("code")
-    else:
-        message, code = str(error), None
-    status = code if type(code) is int and 400 <= code < 600 else None
-    kind = kind_from_status(status) if status is not None else "unknown"
-    suffix = f" [{code}]" if code is not None else ""
-    return ModelError(
-        f"openai stream error: {message}{suffix}",
-        provider="openai",
-        kind=kind,
-        usage=usage,
-    )
+    """An ``error`` object inside a chat completion chunk (its ``code`` may be an HTTP status)."""
+    if not isinstance(error, Mapping):
+        return _stream_error(str(error), None, usage)
+    message = first_text([error.get("message")]) or "the stream reported an error"
+    code = error.get("code") or error.get("type")
+    if type(code) is int:
+        return ModelError(
+            f"openai stream error: {message} [{code}]",
+            provider="openai",
+            kind=kind_from_status(code),
+            usage=usage,
+        )
+    return _stream_error(message, None if code is None else str(code), usage)
 
 
 def _tool_call(
