@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,18 +42,15 @@ from agentloop import (
     ModelRequest,
     ModelResponse,
     ProviderBlock,
-    RunResult,
     TextBlock,
     ThinkingBlock,
     ToolCall,
-    ToolResultMessage,
     ToolSpec,
     Usage,
     UserMessage,
     run,
     tool,
 )
-from agentloop.models import ModelSpecError, RetryPolicy, model_from_spec
 from agentloop.models.anthropic import AnthropicModel
 from agentloop.models.gemini import GeminiModel
 from agentloop.models.openai import OpenAIChatModel, OpenAIResponsesModel
@@ -209,7 +205,7 @@ class TestAnthropicRecorded:
         calls: list[str] = []
 
         @tool
-        def updateIssueList() -> str:  # noqa: N802 - the recorded tool's name
+        def updateIssueList() -> str:
             """Update the issue list."""
             calls.append("called")
             return "updated"
