@@ -780,3 +780,107 @@ class TestGeminiRecorded:
             },
         ]
         replays(log)
+
+
+# =========================================================================== edge cases (hand-made)
+
+
+class TestEdgeCases:
+    def test_fallback_stream_runs_to_its_end(self) -> None:
+        from agentloop.models import FallbackModel
+
+        server = Server((500, read("anthropic/error_500.json")), anthropic_sse(chunk_lines(A_TEXT)))
+        primary, backup = anthropic_model(server), anthropic_model(server)
+        items = list(FallbackModel(primary, backup).stream(request()))
+        assert final(items).attempts[0].status_code == 500
+
+    def test_anthropic_error_before_message_start_has_no_usage(self) -> None:
+        body = (
+            b"event: error\n"
+            b'data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
+        )
+        with pytest.raises(ModelError) as caught:
+            list(anthropic_model(Server(body)).stream(request()))
+        assert caught.value.kind == "server"
+        assert caught.value.usage is None
+
+    def test_anthropic_thinking_without_a_signature(self) -> None:
+        lines = [
+            e for e in read("anthropic/thinking.sse").split(b"\n\n") if b"signature_delta" not in e
+        ]
+        answer = final(list(anthropic_model(Server(b"\n\n".join(lines))).stream(request())))
+        assert answer.content == (
+            ThinkingBlock("The user greets me; greet back."),
+            TextBlock("Hello!"),
+        )
+
+    def test_encrypted_reasoning_asked_once(self) -> None:
+        server = Server(data_sse(chunk_lines(R_TOOL)))
+        adapter = OpenAIResponsesModel(
+            openai_client(server), "m", store=False, include=["reasoning.encrypted_content"]
+        )
+        list(adapter.stream(request()))
+        assert server.body()["include"] == ["reasoning.encrypted_content"]
+
+    def test_chat_error_that_is_not_an_object(self) -> None:
+        body = data_sse(
+            ['{"id":"c1","object":"chat.completion.chunk","choices":[],"error":"boom"}']
+        )
+        with pytest.raises(ModelError) as caught:
+            list(OpenAIChatModel(openai_client(Server(body)), "m").stream(request()))
+        assert caught.value.message == "openai stream error: boom"
+
+    def test_reasoning_without_encrypted_content_or_summary(self) -> None:
+        lines = [
+            '{"type":"response.created","sequence_number":0,"response":{"id":"resp_1",'
+            '"object":"response","created_at":1,"status":"in_progress","model":"o4-mini",'
+            '"output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[]}}',
+            '{"type":"response.output_item.done","sequence_number":1,"output_index":0,'
+            '"item":{"id":"rs_1","type":"reasoning","summary":[]}}',
+            '{"type":"response.output_text.delta","sequence_number":2,"item_id":"msg_1",'
+            '"output_index":1,"content_index":0,"delta":"Hi"}',
+            '{"type":"response.completed","sequence_number":3,"response":{"id":"resp_1",'
+            '"object":"response","created_at":1,"status":"completed","model":"o4-mini",'
+            '"output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[]}}',
+        ]
+        server = Server(data_sse(lines), data_sse(lines))
+        adapter = OpenAIResponsesModel(openai_client(server), "o4-mini")
+        answer = final(list(adapter.stream(request())))
+        reasoning = ProviderBlock("openai", "reasoning", {"id": "rs_1", "summary": []})
+        assert answer.content == (reasoning, TextBlock("Hi"))
+        history = (
+            UserMessage("u1", "Hi"),
+            AssistantMessage("m1", (ProviderBlock("openai", "reasoning", {}), TextBlock("Hi"))),
+            UserMessage("u2", "Again"),
+        )
+        list(adapter.stream(ModelRequest("r", 2, history, ())))
+        assert server.body()["input"][1] == {"type": "reasoning", "summary": []}
+
+    def test_error_event_then_failed_without_an_error_keeps_the_usage(self) -> None:
+        lines = chunk_lines(R_ERROR)
+        failed = json.loads(lines[-1])
+        failed["response"]["error"] = None
+        failed["response"]["usage"] = {
+            "input_tokens": 9,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 0,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 9,
+        }
+        body = data_sse([*lines[:-1], json.dumps(failed)])
+        with pytest.raises(ModelError) as caught:
+            list(OpenAIResponsesModel(openai_client(Server(body)), "m").stream(request()))
+        assert "insufficient_quota" in caught.value.message
+        assert caught.value.usage == Usage(9, 0)
+
+    def test_error_event_without_a_failed_event(self) -> None:
+        body = data_sse(chunk_lines(R_ERROR)[:-1])
+        with pytest.raises(ModelError, match="You exceeded your current quota"):
+            list(OpenAIResponsesModel(openai_client(Server(body)), "m").stream(request()))
+
+    def test_diff_names_provider_blocks(self) -> None:
+        from replay._diff import _block
+
+        assert (
+            _block(ProviderBlock("gemini", "thought_signature", {})) == "gemini thought_signature"
+        )

@@ -251,6 +251,7 @@ class OpenAIResponsesModel(_OpenAIModel):
             )
         except openai.OpenAIError as exc:
             raise _model_error(exc) from exc
+        _keep_error_chunks(stream)
         with stream:
             try:
                 yield from _responses_replies(request, stream)
@@ -328,16 +329,18 @@ class _ChatCall:
         self.arguments: list[str] = []
 
 
-def _keep_error_chunks(stream: openai.Stream[ChatCompletionChunk]) -> None:
+def _keep_error_chunks(stream: openai.Stream[Any]) -> None:
     """Have the SDK hand over chunks that carry an ``error`` instead of raising on them.
 
     OpenRouter (and other OpenAI-compatible servers) report a failure inside a 200
-    stream as a chunk with an ``error`` object *and* the usage billed so far. In its
+    stream as a chunk with an ``error`` object *and* the usage billed so far; the
+    Responses API sends an ``error`` event before the ``response.failed`` that
+    carries the usage. In its
     default mode the SDK raises on that chunk before the usage can be read; its
     ``events`` stream mode yields it like any chunk (the stream has not started yet).
     """
     options = stream._options
-    if options is not None:
+    if options is not None:  # pragma: no branch - create() always gives its options
         stream._options = options.model_copy(update={"stream_mode": "events"})
 
 
@@ -634,8 +637,13 @@ def _responses_replies(
                 code = str(error.code) if error is not None and error.code is not None else None
                 raise _stream_error(message, code, usage)
             case ResponseErrorEvent():
-                # The response.failed that follows (if any) carries the usage.
-                failure = failure or _stream_error(event.message, event.code)
+                # The response.failed that follows (if any) carries the usage. The
+                # API puts code and message at the top or inside an "error" object.
+                nested = getattr(event, "error", None)
+                nested = nested if isinstance(nested, Mapping) else {}
+                message = first_text([event.message, nested.get("message")]) or "stream error"
+                code = event.code or nested.get("code") or nested.get("type")
+                failure = failure or _stream_error(message, code)
             case _:
                 pass  # summaries' progress, annotations, web search progress, ...: not mapped
     if failure is not None:
@@ -670,10 +678,7 @@ def _model_error(exc: openai.OpenAIError) -> ModelError:
         code = exc.code or exc.type
         if code:
             detail = f"{detail} [{code}]"
-    elif isinstance(exc, openai.APIError):
-        # an error event inside a stream that had started fine
-        return _stream_error(exc.message, exc.code)
-    else:
+    else:  # (error chunks and events reach the adapter as data: see _keep_error_chunks)
         status, kind, detail = None, "unknown", f"{type(exc).__name__}: {exc}"
     where = f"HTTP {status}" if status is not None else kind
     return ModelError(f"openai {where}: {detail}", provider="openai", status_code=status, kind=kind)
