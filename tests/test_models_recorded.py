@@ -884,3 +884,13 @@ class TestEdgeCases:
         assert (
             _block(ProviderBlock("gemini", "thought_signature", {})) == "gemini thought_signature"
         )
+
+
+def test_the_providers_page_examples_run() -> None:
+    import re
+
+    page = (PROVIDERS.parent.parent / "docs" / "providers.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert len(blocks) == 2
+    for code in blocks:
+        exec(compile(code, "docs/providers.md", "exec"), {})
