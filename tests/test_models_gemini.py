@@ -58,7 +58,7 @@ def error(status: int) -> tuple[int, bytes]:
 
 class TestStream:
     def test_thought_parallel_calls_and_cached_tokens(self) -> None:
-        server = Server(body("thought_parallel_calls.jsonl"))
+        server = Server(body("thought_parallel_calls.chunks.txt"))
         items = list(gemini_model(server).stream(request(WEATHER)))
         thinking = ThinkingBlock("**Planning** I need both cities.")
         paris = ToolCall("AgentloopGeminiParallel1-1", "get_weather", {"city": "Paris"})
@@ -82,14 +82,16 @@ class TestStream:
         assert answer.usage == Usage(120, 24 + 30, cache_read_tokens=96, reasoning_tokens=30)
 
     def test_max_tokens_is_length(self) -> None:
-        answer = final(list(gemini_model(Server(body("max_tokens.jsonl"))).stream(request())))
+        answer = final(list(gemini_model(Server(body("max_tokens.chunks.txt"))).stream(request())))
         assert answer.content == (TextBlock("Once upon a time"),)
         assert answer.stop_reason == "length"
         assert answer.usage == Usage(8, 4)
 
     def test_safety_stop_keeps_googles_words(self) -> None:
         result = run(
-            [UserMessage("u1", "...")], model=gemini_model(Server(body("safety.jsonl"))), tools=[]
+            [UserMessage("u1", "...")],
+            model=gemini_model(Server(body("safety.chunks.txt"))),
+            tools=[],
         )
         assert result.error is not None
         assert result.error.code == MODEL_ERROR
@@ -104,14 +106,16 @@ class TestStream:
 
         from agentloop.models.gemini import _replies, _Usage
 
-        chunk = types.GenerateContentResponse.model_validate_json(read("gemini/safety.jsonl"))
+        chunk = types.GenerateContentResponse.model_validate_json(read("gemini/safety.chunks.txt"))
         answer = final(list(_replies(request(), iter([chunk]), _Usage())))
         assert answer.stop_message == (
             "finish_reason SAFETY: The response was blocked by the safety filters."
         )
 
     def test_blocked_prompt(self) -> None:
-        answer = final(list(gemini_model(Server(body("prompt_blocked.jsonl"))).stream(request())))
+        answer = final(
+            list(gemini_model(Server(body("prompt_blocked.chunks.txt"))).stream(request()))
+        )
         assert answer.stop_reason == "error"
         assert answer.stop_message == "prompt blocked: PROHIBITED_CONTENT (The prompt was blocked.)"
         assert answer.id == "AgentloopGeminiBlocked4"
@@ -153,7 +157,7 @@ class TestStream:
 
 class TestRequest:
     def test_history_becomes_contents(self) -> None:
-        server = Server(body("max_tokens.jsonl"))
+        server = Server(body("max_tokens.chunks.txt"))
         signature = base64.b64encode(b"sig").decode()
         history = (
             UserMessage("u1", "Weather?"),
@@ -229,7 +233,7 @@ class TestRequest:
         ]
 
     def test_trailing_tool_results_and_config_options(self) -> None:
-        server = Server(body("max_tokens.jsonl"))
+        server = Server(body("max_tokens.chunks.txt"))
         history = (
             UserMessage("u1", "Weather?"),
             AssistantMessage("m1", (ToolCall("c1", "get_weather", {"city": "Paris"}),)),
@@ -272,7 +276,7 @@ class TestErrors:
     def test_error_inside_the_stream_keeps_the_usage_so_far(self) -> None:
         result = run(
             [UserMessage("u1", "Hi")],
-            model=gemini_model(Server(body("midstream_error.jsonl"))),
+            model=gemini_model(Server(body("midstream_error.chunks.txt"))),
             tools=[],
         )
         assert result.error is not None
@@ -296,7 +300,7 @@ class TestErrors:
         assert caught.value.message == f"gemini connection: {detail}"
 
     def test_retry_then_success(self) -> None:
-        server = Server(error(500), body("max_tokens.jsonl"))
+        server = Server(error(500), body("max_tokens.chunks.txt"))
         adapter = gemini_model(server, retry=RetryPolicy(2, 0.0))
         assert final(list(adapter.stream(request()))).stop_reason == "length"
         assert [a.error is None for a in adapter.attempts] == [False, True]
@@ -362,7 +366,7 @@ def test_import_agentloop_imports_no_provider_sdk() -> None:
 def test_config_passes_through() -> None:
     from google.genai import types
 
-    server = Server(body("max_tokens.jsonl"))
+    server = Server(body("max_tokens.chunks.txt"))
     adapter = gemini_model(server, thinking_config=types.ThinkingConfig(thinking_budget=128))
     list(adapter.stream(request()))
     assert 128 in server.body()["generationConfig"]["thinkingConfig"].values()
