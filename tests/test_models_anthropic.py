@@ -58,7 +58,10 @@ def get_weather(city: str) -> str:
     return f"18°C and sunny in {city}"
 
 
-REDACTED_DATA = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj4pxSaDnlEG"
+REDACTED_DATA = (
+    "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4m"
+    "PnZ5sQ7vB5URj4pxSaDnlEG"
+)
 
 
 def fixture(name: str) -> bytes:

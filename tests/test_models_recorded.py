@@ -27,7 +27,7 @@ pytest.importorskip("google.genai")
 import anthropic
 import httpx2
 import openai
-import yaml
+import yaml  # type: ignore[import-untyped]
 from google import genai
 from google.genai import types as genai_types
 
