@@ -383,7 +383,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PROVIDER:NAME",
         default=None,
         help="use a real model instead of the scripted one: openai:<name>, "
-        "openai-responses:<name> or anthropic:<name> (API key from the environment)",
+        "openai-responses:<name>, anthropic:<name>, gemini:<name> or "
+        "openai-compatible:<name>@<base_url> (API key from the environment)",
     )
     demo_parser.add_argument(
         "--store",

@@ -53,6 +53,7 @@ from ._protocol import (
     RunResult,
     ToolRequest,
     ToolResult,
+    Usage,
 )
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
@@ -316,7 +317,12 @@ class _Driver:
             if getattr(exc, "code", None) == MODEL_PROTOCOL_ERROR
             else MODEL_ERROR
         )
-        return ModelFailure(request.id, message, code=code, at=float(self._clock()))
+        usage = attempts = None
+        if isinstance(exc, ModelError):  # what the provider billed, and models tried before
+            usage = exc.usage if type(exc.usage) is Usage else None
+            attempts = exc.attempts if type(exc.attempts) is tuple else None
+        failure = ModelFailure(request.id, message, code=code, at=float(self._clock()), usage=usage)
+        return msgspec.structs.replace(failure, attempts=attempts) if attempts else failure
 
     def _tool_reply(self, request: ToolRequest) -> ToolResult | Cancel:
         cancel = self._cancel()

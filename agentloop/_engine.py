@@ -49,6 +49,7 @@ from ._errors import (
     INVALID_TRANSCRIPT,
     MODEL_ERROR,
     MODEL_PROTOCOL_ERROR,
+    MODEL_REFUSED,
     CallerProtocolError,
 )
 from ._events import (
@@ -82,6 +83,7 @@ from ._messages import (
     AssistantMessage,
     Block,
     Message,
+    ProviderBlock,
     TextBlock,
     ThinkingBlock,
     ToolCall,
@@ -122,6 +124,8 @@ __all__ = ["AgentLoop", "TranscriptView", "agent_loop"]
 
 _MESSAGE_TYPES = (UserMessage, AssistantMessage, ToolResultMessage)
 _TEXTUAL = (TextBlock, ThinkingBlock)
+_MUTABLE_BLOCKS = (ToolCall, ProviderBlock)  # blocks holding dicts the caller could mutate
+_FAILING_STOPS = ("error", "refusal")
 _FAILURE_CODES = (MODEL_ERROR, MODEL_PROTOCOL_ERROR)
 _CLOSED = Cancel(reason="closed")
 
@@ -647,11 +651,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 UnrecognizedReply(description=problem, at=at if type(at) is float else None),
             )
         # Snapshot the caller's argument dicts: mutating them later changes nothing here.
-        if kind is ModelChunk and type(reply.block) is ToolCall:
-            reply = msgspec.structs.replace(reply, block=_copy_call(reply.block))
+        if kind is ModelChunk and type(reply.block) in _MUTABLE_BLOCKS:
+            reply = msgspec.structs.replace(reply, block=_copy_block(reply.block))
         elif kind is Resume and type(reply.payload) in _CONTAINERS:
             reply = msgspec.structs.replace(reply, payload=_copy_json(reply.payload))
-        elif kind is ModelResponse and any(type(b) is ToolCall for b in reply.content):
+        elif kind is ModelResponse and any(type(b) in _MUTABLE_BLOCKS for b in reply.content):
             reply = msgspec.structs.replace(
                 reply, content=tuple(_copy_block(block) for block in reply.content)
             )
@@ -897,8 +901,6 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self._message_ids.add(message.id)
             calls = [block for block in content if type(block) is ToolCall]
             self._call_ids.update(call.id for call in calls)
-            if response.usage is not None:
-                self._usage = self._usage + response.usage
             self._emit(
                 PlanCommitEvent(
                     sequence=len(self._events), at=self._now, step=step, message=message
@@ -996,7 +998,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                         parts = []
                     if type(block) is ThinkingBlock:
                         text_points += len(block.text)
-                    elif type(block) is ToolCall:  # pragma: no branch - send() checked the type
+                    elif type(block) is ToolCall:
                         _, semantic = arguments_problems(block.arguments)
                         if semantic is not None:
                             raise _failed(
@@ -1021,6 +1023,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 self._emit(
                     PlanDraftEvent(sequence=len(self._events), at=self._now, step=step, reply=reply)
                 )
+                for attempt in reply.attempts:  # models a FallbackModel tried first
+                    if attempt.usage is not None:
+                        self._usage = self._usage + attempt.usage
+                if reply.usage is not None:  # billed, whatever happens next
+                    self._usage = self._usage + reply.usage
                 if reply.request_id != request.id:
                     raise _failed(
                         MODEL_PROTOCOL_ERROR,
@@ -1038,10 +1045,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     problem = _stream_mismatch(streamed, reply.content)
                 if problem is not None:
                     raise _failed(MODEL_PROTOCOL_ERROR, f"step {step}: {problem}")
-                if reply.stop_reason == "error":
-                    raise _failed(
-                        MODEL_ERROR, f"step {step}: the model stopped with reason 'error'"
-                    )
+                if reply.stop_reason in _FAILING_STOPS:
+                    raise _stopped(step, reply)
                 return reply
             else:
                 raise self._misuse(
@@ -1079,7 +1084,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 _, semantic = arguments_problems(call.arguments)
                 if semantic is not None:
                     return f"{where} arguments: {semantic}"
-            else:
+            elif kind is not ProviderBlock:  # opaque data: checked as JSON, not as text
                 text_points += len(block.text)  # type: ignore[union-attr]
         if text_points > MAX_STEP_TEXT_CODE_POINTS:
             return f"text exceeds MAX_STEP_TEXT_CODE_POINTS ({MAX_STEP_TEXT_CODE_POINTS})"
@@ -1113,7 +1118,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             return response.content, response.stop_reason
         problem = reply_problem(ModelResponse(request.id, response.id, content, stop_reason))
         if problem is None:
-            if stop_reason not in STOP_REASONS or stop_reason == "error":
+            if stop_reason not in STOP_REASONS or stop_reason in _FAILING_STOPS:
                 problem = f"stop reason {stop_reason!r} is not stop, tool_call or length"
             else:
                 problem = self._content_problem(content, stop_reason)
@@ -1361,7 +1366,23 @@ def _copy_call(call: ToolCall) -> ToolCall:
 
 
 def _copy_block(block: Block) -> Block:
-    return _copy_call(block) if type(block) is ToolCall else block
+    if type(block) is ToolCall:
+        return _copy_call(block)
+    if type(block) is ProviderBlock:
+        return ProviderBlock(block.provider, block.kind, _copy_json(block.data))
+    return block
+
+
+def _stopped(step: int, response: ModelResponse) -> _Finish:
+    """The failure for a response that stopped for ``error`` or ``refusal``."""
+    words = response.stop_message
+    if response.stop_reason == "refusal":
+        why = words or "".join(b.text for b in response.content if type(b) is TextBlock)
+        return _failed(
+            MODEL_REFUSED, f"step {step}: the model refused: {why or 'it gave no explanation'}"
+        )
+    said = f": {words}" if words else ""
+    return _failed(MODEL_ERROR, f"step {step}: the model stopped with reason 'error'{said}")
 
 
 def _copy_json(value: Any) -> Any:

@@ -17,6 +17,11 @@ using one of the codes below, and the event log records what happened.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._protocol import ModelAttempt, Usage
+
 __all__ = [
     "CALLER_PROTOCOL_ERROR",
     "ERROR_CODES",
@@ -25,6 +30,7 @@ __all__ = [
     "INVALID_TRANSCRIPT",
     "MODEL_ERROR",
     "MODEL_PROTOCOL_ERROR",
+    "MODEL_REFUSED",
     "AgentLoopError",
     "CallerProtocolError",
     "ModelError",
@@ -36,6 +42,8 @@ INVALID_TRANSCRIPT = "INVALID_TRANSCRIPT"
 MODEL_PROTOCOL_ERROR = "MODEL_PROTOCOL_ERROR"
 #: The model call failed (provider or transport error, or stop reason ``error``).
 MODEL_ERROR = "MODEL_ERROR"
+#: The model refused to answer (stop reason ``refusal``); the message holds its explanation.
+MODEL_REFUSED = "MODEL_REFUSED"
 #: A hook raised :class:`~agentloop.HookAbort` outside ``before_tool_call``.
 HOOK_ABORT = "HOOK_ABORT"
 #: A hook raised any other exception, or returned a value with no meaning there.
@@ -48,6 +56,7 @@ ERROR_CODES = frozenset(
         INVALID_TRANSCRIPT,
         MODEL_PROTOCOL_ERROR,
         MODEL_ERROR,
+        MODEL_REFUSED,
         HOOK_ABORT,
         HOOK_ERROR,
         CALLER_PROTOCOL_ERROR,
@@ -91,6 +100,11 @@ class ModelError(AgentLoopError):
         status_code: the HTTP status, when there was one.
         kind: a short classification such as ``"rate_limit"``, ``"auth"``,
             ``"connection"``, ``"server"``, ``"bad_request"`` or ``"unknown"``.
+        usage: the tokens the provider reported (and billed) before the failure,
+            e.g. an error event in the middle of a stream; :func:`agentloop.run`
+            records them in the ``ModelFailure`` so ``RunResult.usage`` counts them.
+        attempts: the models tried before, when a
+            :class:`~agentloop.models.FallbackModel` gave up (recorded likewise).
     """
 
     def __init__(
@@ -100,9 +114,13 @@ class ModelError(AgentLoopError):
         provider: str | None = None,
         status_code: int | None = None,
         kind: str = "unknown",
+        usage: Usage | None = None,
+        attempts: tuple[ModelAttempt, ...] = (),
     ) -> None:
         super().__init__(message)
         self.message = message
         self.provider = provider
         self.status_code = status_code
         self.kind = kind
+        self.usage = usage
+        self.attempts = attempts

@@ -19,6 +19,7 @@ __all__ = [
     "AssistantMessage",
     "Block",
     "Message",
+    "ProviderBlock",
     "TextBlock",
     "ThinkingBlock",
     "ToolCall",
@@ -57,7 +58,24 @@ class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type"
     arguments: dict[str, Any]
 
 
-Block: TypeAlias = TextBlock | ThinkingBlock | ToolCall
+class ProviderBlock(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="provider"
+):
+    """Opaque state a provider needs back on the next request, kept in the transcript.
+
+    ``provider`` names who made it (``"anthropic"``, ``"openai"``, ``"gemini"``),
+    ``kind`` what it is (``"redacted_thinking"``, ``"thinking_signature"``,
+    ``"reasoning"``, ``"thought_signature"``) and ``data`` holds the provider's own
+    fields as plain JSON. An adapter sends back the blocks of its own provider and
+    drops the others (see ``docs/providers.md``); the loop never reads ``data``.
+    """
+
+    provider: str
+    kind: str
+    data: dict[str, Any]
+
+
+Block: TypeAlias = TextBlock | ThinkingBlock | ToolCall | ProviderBlock
 
 
 class UserMessage(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="role", tag="user"):
@@ -70,7 +88,7 @@ class UserMessage(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="ro
 class AssistantMessage(
     msgspec.Struct, frozen=True, omit_defaults=True, tag_field="role", tag="assistant"
 ):
-    """A complete assistant message: text, thinking and tool-call blocks, in order."""
+    """A complete assistant message: text, thinking, tool-call and provider blocks, in order."""
 
     id: str
     content: tuple[Block, ...]

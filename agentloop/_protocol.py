@@ -25,6 +25,7 @@ __all__ = [
     "STOP_REASONS",
     "Cancel",
     "Effect",
+    "ModelAttempt",
     "ModelChunk",
     "ModelFailure",
     "ModelRequest",
@@ -43,21 +44,66 @@ __all__ = [
 #: ``RunResult.status`` values.
 STATUSES = ("completed", "cancelled", "max_steps", "failed")
 #: ``ModelResponse.stop_reason`` values.
-STOP_REASONS = ("stop", "tool_call", "length", "error")
+STOP_REASONS = ("stop", "tool_call", "length", "error", "refusal")
 
 _MODEL_ERROR: Final = "MODEL_ERROR"
+_UNKNOWN: Final = "unknown"
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
-    """Token counts reported by a model (summed over a run in ``RunResult.usage``)."""
+    """Token counts reported by a model (summed over a run in ``RunResult.usage``).
+
+    ``input_tokens`` counts every input token the request consumed, cached or not;
+    ``cache_read_tokens`` and ``cache_write_tokens`` are the part of them read from
+    or written to the provider's prompt cache. ``output_tokens`` counts every output
+    token; ``reasoning_tokens`` is the part spent on (possibly hidden) reasoning.
+
+    >>> total = Usage(10, 2, cache_read_tokens=8) + Usage(5, 1, reasoning_tokens=1)
+    >>> total.input_tokens, total.cache_read_tokens, total.reasoning_tokens
+    (15, 8, 1)
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
+
+
+class ModelAttempt(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A model that failed before answering, recorded in the reply that came after.
+
+    :class:`~agentloop.models.FallbackModel` lists the models it tried in vain in the
+    ``attempts`` of the response (or failure) it finally sends, so the log shows
+    every attempt and replays it.
+
+    Attributes:
+        model: which model failed (its ``repr``).
+        error: the provider's error message.
+        kind: the :attr:`~agentloop.ModelError.kind`.
+        status_code: the HTTP status, when there was one.
+        usage: tokens the failed call had reported (they count in ``RunResult.usage``).
+    """
+
+    model: str
+    error: str
+    kind: str = _UNKNOWN
+    status_code: int | None = None
+    usage: Usage | None = None
+
+    def __post_init__(self) -> None:
+        # The default object itself for an equal kind (see ModelFailure.code).
+        if self.kind == _UNKNOWN and self.kind.__class__ is str:
+            msgspec.structs.force_setattr(self, "kind", _UNKNOWN)
 
 
 # --------------------------------------------------------------------------- effects
@@ -119,7 +165,10 @@ class ModelResponse(
 ):
     """The model's final answer for a request.
 
-    ``stop_reason`` is one of ``stop``, ``tool_call``, ``length``, ``error``.
+    ``stop_reason`` is one of ``stop``, ``tool_call``, ``length``, ``error``,
+    ``refusal``. ``stop_message`` keeps the provider's own words about why it
+    stopped, when it said any (a refusal's explanation, a content filter,
+    ``pause_turn``); the run's error message repeats them.
     """
 
     request_id: str
@@ -128,6 +177,8 @@ class ModelResponse(
     stop_reason: str
     usage: Usage | None = None
     at: float | None = None
+    stop_message: str | None = None
+    attempts: tuple[ModelAttempt, ...] = ()
 
 
 class ModelFailure(
@@ -136,13 +187,17 @@ class ModelFailure(
     """The model call failed; the run ends ``failed`` with ``code``.
 
     ``code`` is ``MODEL_ERROR`` (provider/transport error) or ``MODEL_PROTOCOL_ERROR``
-    (the adapter received output it could not parse).
+    (the adapter received output it could not parse). ``usage`` is what the
+    provider had reported (and billed) before the call failed, if anything;
+    ``attempts`` the models that failed before this one (see :class:`ModelAttempt`).
     """
 
     request_id: str
     message: str
     code: str = _MODEL_ERROR
     at: float | None = None
+    usage: Usage | None = None
+    attempts: tuple[ModelAttempt, ...] = ()
 
     def __post_init__(self) -> None:
         # The default object itself for an equal code: a log leaves defaults out and

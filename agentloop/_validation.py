@@ -29,6 +29,7 @@ from ._limits import (
 from ._messages import (
     AssistantMessage,
     Message,
+    ProviderBlock,
     TextBlock,
     ThinkingBlock,
     ToolCall,
@@ -36,6 +37,7 @@ from ._messages import (
 )
 from ._protocol import (
     Cancel,
+    ModelAttempt,
     ModelChunk,
     ModelFailure,
     ModelResponse,
@@ -203,7 +205,17 @@ def block_problem(block: object, where: str) -> str | None:
         return surrogate_problem(text, f"{where}.text") or (
             None if signature is None else surrogate_problem(signature, f"{where}.signature")
         )
-    return f"{where} must be a TextBlock, ThinkingBlock or ToolCall, got {kind.__name__}"
+    if kind is ProviderBlock:
+        problem = _str_fields(block, "provider", "kind", where=where)
+        if problem is None and type(block.data) is not dict:  # type: ignore[attr-defined]
+            problem = f"{where}: ProviderBlock.data must be a dict"
+        if problem is None:
+            problem = json_problem(block.data, f"{where}.data")  # type: ignore[attr-defined]
+        return problem
+    return (
+        f"{where} must be a TextBlock, ThinkingBlock, ToolCall or ProviderBlock, "
+        f"got {kind.__name__}"
+    )
 
 
 def message_problem(message: Message, where: str) -> str | None:
@@ -240,6 +252,37 @@ def _str_fields(owner: object, *names: str, where: str | None = None) -> str | N
     return None
 
 
+_USAGE_FIELDS = Usage.__struct_fields__
+
+
+def _usage_problem(usage: object, owner: str) -> str | None:
+    if usage is None:
+        return None
+    if type(usage) is Usage:
+        values = [getattr(usage, name) for name in _USAGE_FIELDS]
+        if all(type(value) is int and value >= 0 for value in values):
+            return None
+    return f"{owner}.usage must be None or a Usage of non-negative ints"
+
+
+def _attempts_problem(attempts: object, owner: str) -> str | None:
+    if type(attempts) is not tuple:
+        return f"{owner}.attempts must be a tuple of ModelAttempt"
+    for index, attempt in enumerate(attempts):
+        where = f"{owner}.attempts[{index}]"
+        if type(attempt) is not ModelAttempt:
+            return f"{where} must be a ModelAttempt, got {type(attempt).__name__}"
+        problem = _str_fields(attempt, "model", "error", "kind", where=where)
+        if problem is not None:
+            return problem
+        if attempt.status_code is not None and type(attempt.status_code) is not int:
+            return f"{where}.status_code must be an int or None"
+        problem = _usage_problem(attempt.usage, where)
+        if problem is not None:
+            return problem
+    return None
+
+
 def reply_problem(reply: object) -> str | None:
     """A structural problem with something sent into the loop, or ``None``.
 
@@ -263,18 +306,19 @@ def reply_problem(reply: object) -> str | None:
                     problem = block_problem(block, f"ModelResponse.content[{index}]")
                     if problem is not None:
                         break
+        message = reply.stop_message  # type: ignore[attr-defined]
+        if problem is None and message is not None:
+            problem = _str_fields(reply, "stop_message")
         if problem is None:
-            usage = reply.usage  # type: ignore[attr-defined]
-            if usage is not None and (
-                type(usage) is not Usage
-                or type(usage.input_tokens) is not int
-                or type(usage.output_tokens) is not int
-                or usage.input_tokens < 0
-                or usage.output_tokens < 0
-            ):
-                problem = "ModelResponse.usage must be None or a Usage of non-negative ints"
+            problem = _usage_problem(reply.usage, "ModelResponse")  # type: ignore[attr-defined]
+        if problem is None:
+            problem = _attempts_problem(reply.attempts, "ModelResponse")  # type: ignore[attr-defined]
     elif kind is ModelFailure:
-        problem = _str_fields(reply, "request_id", "message", "code")
+        problem = (
+            _str_fields(reply, "request_id", "message", "code")
+            or _usage_problem(reply.usage, "ModelFailure")  # type: ignore[attr-defined]
+            or _attempts_problem(reply.attempts, "ModelFailure")  # type: ignore[attr-defined]
+        )
     elif kind is ToolResult:
         problem = _str_fields(reply, "call_id", "content")
         if problem is None and type(reply.is_error) is not bool:  # type: ignore[attr-defined]

@@ -25,6 +25,7 @@ from agentloop import (
     ModelResponse,
     PlanCommitEvent,
     PlanDraftEvent,
+    ProviderBlock,
     Resume,
     RunFinishedEvent,
     SessionCompleteEvent,
@@ -161,6 +162,8 @@ def _block(block: Any) -> str:
         return f"thinking {short(block.text, 30)}"
     if type(block) is ToolCall:
         return f"call {block.id} {block.name}({short(block.arguments, 40)})"
+    if type(block) is ProviderBlock:
+        return f"{block.provider} {block.kind}"
     return type(block).__name__
 
 

@@ -72,6 +72,7 @@ def test_the_defaults_that_are_not_always_one_object_are_known() -> None:
         ("RunFinishedEvent", "usage"),
         ("BudgetUsage", "wall_seconds"),
         ("ModelFailure", "code"),
+        ("ModelAttempt", "kind"),
     }
 
 

@@ -29,6 +29,7 @@ from agentloop import (
     ModelFailure,
     ModelRequest,
     ModelResponse,
+    ProviderBlock,
     TextBlock,
     ThinkingBlock,
     ToolCall,
@@ -55,6 +56,12 @@ WEATHER = ToolSpec(
 def get_weather(city: str) -> str:
     """Current weather for a city."""
     return f"18°C and sunny in {city}"
+
+
+REDACTED_DATA = (
+    "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4m"
+    "PnZ5sQ7vB5URj4pxSaDnlEG"
+)
 
 
 def fixture(name: str) -> bytes:
@@ -193,7 +200,8 @@ class TestStream:
                 "msg_01AgentloopTools000000003",
                 (TextBlock("Checking both."), PARIS, CLOCK),
                 "tool_call",
-                Usage(410 + 20 + 100, 96),  # input + cache creation + cache read
+                # input + cache creation + cache read
+                Usage(410 + 20 + 100, 96, cache_read_tokens=100, cache_write_tokens=20),
             ),
         ]
 
@@ -201,19 +209,22 @@ class TestStream:
         items = list(model(FakeAnthropic("no_input_tool_use.sse")).stream(request()))
         assert items[0] == chunk(ToolCall("toolu_01NoInput00000000009", "get_time", {}))
 
-    def test_thinking_block_is_one_chunk_with_its_signature(self) -> None:
+    def test_thinking_block_is_one_chunk_then_its_signature(self) -> None:
         items = list(model(FakeAnthropic("thinking.sse")).stream(request()))
-        thinking = ThinkingBlock(
-            "The user greets me; greet back.",
-            "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds",
+        thinking = ThinkingBlock("The user greets me; greet back.")
+        signature = ProviderBlock(
+            "anthropic",
+            "thinking_signature",
+            {"signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"},
         )
         assert items == [
             chunk(thinking),
+            chunk(signature),
             chunk(TextBlock("Hello!")),
             ModelResponse(
                 "request-000",
                 "msg_01AgentloopThink00000010",
-                (thinking, TextBlock("Hello!")),
+                (thinking, signature, TextBlock("Hello!")),
                 "stop",
                 Usage(40, 20),
             ),
@@ -228,7 +239,7 @@ class TestStream:
             ("stop_sequence", "stop"),
             ("max_tokens", "length"),
             ("model_context_window_exceeded", "length"),
-            ("refusal", "error"),
+            ("refusal", "refusal"),
             ("pause_turn", "error"),
         ],
     )
@@ -319,16 +330,18 @@ class TestStream:
 
 
 class TestEdgeCases:
-    def test_unmapped_blocks_are_skipped(self) -> None:
+    def test_unmapped_blocks_are_skipped_and_redacted_thinking_is_kept(self) -> None:
         items = list(model(FakeAnthropic("unmapped_blocks.sse")).stream(request()))
+        redacted = ProviderBlock("anthropic", "redacted_thinking", {"data": REDACTED_DATA})
         assert items == [
+            chunk(redacted),
             chunk(TextBlock("Sunny, 18°C.")),
             ModelResponse(
                 "request-000",
                 "msg_01AgentloopUnmapped000013",
-                (TextBlock("Sunny, 18°C."),),
+                (redacted, TextBlock("Sunny, 18°C.")),
                 "stop",
-                Usage(60 + 40, 30),  # message_delta's cumulative input usage wins
+                Usage(60 + 40, 30, cache_read_tokens=40),  # message_delta's cumulative usage
             ),
         ]
 

@@ -71,7 +71,8 @@ MALFORMED: dict[str, tuple[list[Any], Any, str]] = {
     "chunk block a message": (
         [],
         ModelChunk(REQUEST, UserMessage("u2", "hi")),
-        "ModelChunk.block must be a TextBlock, ThinkingBlock or ToolCall, got UserMessage",
+        "ModelChunk.block must be a TextBlock, ThinkingBlock, ToolCall or ProviderBlock, "
+        "got UserMessage",
     ),
     "chunk at too large for a float": (
         [],

@@ -7,13 +7,18 @@ package) never imports a provider SDK:
   :class:`OpenAIResponsesModel` (Responses); ``pip install 'agentloop[openai]'``.
 - ``agentloop.models.anthropic``: :class:`AnthropicModel` (Messages);
   ``pip install 'agentloop[anthropic]'``.
+- ``agentloop.models.gemini``: :class:`GeminiModel` (Gemini, ``google-genai``);
+  ``pip install 'agentloop[gemini]'``.
 
 Importing one of them without its SDK raises ``ImportError`` naming the extra.
-:class:`RetryPolicy` and :class:`RetryAttempt` (shared by all adapters) are here;
-:func:`model_from_spec` builds an adapter from ``"openai:<model>"``-style strings.
+:class:`RetryPolicy` and :class:`RetryAttempt` (shared by all adapters) and
+:class:`FallbackModel` (any models, in order) are here; :func:`model_from_spec`
+builds an adapter from ``"openai:<model>"``-style strings. What each adapter maps
+and drops: ``docs/providers.md``.
 """
 
 from ._cli import ModelSpecError, model_from_spec
 from ._common import RetryAttempt, RetryPolicy
+from ._fallback import FallbackModel
 
-__all__ = ["ModelSpecError", "RetryAttempt", "RetryPolicy", "model_from_spec"]
+__all__ = ["FallbackModel", "ModelSpecError", "RetryAttempt", "RetryPolicy", "model_from_spec"]

@@ -31,12 +31,17 @@ Provider errors (HTTP status, connection, an error event mid-stream) are raised 
 given a :class:`RetryPolicy`: then an error of a retryable kind is retried with
 backoff, but only while nothing has been yielded for the request yet (a stream that
 already produced chunks cannot be taken back). Every attempt, successful or not, is
-recorded in the adapter's ``attempts``.
+recorded in the adapter's ``attempts``, and each retry is logged as a WARNING on
+the ``agentloop.models`` logger.
+
+Provider blocks (:class:`~agentloop.ProviderBlock`) of another provider are never
+sent: :func:`sendable` drops them, with a DEBUG line on the same logger.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, Final
@@ -45,7 +50,7 @@ import msgspec
 
 from .._errors import MODEL_PROTOCOL_ERROR, ModelError
 from .._limits import MAX_CHUNKS_PER_STEP
-from .._messages import Block, TextBlock, ToolCall
+from .._messages import Block, ProviderBlock, TextBlock, ThinkingBlock, ToolCall
 from .._protocol import ModelChunk, ModelFailure, ModelRequest, ModelResponse, Usage
 
 __all__ = [
@@ -60,7 +65,12 @@ __all__ = [
     "encode_arguments",
     "first_text",
     "kind_from_status",
+    "logger",
+    "sendable",
 ]
+
+#: Where adapters log: WARNING for retries and fallbacks, DEBUG for dropped blocks.
+logger = logging.getLogger("agentloop.models")
 
 ModelReply = ModelChunk | ModelResponse | ModelFailure
 
@@ -203,6 +213,15 @@ class StreamingModel:
                 )
                 if not retry:
                     raise
+                logger.warning(
+                    "%r: attempt %d of %d for %s failed (%s); retrying in %.3gs",
+                    self,
+                    number,
+                    policy.attempts if policy is not None else 1,
+                    request.id,
+                    error.message,
+                    delay,
+                )
                 self._sleep(delay)
                 continue
             self.attempts.append(RetryAttempt(request_id=request.id, number=number))
@@ -224,7 +243,7 @@ class StreamAssembler:
     Every method returns the chunks to yield now, in order.
     """
 
-    __slots__ = ("_content", "_held", "chunks", "request_id", "tool_calls")
+    __slots__ = ("_content", "_held", "_thinking", "chunks", "request_id", "tool_calls")
 
     def __init__(self, request_id: str) -> None:
         self.request_id = request_id
@@ -234,11 +253,20 @@ class StreamAssembler:
         self.tool_calls = 0
         self._content: list[list[str] | Block] = []  # text runs are lists of deltas
         self._held: list[str] = []  # text in the content but not streamed yet
+        self._thinking: list[str] = []  # reasoning deltas of the thinking block still open
+
+    def thinking(self, delta: str | None) -> list[ModelChunk]:
+        """A reasoning delta; sent as one :class:`~agentloop.ThinkingBlock` when the
+        reasoning ends (anything else arrives, or the stream ends)."""
+        if delta:
+            self._thinking.append(delta)
+        return []
 
     def text(self, delta: str | None) -> list[ModelChunk]:
         """A text delta (empty ones are dropped)."""
         if not delta:
             return []
+        out = self._close_thinking()
         content = self._content
         last = content[-1] if content else None
         if isinstance(last, list):
@@ -246,12 +274,13 @@ class StreamAssembler:
         else:
             content.append([delta])
         if self.chunks < _EAGER_CHUNKS:
-            return [self._chunk(TextBlock(delta))]
-        self._held.append(delta)
-        return []
+            out.append(self._chunk(TextBlock(delta)))
+        else:
+            self._held.append(delta)
+        return out
 
     def block(self, block: Block) -> list[ModelChunk]:
-        """A complete non-text block (a tool call or a thinking block)."""
+        """A complete non-text block (a tool call, thinking or provider block)."""
         out = self.flush()
         self._content.append(block)
         if type(block) is ToolCall:
@@ -260,14 +289,28 @@ class StreamAssembler:
         return out
 
     def flush(self) -> list[ModelChunk]:
-        """Held-back text, as one chunk."""
-        if not self._held:
-            return []
-        text = "".join(self._held)
-        self._held.clear()
-        return [self._chunk(TextBlock(text))]
+        """Held-back text, as one chunk, and the open thinking block."""
+        out = self._close_thinking()
+        if self._held:
+            text = "".join(self._held)
+            self._held.clear()
+            out.append(self._chunk(TextBlock(text)))
+        return out
 
-    def response(self, response_id: str, stop_reason: str, usage: Usage | None) -> ModelResponse:
+    def _close_thinking(self) -> list[ModelChunk]:
+        if not self._thinking:
+            return []
+        text = "".join(self._thinking)
+        self._thinking.clear()
+        return self.block(ThinkingBlock(text))
+
+    def response(
+        self,
+        response_id: str,
+        stop_reason: str,
+        usage: Usage | None,
+        stop_message: str | None = None,
+    ) -> ModelResponse:
         """The final response; call :meth:`flush` first and yield what it returns."""
         content = tuple(
             TextBlock("".join(part)) if isinstance(part, list) else part for part in self._content
@@ -276,11 +319,30 @@ class StreamAssembler:
             # OpenAI answers a forced tool_choice with finish_reason "stop"; the calls
             # are what the model asked for, so the response is a tool_call response.
             stop_reason = "tool_call"
-        return ModelResponse(self.request_id, response_id, content, stop_reason, usage)
+        return ModelResponse(
+            self.request_id, response_id, content, stop_reason, usage, stop_message=stop_message
+        )
 
     def _chunk(self, block: Block) -> ModelChunk:
         self.chunks += 1
         return ModelChunk(self.request_id, block)
+
+
+def sendable(block: Block, provider: str, kinds: Iterable[str]) -> bool:
+    """Whether an adapter for ``provider`` sends ``block`` back to its API.
+
+    Every block but a :class:`~agentloop.ProviderBlock` is sendable; a provider block
+    only when it is ``provider``'s and of one of ``kinds``. What is dropped is logged
+    at DEBUG level (another provider's reasoning cannot go to this one).
+    """
+    if type(block) is not ProviderBlock:
+        return True
+    if block.provider == provider and block.kind in kinds:
+        return True
+    logger.debug(
+        "%s adapter: not sending a %r block of provider %r", provider, block.kind, block.provider
+    )
+    return False
 
 
 def decode_arguments(raw: str, where: str) -> dict[str, Any]:

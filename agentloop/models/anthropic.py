@@ -12,20 +12,27 @@ Mapping
 Request: ``system`` is the ``system`` parameter; a ``UserMessage`` is a user
 message; an ``AssistantMessage`` an assistant message with its blocks in order
 (text -> ``text``, ``ToolCall`` -> ``tool_use`` with ``input``, a ``ThinkingBlock``
-that has a signature -> ``thinking``; unsigned thinking and blank text are not
-sent, as the API rejects them); consecutive ``ToolResultMessage``\\ s are one
-user message of ``tool_result`` blocks (``is_error`` included). Tool specs become
-tools with ``input_schema``.
+followed by its ``ProviderBlock("anthropic", "thinking_signature")`` (or carrying a
+``signature`` itself, as transcripts from earlier versions do) -> ``thinking``,
+``ProviderBlock("anthropic", "redacted_thinking")`` -> ``redacted_thinking``;
+unsigned thinking, blank text and other providers' blocks are not sent, as the API
+rejects them); consecutive ``ToolResultMessage``\\ s are one user message of
+``tool_result`` blocks (``is_error`` included). Tool specs become tools with
+``input_schema``.
 
 Stream: ``text_delta`` is text; a ``tool_use`` block's ``input_json_delta``
 fragments are assembled and sent as one ``ToolCall`` at ``content_block_stop``; a
-``thinking`` block (with its ``signature_delta``) is sent as one ``ThinkingBlock``
-at its stop. Other block types (``redacted_thinking``, server tools) are skipped.
-``stop_reason``: ``end_turn``, ``stop_sequence`` -> ``stop``; ``tool_use`` ->
-``tool_call``; ``max_tokens``, ``model_context_window_exceeded`` -> ``length``;
-anything else (``refusal``, ``pause_turn``) -> ``error``. Usage: input tokens are
-``input_tokens + cache_creation_input_tokens + cache_read_input_tokens`` (what the
-request consumed), output tokens the final cumulative ``output_tokens``.
+``thinking`` block is sent at its stop as one ``ThinkingBlock`` followed by
+``ProviderBlock("anthropic", "thinking_signature", {"signature": ...})``; a
+``redacted_thinking`` block as ``ProviderBlock("anthropic", "redacted_thinking",
+{"data": ...})``. Server tool blocks are skipped. ``stop_reason``: ``end_turn``,
+``stop_sequence`` -> ``stop``; ``tool_use`` -> ``tool_call``; ``max_tokens``,
+``model_context_window_exceeded`` -> ``length``; ``refusal`` -> ``refusal`` (the
+run fails with ``MODEL_REFUSED`` and ``stop_details.explanation``); anything else
+(``pause_turn``, ...) -> ``error``, its name kept in ``stop_message``. Usage: input
+tokens are ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens``
+(what the request consumed), of which ``cache_write_tokens`` and
+``cache_read_tokens``; output tokens the final cumulative ``output_tokens``.
 
 When the response stopped for ``max_tokens``, a tool call whose input was cut off
 is kept with empty arguments: the loop never runs the calls of a ``length``
@@ -50,6 +57,8 @@ from typing import TYPE_CHECKING, Any, Final
 from .._errors import ModelError
 from .._messages import (
     AssistantMessage,
+    Block,
+    ProviderBlock,
     TextBlock,
     ThinkingBlock,
     ToolCall,
@@ -66,6 +75,7 @@ from ._common import (
     decode_arguments,
     first_text,
     kind_from_status,
+    sendable,
 )
 
 try:
@@ -87,6 +97,7 @@ from anthropic.types import (
     TextDelta,
     ThinkingDelta,
 )
+from anthropic.types import RedactedThinkingBlock as _RedactedStart
 from anthropic.types import TextBlock as _TextStart
 from anthropic.types import ThinkingBlock as _ThinkingStart
 from anthropic.types import ToolUseBlock as _ToolUseStart
@@ -102,7 +113,9 @@ if TYPE_CHECKING:
 
 __all__ = ["AnthropicModel", "RetryPolicy"]
 
+_OWN_KINDS: Final = frozenset({"thinking_signature", "redacted_thinking"})
 _STOP: Final = {
+    "refusal": "refusal",
     "end_turn": "stop",
     "stop_sequence": "stop",
     "tool_use": "tool_call",
@@ -188,11 +201,12 @@ class AnthropicModel(StreamingModel):
             )
         except anthropic.AnthropicError as exc:
             raise _model_error(exc) from exc
+        usage = _Usage()
         with stream:
             try:
-                yield from _replies(request, stream)
+                yield from _replies(request, stream, usage)
             except anthropic.AnthropicError as exc:
-                raise _model_error(exc) from exc
+                raise _model_error(exc, usage.value()) from exc
 
 
 # --------------------------------------------------------------------------- request
@@ -210,7 +224,8 @@ def _messages(request: ModelRequest) -> list[MessageParam]:
                 out.append({"role": "user", "content": message.content})
             case AssistantMessage():
                 blocks: list[ContentBlockParam] = []
-                for block in message.content:
+                content = [b for b in message.content if sendable(b, "anthropic", _OWN_KINDS)]
+                for index, block in enumerate(content):
                     match block:
                         case TextBlock(text=text) if text.strip():
                             blocks.append({"type": "text", "text": text})
@@ -223,10 +238,18 @@ def _messages(request: ModelRequest) -> list[MessageParam]:
                                     "input": block.arguments,
                                 }
                             )
-                        case ThinkingBlock(signature=str() as signature):
-                            blocks.append(
-                                {"type": "thinking", "thinking": block.text, "signature": signature}
-                            )
+                        case ThinkingBlock():
+                            signature = block.signature or _signature_after(content, index)
+                            if signature is not None:
+                                blocks.append(
+                                    {
+                                        "type": "thinking",
+                                        "thinking": block.text,
+                                        "signature": signature,
+                                    }
+                                )
+                        case ProviderBlock(kind="redacted_thinking", data={"data": str() as data}):
+                            blocks.append({"type": "redacted_thinking", "data": data})
                 if blocks:
                     out.append({"role": "assistant", "content": blocks})
             case ToolResultMessage():  # pragma: no branch - the Message union has 3 types
@@ -241,6 +264,16 @@ def _messages(request: ModelRequest) -> list[MessageParam]:
     if results:
         out.append({"role": "user", "content": results})
     return out
+
+
+def _signature_after(content: list[Block], index: int) -> str | None:
+    """The signature of the thinking block at ``index``: the provider block after it."""
+    after = content[index + 1] if index + 1 < len(content) else None
+    if type(after) is ProviderBlock and after.kind == "thinking_signature":
+        signature = after.data.get("signature")
+        if isinstance(signature, str):
+            return signature
+    return None
 
 
 def _tools(request: ModelRequest) -> list[ToolParam]:
@@ -267,14 +300,41 @@ class _OpenBlock:
         self.start_input: dict[str, object] = {}
 
 
+class _Usage:
+    """The usage reported so far (kept outside ``_replies`` for an error mid-stream)."""
+
+    __slots__ = ("cache_read", "cache_write", "input", "output", "reported")
+
+    def __init__(self) -> None:
+        self.input = self.output = self.cache_read = self.cache_write = 0
+        self.reported = False
+
+    def update(self, usage: Any) -> None:
+        if usage.input_tokens is not None:
+            self.cache_write = usage.cache_creation_input_tokens or 0
+            self.cache_read = usage.cache_read_input_tokens or 0
+            self.input = usage.input_tokens + self.cache_write + self.cache_read
+        self.output = usage.output_tokens
+        self.reported = True
+
+    def value(self) -> Usage | None:
+        if not self.reported:
+            return None
+        return Usage(
+            self.input,
+            self.output,
+            cache_read_tokens=self.cache_read,
+            cache_write_tokens=self.cache_write,
+        )
+
+
 def _replies(
-    request: ModelRequest, stream: Iterator[RawMessageStreamEvent]
+    request: ModelRequest, stream: Iterator[RawMessageStreamEvent], usage: _Usage
 ) -> Iterator[ModelReply]:
     out = StreamAssembler(request.id)
     message_id = ""
-    input_tokens = output_tokens = 0
-    have_usage = False
     stop_reason: str | None = None
+    stop_message: str | None = None
     blocks: dict[int, _OpenBlock] = {}
     # A tool call whose input did not parse: fine only if the message then stops
     # for max_tokens (the input was cut off); anything after it is an error.
@@ -285,14 +345,7 @@ def _replies(
         match event:
             case RawMessageStartEvent(message=message):
                 message_id = message.id
-                usage = message.usage
-                input_tokens = (
-                    usage.input_tokens
-                    + (usage.cache_creation_input_tokens or 0)
-                    + (usage.cache_read_input_tokens or 0)
-                )
-                output_tokens = usage.output_tokens
-                have_usage = True
+                usage.update(message.usage)
             case RawContentBlockStartEvent(index=index, content_block=start):
                 match start:
                     case _TextStart():
@@ -304,8 +357,13 @@ def _replies(
                         block = blocks[index] = _OpenBlock("thinking")
                         block.parts.append(start.thinking)
                         block.signature = start.signature or None
+                    case _RedactedStart():
+                        redacted = ProviderBlock(
+                            "anthropic", "redacted_thinking", {"data": start.data}
+                        )
+                        yield from out.block(redacted)
                     case _:
-                        pass  # redacted thinking, server tool blocks: not mapped
+                        pass  # server tool blocks: not mapped
             case RawContentBlockDeltaEvent(index=index, delta=delta):
                 block_or_none = blocks.get(index)
                 match delta:
@@ -324,8 +382,12 @@ def _replies(
                 if block_or_none is None:
                     continue
                 if block_or_none.kind == "thinking":
-                    text = "".join(block_or_none.parts)
-                    yield from out.block(ThinkingBlock(text, block_or_none.signature))
+                    yield from out.block(ThinkingBlock("".join(block_or_none.parts)))
+                    if block_or_none.signature:
+                        signature = {"signature": block_or_none.signature}
+                        yield from out.block(
+                            ProviderBlock("anthropic", "thinking_signature", signature)
+                        )
                     continue
                 where = f"anthropic message {message_id!r}, content block {index}"
                 try:
@@ -336,14 +398,10 @@ def _replies(
                 yield from out.block(call)
             case RawMessageDeltaEvent(delta=delta_, usage=usage_):
                 stop_reason = delta_.stop_reason or stop_reason
-                output_tokens = usage_.output_tokens
-                if usage_.input_tokens is not None:
-                    input_tokens = (
-                        usage_.input_tokens
-                        + (usage_.cache_creation_input_tokens or 0)
-                        + (usage_.cache_read_input_tokens or 0)
-                    )
-                have_usage = True
+                details = delta_.stop_details
+                if details is not None:
+                    stop_message = first_text([details.explanation, details.category])
+                usage.update(usage_)
             case RawMessageStopEvent():
                 break
             case _:  # pragma: no cover - event types added to the API later
@@ -353,6 +411,8 @@ def _replies(
             f"anthropic message {message_id!r}: the stream ended without a stop_reason"
         )
     stop = _STOP.get(stop_reason, "error")
+    if stop == "error":
+        stop_message = f"stop_reason {stop_reason!r}"
     unfinished = [
         (block, f"anthropic message {message_id!r}, content block {index}")
         for index, block in blocks.items()
@@ -367,8 +427,7 @@ def _replies(
     for block, where in unfinished:
         yield from out.block(_tool_call(block, where, truncated=True))
     yield from out.flush()
-    usage_out = Usage(input_tokens, output_tokens) if have_usage else None
-    yield out.response(message_id, stop, usage_out)
+    yield out.response(message_id, stop, usage.value(), stop_message)
 
 
 def _tool_call(block: _OpenBlock, where: str, *, truncated: bool) -> ToolCall:
@@ -392,7 +451,7 @@ def _tool_call(block: _OpenBlock, where: str, *, truncated: bool) -> ToolCall:
 # --------------------------------------------------------------------------- errors
 
 
-def _model_error(exc: anthropic.AnthropicError) -> ModelError:
+def _model_error(exc: anthropic.AnthropicError, usage: Usage | None = None) -> ModelError:
     """Classify an SDK exception; keep the provider's own message."""
     status: int | None = None
     if isinstance(exc, anthropic.APIConnectionError):
@@ -412,5 +471,9 @@ def _model_error(exc: anthropic.AnthropicError) -> ModelError:
         kind, detail = "unknown", f"{type(exc).__name__}: {exc}"
     where = f"HTTP {status}" if status is not None else kind
     return ModelError(
-        f"anthropic {where}: {detail}", provider="anthropic", status_code=status, kind=kind
+        f"anthropic {where}: {detail}",
+        provider="anthropic",
+        status_code=status,
+        kind=kind,
+        usage=usage,
     )

@@ -18,12 +18,26 @@ error flag: ``is_error`` is not sent, the content says what happened). Tool spec
 become ``{"type": "function", "function": {...}}`` tools. The request asks for
 ``stream_options={"include_usage": True}`` unless you pass ``stream_options``.
 
-Stream: ``delta.content`` (and ``delta.refusal``) are text; tool-call fragments are
-assembled per ``index`` and sent as complete ``ToolCall`` blocks when the choice
+Stream: ``delta.content`` is text; ``delta.reasoning_content`` (DeepSeek, vLLM,
+xAI) and ``delta.reasoning`` (OpenRouter) are thinking, sent as one
+``ThinkingBlock`` when the reasoning ends; ``delta.refusal`` is collected and makes
+the stop reason ``refusal`` (its text is the ``stop_message``). Tool-call fragments
+are assembled per ``index`` and sent as complete ``ToolCall`` blocks when the choice
 finishes. Only choice 0 is read. ``finish_reason``: ``stop`` -> ``stop`` (or
 ``tool_call`` when the model called tools, as with a forced ``tool_choice``),
 ``tool_calls`` -> ``tool_call``, ``length`` -> ``length``, anything else
-(``content_filter``, ...) -> ``error``. Usage: ``prompt_tokens`` / ``completion_tokens``.
+(``content_filter``, ...) -> ``error`` with the reason in ``stop_message``. A stream
+that ends without any ``finish_reason`` (some OpenAI-compatible servers) is
+``tool_call`` when calls arrived, else ``stop``. Usage: ``prompt_tokens`` /
+``completion_tokens``, ``prompt_tokens_details.cached_tokens`` (cache reads) and
+``completion_tokens_details.reasoning_tokens``. A chunk carrying an ``error``
+(OpenRouter reports failures inside a 200 stream that way) raises
+:class:`~agentloop.ModelError` with the usage reported so far.
+
+OpenAI-compatible servers (Ollama, vLLM, LM Studio, OpenRouter, a LiteLLM proxy)
+work through the same adapter: give the client their ``base_url``, e.g.
+``OpenAIChatModel(openai.OpenAI(base_url="http://localhost:11434/v1",
+api_key="ollama"), "llama3.2")``.
 
 Mapping (Responses)
 -------------------
@@ -34,8 +48,15 @@ tools. ``response.output_text.delta`` (and refusal deltas) are text; a function
 call is sent when its ``response.output_item.done`` arrives (``call_id`` is the
 ``ToolCall.id``). ``response.completed`` -> ``stop``/``tool_call``,
 ``response.incomplete`` -> ``length`` for ``max_output_tokens`` else ``error``;
-``response.failed`` and ``error`` events raise :class:`~agentloop.ModelError`.
-Reasoning items are neither returned nor sent back.
+refusal deltas make the stop reason ``refusal`` (their text is the
+``stop_message``); ``response.failed`` and ``error`` events raise
+:class:`~agentloop.ModelError` (with the response's usage, when it has one).
+A reasoning item becomes a ``ThinkingBlock`` (its summary, when there is one)
+followed by ``ProviderBlock("openai", "reasoning", {"id", "summary",
+"encrypted_content"})``, which is sent back as the same input item, so a tool loop
+with reasoning keeps its reasoning. With ``store=False`` the adapter asks for
+``include=["reasoning.encrypted_content"]`` (stateless reasoning needs it). Usage
+includes ``cached_tokens`` and ``reasoning_tokens``.
 
 In both, when the response stopped for ``length``, a tool call whose arguments
 were cut off is kept with empty arguments: the loop never runs the calls of a
@@ -54,10 +75,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from .._errors import ModelError
-from .._messages import AssistantMessage, TextBlock, ToolCall, ToolResultMessage, UserMessage
+from .._messages import (
+    AssistantMessage,
+    ProviderBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
 from .._protocol import ModelRequest, Usage
 from ._common import (
     MalformedOutput,
@@ -69,6 +98,7 @@ from ._common import (
     encode_arguments,
     first_text,
     kind_from_status,
+    sendable,
 )
 
 try:
@@ -88,18 +118,29 @@ from openai.types.responses import (
     ResponseIncompleteEvent,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
+    ResponseReasoningItem,
     ResponseRefusalDeltaEvent,
     ResponseTextDeltaEvent,
 )
 
 if TYPE_CHECKING:
+    from openai.types import CompletionUsage
     from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
     from openai.types.chat import ChatCompletionToolParam as _ChatToolParam
-    from openai.types.responses import ResponseInputItemParam, ResponseStreamEvent, ToolParam
+    from openai.types.responses import (
+        ResponseInputItemParam,
+        ResponseStreamEvent,
+        ResponseUsage,
+        ToolParam,
+    )
 
 __all__ = ["OpenAIChatModel", "OpenAIResponsesModel", "RetryPolicy"]
 
 _CHAT_FINISH: Final = {"stop": "stop", "tool_calls": "tool_call", "length": "length"}
+#: Where OpenAI-compatible servers put reasoning text in a delta.
+_REASONING_FIELDS: Final = ("reasoning_content", "reasoning")
+_ENCRYPTED: Final = "reasoning.encrypted_content"
+_OWN_KINDS: Final = ("reasoning",)
 _CHAT_RESERVED: Final = frozenset({"messages", "tools", "stream"})
 _RESPONSES_RESERVED: Final = frozenset({"input", "instructions", "tools", "stream"})
 
@@ -164,6 +205,7 @@ class OpenAIChatModel(_OpenAIModel):
             )
         except openai.OpenAIError as exc:
             raise _model_error(exc) from exc
+        _keep_error_chunks(stream)
         with stream:
             try:
                 yield from _chat_replies(request, stream)
@@ -193,6 +235,11 @@ class OpenAIResponsesModel(_OpenAIModel):
 
     def _attempt(self, request: ModelRequest) -> Iterator[ModelReply]:
         options = dict(self.request_options)
+        if options.get("store") is False:
+            # Stateless reasoning: the encrypted reasoning is what goes back next turn.
+            include = list(options.get("include") or ())
+            if _ENCRYPTED not in include:
+                options["include"] = [*include, _ENCRYPTED]
         if request.system is not None:
             options["instructions"] = request.system
         tools = _responses_tools(request)
@@ -204,6 +251,7 @@ class OpenAIResponsesModel(_OpenAIModel):
             )
         except openai.OpenAIError as exc:
             raise _model_error(exc) from exc
+        _keep_error_chunks(stream)
         with stream:
             try:
                 yield from _responses_replies(request, stream)
@@ -223,6 +271,8 @@ def _chat_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
             case UserMessage():
                 out.append({"role": "user", "content": message.content})
             case AssistantMessage():
+                for block in message.content:
+                    sendable(block, "openai-chat", ())  # logs provider blocks it cannot send
                 text = "".join(b.text for b in message.content if type(b) is TextBlock)
                 calls = [b for b in message.content if type(b) is ToolCall]
                 if calls:
@@ -279,6 +329,32 @@ class _ChatCall:
         self.arguments: list[str] = []
 
 
+def _keep_error_chunks(stream: openai.Stream[Any]) -> None:
+    """Have the SDK hand over chunks that carry an ``error`` instead of raising on them.
+
+    OpenRouter (and other OpenAI-compatible servers) report a failure inside a 200
+    stream as a chunk with an ``error`` object *and* the usage billed so far; the
+    Responses API sends an ``error`` event before the ``response.failed`` that
+    carries the usage. In its
+    default mode the SDK raises on that chunk before the usage can be read; its
+    ``events`` stream mode yields it like any chunk (the stream has not started yet).
+    """
+    options = stream._options
+    if options is not None:  # pragma: no branch - create() always gives its options
+        stream._options = options.model_copy(update={"stream_mode": "events"})
+
+
+def _chat_usage(usage: CompletionUsage) -> Usage:
+    prompt = usage.prompt_tokens_details
+    completion = usage.completion_tokens_details
+    return Usage(
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        cache_read_tokens=(prompt.cached_tokens or 0) if prompt is not None else 0,
+        reasoning_tokens=(completion.reasoning_tokens or 0) if completion is not None else 0,
+    )
+
+
 def _chat_replies(
     request: ModelRequest, stream: Iterator[ChatCompletionChunk]
 ) -> Iterator[ModelReply]:
@@ -286,17 +362,28 @@ def _chat_replies(
     response_id = ""
     finish: str | None = None
     usage: Usage | None = None
+    refusal: list[str] = []
     calls: dict[int, _ChatCall] = {}
     for chunk in stream:
+        # (read defensively: an error chunk need not have the usual fields)
+        reported = getattr(chunk, "usage", None)
+        if reported is not None:
+            usage = _chat_usage(reported)
+        error = getattr(chunk, "error", None)
+        if error:
+            raise _chunk_error(error, usage)
         response_id = response_id or chunk.id
-        if chunk.usage is not None:
-            usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
         for choice in chunk.choices:
             if choice.index != 0:
                 continue
             delta = choice.delta
+            for name in _REASONING_FIELDS:
+                reasoning = getattr(delta, name, None)
+                if isinstance(reasoning, str):
+                    yield from out.thinking(reasoning)
             yield from out.text(delta.content)
-            yield from out.text(delta.refusal)
+            if delta.refusal:
+                refusal.append(delta.refusal)
             for fragment in delta.tool_calls or ():
                 call = calls.get(fragment.index)
                 if call is None:
@@ -311,19 +398,44 @@ def _chat_replies(
                         call.arguments.append(function.arguments)
             if choice.finish_reason is not None and finish is None:
                 finish = choice.finish_reason
-                for index in sorted(calls):
-                    call = calls[index]
-                    where = f"openai chat completion {response_id!r}, tool call {index}"
-                    block = _tool_call(
-                        call.id, call.name, call.arguments, where, truncated=finish == "length"
-                    )
-                    yield from out.block(block)
+                yield from _chat_calls(out, calls, response_id, truncated=finish == "length")
     if finish is None:
-        raise MalformedOutput(
-            f"openai chat completion {response_id!r}: the stream ended without a finish_reason"
-        )
+        # Some OpenAI-compatible servers end the stream without a finish_reason.
+        yield from _chat_calls(out, calls, response_id, truncated=False)
+        finish = "tool_calls" if calls else "stop"
     yield from out.flush()
-    yield out.response(response_id, _CHAT_FINISH.get(finish, "error"), usage)
+    stop = _CHAT_FINISH.get(finish, "error")
+    message = f"finish_reason {finish!r}" if stop == "error" else None
+    if refusal:
+        stop, message = "refusal", "".join(refusal)
+    yield out.response(response_id, stop, usage, message)
+
+
+def _chat_calls(
+    out: StreamAssembler, calls: dict[int, _ChatCall], response_id: str, *, truncated: bool
+) -> Iterator[ModelReply]:
+    for index in sorted(calls):
+        call = calls[index]
+        where = f"openai chat completion {response_id!r}, tool call {index}"
+        yield from out.block(
+            _tool_call(call.id, call.name, call.arguments, where, truncated=truncated)
+        )
+
+
+def _chunk_error(error: object, usage: Usage | None) -> ModelError:
+    """An ``error`` object inside a chat completion chunk (its ``code`` may be an HTTP status)."""
+    if not isinstance(error, Mapping):
+        return _stream_error(str(error), None, usage)
+    message = first_text([error.get("message")]) or "the stream reported an error"
+    code = error.get("code") or error.get("type")
+    if type(code) is int:
+        return ModelError(
+            f"openai stream error: {message} [{code}]",
+            provider="openai",
+            kind=kind_from_status(code),
+            usage=usage,
+        )
+    return _stream_error(message, None if code is None else str(code), usage)
 
 
 def _tool_call(
@@ -362,12 +474,17 @@ def _responses_input(request: ModelRequest) -> list[ResponseInputItemParam]:
                 for block in message.content:
                     if type(block) is TextBlock:
                         text.append(block.text)
-                    elif type(block) is ToolCall:
-                        if text:
-                            out.append(
-                                {"type": "message", "role": "assistant", "content": "".join(text)}
-                            )
-                            text = []
+                        continue
+                    if type(block) is ThinkingBlock or not sendable(
+                        block, "openai", ("reasoning",)
+                    ):
+                        continue  # (a reasoning summary goes back inside its reasoning item)
+                    if text:
+                        out.append(
+                            {"type": "message", "role": "assistant", "content": "".join(text)}
+                        )
+                        text = []
+                    if type(block) is ToolCall:
                         out.append(
                             {
                                 "type": "function_call",
@@ -376,6 +493,8 @@ def _responses_input(request: ModelRequest) -> list[ResponseInputItemParam]:
                                 "arguments": encode_arguments(block.arguments),
                             }
                         )
+                    elif type(block) is ProviderBlock:  # pragma: no branch - sendable() said so
+                        out.append(_reasoning_item(block.data))
                 if text:
                     out.append({"type": "message", "role": "assistant", "content": "".join(text)})
             case ToolResultMessage():  # pragma: no branch - the Message union has 3 types
@@ -387,6 +506,40 @@ def _responses_input(request: ModelRequest) -> list[ResponseInputItemParam]:
                     }
                 )
     return out
+
+
+def _reasoning_item(data: dict[str, Any]) -> ResponseInputItemParam:
+    item: dict[str, Any] = {"type": "reasoning", "summary": data.get("summary") or []}
+    for key in ("id", "encrypted_content"):
+        if data.get(key) is not None:
+            item[key] = data[key]
+    return cast("ResponseInputItemParam", item)
+
+
+def _reasoning_blocks(item: ResponseReasoningItem) -> list[ThinkingBlock | ProviderBlock]:
+    summary = [part.model_dump(mode="json", exclude_none=True) for part in item.summary]
+    data: dict[str, Any] = {"id": item.id, "summary": summary}
+    if item.encrypted_content is not None:
+        data["encrypted_content"] = item.encrypted_content
+    text = "\n\n".join(part.text for part in item.summary if part.text)
+    blocks: list[ThinkingBlock | ProviderBlock] = [ThinkingBlock(text)] if text else []
+    blocks.append(ProviderBlock("openai", "reasoning", data))
+    return blocks
+
+
+def _responses_usage(usage: ResponseUsage | None) -> Usage | None:
+    if usage is None:
+        return None
+    cached = getattr(usage.input_tokens_details, "cached_tokens", None) or 0
+    written = getattr(usage.input_tokens_details, "cache_write_tokens", None) or 0
+    reasoning = getattr(usage.output_tokens_details, "reasoning_tokens", None) or 0
+    return Usage(
+        usage.input_tokens,
+        usage.output_tokens,
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+        reasoning_tokens=reasoning,
+    )
 
 
 def _responses_tools(request: ModelRequest) -> list[ToolParam]:
@@ -407,6 +560,8 @@ def _responses_replies(
 ) -> Iterator[ModelReply]:
     out = StreamAssembler(request.id)
     response_id = ""
+    refusal: list[str] = []
+    failure: ModelError | None = None  # an ``error`` event: raised once the stream ends
     open_calls: dict[str, _ChatCall] = {}  # function calls added, not done yet, by item id
     # A call whose arguments did not parse: fine only if the response then stops for
     # the token limit (the arguments were cut off); anything after it is an error.
@@ -417,8 +572,13 @@ def _responses_replies(
         match event:
             case ResponseCreatedEvent():
                 response_id = event.response.id
-            case ResponseTextDeltaEvent() | ResponseRefusalDeltaEvent():
+            case ResponseTextDeltaEvent():
                 yield from out.text(event.delta)
+            case ResponseRefusalDeltaEvent():
+                refusal.append(event.delta)
+            case ResponseOutputItemDoneEvent(item=ResponseReasoningItem() as reasoning):
+                for part in _reasoning_blocks(reasoning):
+                    yield from out.block(part)
             case ResponseOutputItemAddedEvent(item=ResponseFunctionToolCall() as item):
                 call = open_calls[item.id or item.call_id] = _ChatCall()
                 call.id, call.name = item.call_id, item.name
@@ -440,11 +600,15 @@ def _responses_replies(
             case ResponseCompletedEvent() | ResponseIncompleteEvent():
                 response = event.response
                 response_id = response.id or response_id
-                stop = "stop"
+                stop, message = "stop", None
                 if type(event) is ResponseIncompleteEvent:
                     details = response.incomplete_details
                     reason = details.reason if details is not None else None
                     stop = "length" if reason == "max_output_tokens" else "error"
+                    if stop == "error":
+                        message = f"incomplete: {reason or 'no reason given'}"
+                if refusal:
+                    stop, message = "refusal", "".join(refusal)
                 unfinished = [
                     (call, f"openai response {response_id!r}, function call item {item_id!r}")
                     for item_id, call in open_calls.items()
@@ -460,23 +624,30 @@ def _responses_replies(
                 for call, where in unfinished:
                     block = _tool_call(call.id, call.name, call.arguments, where, truncated=True)
                     yield from out.block(block)
-                usage = response.usage
                 yield from out.flush()
-                yield out.response(
-                    response_id,
-                    stop,
-                    Usage(usage.input_tokens, usage.output_tokens) if usage is not None else None,
-                )
+                yield out.response(response_id, stop, _responses_usage(response.usage), message)
                 return
             case ResponseFailedEvent():
                 error = event.response.error
+                usage = _responses_usage(event.response.usage)
+                if error is None and failure is not None:
+                    failure.usage = usage
+                    raise failure
                 message = error.message if error is not None else "the response failed"
                 code = str(error.code) if error is not None and error.code is not None else None
-                raise _stream_error(message, code)
+                raise _stream_error(message, code, usage)
             case ResponseErrorEvent():
-                raise _stream_error(event.message, event.code)
+                # The response.failed that follows (if any) carries the usage. The
+                # API puts code and message at the top or inside an "error" object.
+                nested = getattr(event, "error", None)
+                nested = nested if isinstance(nested, Mapping) else {}
+                message = first_text([event.message, nested.get("message")]) or "stream error"
+                code = event.code or nested.get("code") or nested.get("type")
+                failure = failure or _stream_error(message, code)
             case _:
-                pass  # reasoning, annotations, web search progress, ...: not mapped
+                pass  # summaries' progress, annotations, web search progress, ...: not mapped
+    if failure is not None:
+        raise failure
     raise MalformedOutput(
         f"openai response {response_id!r}: the stream ended without "
         f"response.completed, response.incomplete or response.failed"
@@ -507,16 +678,13 @@ def _model_error(exc: openai.OpenAIError) -> ModelError:
         code = exc.code or exc.type
         if code:
             detail = f"{detail} [{code}]"
-    elif isinstance(exc, openai.APIError):
-        # an error event inside a stream that had started fine
-        return _stream_error(exc.message, exc.code)
-    else:
+    else:  # (error chunks and events reach the adapter as data: see _keep_error_chunks)
         status, kind, detail = None, "unknown", f"{type(exc).__name__}: {exc}"
     where = f"HTTP {status}" if status is not None else kind
     return ModelError(f"openai {where}: {detail}", provider="openai", status_code=status, kind=kind)
 
 
-def _stream_error(message: str, code: str | None) -> ModelError:
+def _stream_error(message: str, code: str | None, usage: Usage | None = None) -> ModelError:
     """An error reported inside the stream (no HTTP status of its own)."""
     lowered = (code or "").lower()
     if "rate_limit" in lowered:
@@ -528,4 +696,6 @@ def _stream_error(message: str, code: str | None) -> ModelError:
     else:
         kind = "unknown"
     suffix = f" [{code}]" if code else ""
-    return ModelError(f"openai stream error: {message}{suffix}", provider="openai", kind=kind)
+    return ModelError(
+        f"openai stream error: {message}{suffix}", provider="openai", kind=kind, usage=usage
+    )
