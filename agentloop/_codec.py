@@ -45,7 +45,7 @@ import msgspec
 
 from ._events import Event, PlanDraftEvent, RunFinishedEvent
 from ._messages import ToolCall
-from ._protocol import ModelResponse
+from ._protocol import ModelResponse, Usage
 
 __all__ = ["decode_event", "encode_event"]
 
@@ -60,6 +60,7 @@ _MARK_BYTES: Final = b'{"$'
 _MARK_STR: Final = '{"$'
 _isfinite = math.isfinite
 _TAGGED_TYPES: Final = frozenset((PlanDraftEvent.type, RunFinishedEvent.type))
+_USAGE_FIELDS: Final = Usage.__struct_fields__
 
 _encoder = msgspec.json.Encoder()
 _decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
@@ -145,12 +146,12 @@ def _draft_needs_tags(event: PlanDraftEvent) -> bool:
     if at is not None and (at.__class__ is not float or not _isfinite(at)):
         return True
     usage = reply.usage
-    if usage is not None and not (
-        usage.input_tokens.__class__ is int
-        and usage.output_tokens.__class__ is int
-        and _INT_MIN <= usage.input_tokens < _INT_END
-        and _INT_MIN <= usage.output_tokens < _INT_END
-    ):
+    if usage is not None:
+        for name in _USAGE_FIELDS:
+            count = getattr(usage, name)
+            if count.__class__ is not int or not _INT_MIN <= count < _INT_END:
+                return True
+    if reply.attempts:  # (FallbackModel's failed attempts: rare, the slow path decides)
         return True
     for block in reply.content:
         if block.__class__ is ToolCall and not _plain(block.arguments):

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from agentloop import (
     Cancel,
+    ModelAttempt,
     ModelChunk,
     ModelFailure,
     ModelResponse,
@@ -168,6 +169,16 @@ def test_run_finished_usage_and_draft_usage_huge_ints() -> None:
     event = msgspec.structs.replace(_finished(None), usage=Usage(2**65, 0))
     _round_trip(event)
     _round_trip(_draft({}, usage=Usage(0, 2**90), at=math.nan))
+    # Every Usage field, and the attempts a FallbackModel records, are looked at.
+    for name in ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
+        draft = _draft({}, usage=Usage(1, 2, **{name: 2**70}))
+        assert b'{"$int":"1180591620717411303424"}' in encode_event(draft)
+        _round_trip(draft)
+    huge = ModelAttempt(model="m", error="e", status_code=2**70, usage=Usage(-(2**64), 0))
+    draft = _draft({}, attempts=(huge,))
+    assert encode_event(draft).count(b'{"$int":') == 2
+    _round_trip(draft)
+    _round_trip(_draft({}, attempts=(ModelAttempt(model="m", error="e"),)))
 
 
 # A model may really send objects that look like tags: they come back as sent.
