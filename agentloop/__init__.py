@@ -93,6 +93,7 @@ from ._protocol import (
     UnrecognizedReply,
     Usage,
 )
+from ._rules import RULES_REVISION
 from ._scripted import ScriptedModel, ScriptedResponse
 from ._state import IllegalTransition, State
 from ._tools import Tool, ToolRegistry, tool
@@ -120,6 +121,7 @@ __all__ = [
     "MODEL_ERROR",
     "MODEL_PROTOCOL_ERROR",
     "MODEL_REFUSED",
+    "RULES_REVISION",
     "SKIP",
     "STATUSES",
     "STOP_REASONS",

@@ -110,6 +110,7 @@ from ._protocol import (
     UnrecognizedReply,
     Usage,
 )
+from ._rules import RULES_REVISION, USAGE_WHEN_RECORDED, rules_problem
 from ._state import RESUME_INPUT, TRANSITIONS, IllegalTransition, Input, State
 from ._toolspec import ToolSpec
 from ._validation import (
@@ -229,7 +230,11 @@ def _check_options(
     hooks: object,
     log: object,
     started_at: object,
+    rules: object,
 ) -> None:
+    problem = rules_problem(rules)
+    if problem is not None:
+        raise ValueError(problem)
     if type(max_steps) is not int or not 1 <= max_steps <= MAX_AGENT_STEPS:
         raise ValueError(
             f"max_steps must be an int from 1 to MAX_AGENT_STEPS ({MAX_AGENT_STEPS}), "
@@ -374,6 +379,7 @@ def agent_loop(
     request_sequence_start: int = 0,
     log: EventLog | None = None,
     started_at: float | None = None,
+    rules: int = RULES_REVISION,
 ) -> AgentLoop:
     """Create the agent loop for one run.
 
@@ -391,6 +397,9 @@ def agent_loop(
             (``request-{start + 1:03d}``); the whole range must stay within 64.
         log: an empty :class:`EventLog` to record into (a new one by default).
         started_at: the caller's clock at the start (for ``max_wall_seconds``).
+        rules: the engine's rules revision to follow (recorded in ``session.start``):
+            the newest, :data:`RULES_REVISION`, unless a replay of an older log
+            asks for the one the log records.
 
     Returns:
         An :class:`AgentLoop`; prime it with ``next()``.
@@ -406,6 +415,7 @@ def agent_loop(
         hooks=hooks,
         log=log,
         started_at=started_at,
+        rules=rules,
     )
     specs = _tool_specs(tools)
     transcript, problem = _snapshot_transcript(messages)
@@ -420,6 +430,7 @@ def agent_loop(
         request_sequence_start=request_sequence_start,
         log=log if log is not None else EventLog(),
         started_at=None if started_at is None else float(started_at),
+        rules=rules,
     )
 
 
@@ -449,6 +460,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         request_sequence_start: int,
         log: EventLog,
         started_at: float | None,
+        rules: int = RULES_REVISION,
     ) -> None:
         self._transcript = transcript
         self._invalid = invalid
@@ -462,6 +474,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._log = log
         self._events = log._events
         self._started_at = started_at
+        self._rules = rules
 
         self._state = State.IDLE
         self._step = 0
@@ -732,6 +745,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 max_steps=self._max_steps,
                 budget=self._budget,
                 request_sequence_start=self._rss,
+                rules=self._rules,
             )
         )
         for message in self._transcript:
@@ -901,6 +915,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self._message_ids.add(message.id)
             calls = [block for block in content if type(block) is ToolCall]
             self._call_ids.update(call.id for call in calls)
+            if self._rules < USAGE_WHEN_RECORDED and response.usage is not None:
+                self._usage = self._usage + response.usage  # (rules 0: counted when committed)
             self._emit(
                 PlanCommitEvent(
                     sequence=len(self._events), at=self._now, step=step, message=message
@@ -1023,11 +1039,12 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 self._emit(
                     PlanDraftEvent(sequence=len(self._events), at=self._now, step=step, reply=reply)
                 )
-                for attempt in reply.attempts:  # models a FallbackModel tried first
-                    if attempt.usage is not None:
-                        self._usage = self._usage + attempt.usage
-                if reply.usage is not None:  # billed, whatever happens next
-                    self._usage = self._usage + reply.usage
+                if self._rules >= USAGE_WHEN_RECORDED:
+                    for attempt in reply.attempts:  # models a FallbackModel tried first
+                        if attempt.usage is not None:
+                            self._usage = self._usage + attempt.usage
+                    if reply.usage is not None:  # billed, whatever happens next
+                        self._usage = self._usage + reply.usage
                 if reply.request_id != request.id:
                     raise _failed(
                         MODEL_PROTOCOL_ERROR,

@@ -75,7 +75,11 @@ class _Event(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, tag_
 
 
 class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
-    """First event of a run whose transcript validated; holds the run's configuration."""
+    """First event of a run whose transcript validated; holds the run's configuration.
+
+    ``rules`` is the engine's rules revision the run follows (``0``, left out, for
+    logs written before revisions; see :data:`agentloop.RULES_REVISION`).
+    """
 
     type: ClassVar[str] = "session.start"
     system: str | None = None
@@ -83,6 +87,7 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     max_steps: int
     budget: Budget | None = None
     request_sequence_start: int = 0
+    rules: int = 0
 
 
 class MessageAcceptedEvent(_Event, frozen=True, kw_only=True, tag="message.accepted"):

@@ -64,6 +64,7 @@ from typing import Any, Final
 import msgspec
 
 from agentloop import (
+    RULES_REVISION,
     AgentLoop,
     Budget,
     CallerProtocolError,
@@ -580,6 +581,7 @@ def _start_problem(
         max_steps=max_steps,
         budget=budget,
         started_at=events[0].at,
+        rules=getattr(events[0], "rules", RULES_REVISION),  # the stored session's rules
     )
     with contextlib.suppress(StopIteration):
         next(probe)

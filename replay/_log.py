@@ -90,6 +90,9 @@ Evolution policy
   old fixtures (``fixtures/v<N>/``, replayed by the tests forever).
 - A reader refuses a version newer than :data:`LOG_FORMAT_VERSION`
   (:class:`LogVersionError`).
+- A change in what the *engine* does with the same replies is not a format change
+  but a new rules revision (``agentloop/_rules.py``): ``session.start`` records the
+  revision, and a replay follows the one its log records.
 """
 
 from __future__ import annotations

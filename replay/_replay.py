@@ -265,6 +265,7 @@ class _Session:
                 hooks=hooks,
                 request_sequence_start=start.request_sequence_start,
                 started_at=start.at,
+                rules=start.rules,
             )
         except (ValueError, TypeError) as exc:
             raise ReplayDivergence(

@@ -405,6 +405,7 @@ def _check_start(
     once a step begins) at the recorded time, so equal arguments give equal bytes.
     """
     from agentloop import (
+        RULES_REVISION,
         MessageAcceptedEvent,
         RunFinishedEvent,
         SessionStartEvent,
@@ -414,7 +415,10 @@ def _check_start(
     )
     from replay import ReplayDivergence
 
-    loop = agent_loop(messages, tools=ToolRegistry(tools), started_at=events[0].at, **config)
+    rules = getattr(events[0], "rules", RULES_REVISION)  # as recorded: an older cassette's
+    loop = agent_loop(
+        messages, tools=ToolRegistry(tools), started_at=events[0].at, rules=rules, **config
+    )
     try:
         next(loop)
     except StopIteration:

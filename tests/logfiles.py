@@ -12,6 +12,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from agentloop import SessionStartEvent
 
 LINK_TAIL = len(b',"#":"') + 16 + len(b'"}')
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -48,3 +53,13 @@ def relinked(data: bytes, edit: Callable[[list[bytes]], list[bytes]]) -> bytes:
 def fixture(name: str, version: int = 2) -> bytes:
     folder = FIXTURES if version == 2 else FIXTURES / f"v{version}"
     return (folder / f"{name}.jsonl").read_bytes()
+
+
+def under_rules(events: Iterable[Any], rules: int) -> list[Any]:
+    """``events`` with the rules revision their ``session.start`` records set to
+    ``rules``: a format-1 fixture is the run of its format-2 copy as the engine's
+    rules revision 0 recorded it (no other event differs in these fixtures)."""
+    return [
+        msgspec.structs.replace(e, rules=rules) if type(e) is SessionStartEvent else e
+        for e in events
+    ]

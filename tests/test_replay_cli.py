@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from agentloop import (
+    ModelAttempt,
     ModelChunk,
     ModelResponse,
     RunFinishedEvent,
@@ -108,10 +109,17 @@ def test_check_reports_the_divergence(tampered: Path) -> None:
     assert done.stderr == ""
 
 
-def test_diff_identical_and_different(tampered: Path) -> None:
-    same = cli("diff", FIXTURES / "tool_calls.jsonl", FIXTURES / "v1" / "tool_calls.jsonl")
+def test_diff_identical_and_different(tampered: Path, tmp_path: Path) -> None:
+    # A format-1 log and its format-2 rewrite hold the same events.
+    v1 = FIXTURES / "v1" / "tool_calls.jsonl"
+    write_log(tmp_path / "rewritten.jsonl", read_log(v1))
+    same = cli("diff", tmp_path / "rewritten.jsonl", v1)
     assert same.returncode == 0
     assert "logs are identical (22 events)" in same.stdout
+    # The same run recorded today follows the engine's newer rules revision.
+    newer = cli("diff", FIXTURES / "tool_calls.jsonl", v1)
+    assert newer.returncode == 1
+    assert "logs differ at event #0" in newer.stdout and "rules: 1 -> 0" in newer.stdout
     different = cli("diff", FIXTURES / "tool_calls.jsonl", tampered)
     assert different.returncode == 1
     assert "logs differ at event #21" in different.stdout
@@ -246,6 +254,35 @@ def test_stats_of_an_unfinished_log_sums_the_drafts_usage(
     stats = json.loads(out)
     assert (stats["status"], stats["max_steps"], stats["input_tokens"]) == ("unfinished", None, 20)
     assert stats["duration_seconds"] is None
+
+
+def test_stats_show_cache_and_reasoning_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    failed = ModelAttempt(model="primary", error="overloaded", usage=Usage(5, 0))
+    refused = ModelAttempt(model="secondary", error="down")  # reported nothing
+    usage = Usage(100, 40, cache_read_tokens=80, reasoning_tokens=30)
+    loop = agent_loop([UserMessage("u1", "hi")], tools=[ToolSpec("add")], started_at=1.0)
+    request = next(loop)
+    call = ToolCall("c1", "add", {"a": 1, "b": 2})
+    response = ModelResponse(request.id, "r1", (call,), "tool_call", usage, 2.0)
+    loop.send(msgspec.structs.replace(response, attempts=(failed, refused)))
+    path = tmp_path / "unfinished.jsonl"
+    write_log(path, loop.log)  # waits for the tool: what the model calls reported so far
+    stats = json.loads(_main(capsys, "stats", "--json", path)[1])
+    assert [stats[k] for k in ("input_tokens", "output_tokens", "cache_read_tokens")] == [
+        105,
+        40,
+        80,
+    ]
+    assert (stats["cache_write_tokens"], stats["reasoning_tokens"]) == (0, 30)
+    loop.send(ToolResult("c1", "3", at=3.0))
+    with pytest.raises(StopIteration):
+        loop.send(ModelResponse("request-002", "r2", (TextBlock("3"),), "stop", Usage(1, 1)))
+    write_log(path, loop.log)
+    assert _main(capsys, "stats", path)[1].splitlines()[7] == (
+        "tokens        106 in / 41 out (80 cache read, 30 reasoning)"
+    )
 
 
 def test_a_header_only_log_is_a_log_with_no_events(
@@ -515,7 +552,8 @@ def test_check_json(tampered: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_diff_json(tampered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    same = (FIXTURES / "tool_calls.jsonl", FIXTURES / "v1" / "tool_calls.jsonl")
+    same = (tmp_path / "rewritten.jsonl", FIXTURES / "v1" / "tool_calls.jsonl")
+    write_log(same[0], read_log(same[1]))
     code, out, _ = _main(capsys, "diff", "--json", *same)
     assert (code, json.loads(out)) == (
         0,
