@@ -4,13 +4,13 @@ syrupy's default (amber) serializer prints a msgspec Struct as one ``repr`` line
 which is neither stable nor readable in a diff. :class:`EventLogExtension` writes
 one text file per snapshot instead, one block per event::
 
-    # agentloop events (serializer 1; masked: at, wall_seconds)
+    # agentloop events (serializer 2; masked: at, wall_seconds)
     #0 session.start step=0
       system: "Be brief."
       tools:
         - {"name":"add","description":"Add two integers.",...}
       max_steps: 8
-      ...
+      rules: 1
     #3 model.chunk step=1
       chunk: {"kind":"model_chunk","request_id":"request-001","block":{...}}
 
@@ -18,6 +18,9 @@ one text file per snapshot instead, one block per event::
   is not masked); then one line per remaining field, in the Struct's declaration
   order (the order of the log file). A non-empty list field is written one item
   per line.
+- A field that holds its default is left out, at every level, as the log files
+  leave it out (serializer 2): a field added to an event, a reply or ``Usage``
+  later (with a default) changes no snapshot.
 - Values are ``msgspec.to_builtins`` of the fields, written as compact JSON (so a
   string stays on one line, with ``\\n`` escaped). Dict keys keep their recorded
   order. Floats JSON cannot hold are written as the log files write them
@@ -63,7 +66,7 @@ __all__ = ["DEFAULT_MASK", "SERIALIZER_VERSION", "EventLogExtension", "to_text"]
 
 #: Version of the text format. Bump it whenever the output of :func:`to_text`
 #: changes for any input (existing snapshots then fail until updated).
-SERIALIZER_VERSION: Final = 1
+SERIALIZER_VERSION: Final = 2
 #: Fields masked by default: the caller's clock, and a duration computed from it.
 DEFAULT_MASK: Final[tuple[str, ...]] = ("at", "wall_seconds")
 
@@ -227,6 +230,19 @@ def _json(value: Any) -> str:
     return _json_encode(value).decode()
 
 
+@functools.cache
+def _defaults(cls: type[msgspec.Struct]) -> tuple[tuple[str, Any], ...]:
+    """Each field of ``cls`` and its default (``msgspec.NODEFAULT`` when it has none
+    or a factory's: such a field is always written)."""
+    return tuple(
+        (
+            field.name,
+            field.default if field.default_factory is msgspec.NODEFAULT else msgspec.NODEFAULT,
+        )
+        for field in msgspec.structs.fields(cls)
+    )
+
+
 def _plain(value: Any, mask: frozenset[str]) -> Any:
     """``msgspec.to_builtins`` of ``value``, with masked names left out and values
     JSON cannot hold written as tagged objects (as the log files do)."""
@@ -236,10 +252,16 @@ def _plain(value: Any, mask: frozenset[str]) -> Any:
         config = cls.__struct_config__
         if config.tag_field is not None:
             out[config.tag_field] = config.tag
-        for name in cls.__struct_fields__:
+        for name, default in _defaults(cls):
             if name in mask:
                 continue
             field = getattr(value, name)
+            if (
+                field.__class__ is default.__class__
+                and field == default
+                and repr(field) == repr(default)  # (-0.0 is not 0.0)
+            ):
+                continue
             if (cls, name) in _DATA_FIELDS:
                 out[name] = _plain(field, frozenset())
             else:

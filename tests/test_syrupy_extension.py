@@ -16,10 +16,16 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 from agentloop import (
+    Budget,
+    BudgetUsage,
+    BudgetWarnEvent,
     EventLog,
+    RunFinishedEvent,
     ScriptedModel,
     ScriptedResponse,
+    SessionStartEvent,
     ToolCall,
+    Usage,
     UserMessage,
     decode_event,
     encode_event,
@@ -169,10 +175,27 @@ def test_tool_arguments_and_schemas_are_data_never_masked() -> None:
 def test_format_of_one_event_block() -> None:
     events = read_log(FIXTURES / "tool_calls.jsonl")
     lines = to_text(events[:3]).splitlines()
-    assert lines[0] == "# agentloop events (serializer 1; masked: at, wall_seconds)"
+    assert lines[0] == "# agentloop events (serializer 2; masked: at, wall_seconds)"
     assert lines[1:4] == ["#0 session.start step=0", '  system: "Be brief."', "  tools:"]
     assert lines[4].startswith('    - {"name":"add","description":"Add two integers."')
     assert lines[-2:] == ["#2 step.start step=1", '  request_id: "request-001"']
+
+
+def test_fields_holding_their_default_are_left_out() -> None:
+    # As in the log files: a field added later (with a default) changes no snapshot.
+    start = SessionStartEvent(sequence=0, max_steps=8)
+    assert to_text([start]).splitlines()[1:] == ["#0 session.start step=0", "  max_steps: 8"]
+    usage = Usage(3, 0, reasoning_tokens=2)
+    finished = RunFinishedEvent(sequence=1, status="completed", usage=usage)
+    assert to_text([finished]).splitlines()[2:] == [
+        '  status: "completed"',
+        '  usage: {"input_tokens":3,"reasoning_tokens":2}',
+    ]
+    # Equal is not enough: -0.0 is not the default 0.0, and is written.
+    budget = BudgetUsage(wall_seconds=-0.0)
+    warn = BudgetWarnEvent(sequence=2, limit="turns", usage=budget, budget=Budget(max_turns=1))
+    text = to_text([warn], mask=())
+    assert '  usage: {"wall_seconds":-0.0}' in text.splitlines()
 
 
 def test_values_json_cannot_hold_are_tagged() -> None:
@@ -198,14 +221,14 @@ def test_inputs_that_hold_events() -> None:
     expected = to_text(events)
     assert to_text(tuple(events)) == expected
     assert to_text(replay(events)) == expected  # ReplayResult.events
-    assert to_text([]) == "# agentloop events (serializer 1; masked: at, wall_seconds)\n"
+    assert to_text([]) == "# agentloop events (serializer 2; masked: at, wall_seconds)\n"
 
 
 def test_run_result_text() -> None:
     result = replay(read_log(FIXTURES / "tool_calls.jsonl")).result
     lines = to_text(result).splitlines()
     assert lines[:3] == [
-        "# agentloop run result (serializer 1; masked: at, wall_seconds)",
+        "# agentloop run result (serializer 2; masked: at, wall_seconds)",
         "result",
         '  status: "completed"',
     ]
