@@ -124,6 +124,12 @@ _FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
 _FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"
 _INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 _OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+# The parts of them (included in the totals above), set when not 0.
+_USAGE_PARTS: Final = (
+    ("gen_ai.usage.cache_read.input_tokens", "cache_read_tokens"),
+    ("gen_ai.usage.cache_creation.input_tokens", "cache_write_tokens"),
+    ("gen_ai.usage.reasoning.output_tokens", "reasoning_tokens"),
+)
 _TOOL_NAME: Final = "gen_ai.tool.name"
 _TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 _TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
@@ -409,6 +415,8 @@ class SpanRecorder:
             return
         reply = event.reply
         if isinstance(reply, ModelFailure):
+            if reply.usage is not None:  # what the provider reported before it failed
+                _set_usage(chat.span, reply.usage)
             _set_error(chat.span, reply.code, reply.message)
             self._chat = None
             self._end(chat, at)
@@ -567,6 +575,10 @@ def _set_error(span: Span, error_type: str, description: str | None) -> None:
 def _set_usage(span: Span, usage: Usage) -> None:
     span.set_attribute(_INPUT_TOKENS, usage.input_tokens)
     span.set_attribute(_OUTPUT_TOKENS, usage.output_tokens)
+    for name, field in _USAGE_PARTS:
+        value = getattr(usage, field)
+        if value:
+            span.set_attribute(name, value)
 
 
 def _system_json(system: str) -> str:

@@ -40,6 +40,7 @@ from agentloop import (
     MessageAcceptedEvent,
     ModelChunk,
     ModelChunkEvent,
+    ModelError,
     ModelFailure,
     ModelResponse,
     PlanCommitEvent,
@@ -414,6 +415,57 @@ def test_a_failed_model_call_is_an_error_on_chat_and_run() -> None:
     assert root.status.status_code is StatusCode.ERROR
     assert attrs(root)["error.type"] == "MODEL_ERROR"
     assert "no route to host" in (root.status.description or "")
+
+
+def test_cache_and_reasoning_tokens_and_a_failed_call_s_usage() -> None:
+    # The parts of the totals are set when the provider reported them (not 0); a
+    # failed call's usage (billed before it failed) is on its chat span, and the
+    # run's sums include it.
+    spans = Spans()
+    log = EventLog()
+    otel.instrument(log, tracer_provider=spans.provider)
+    usage = Usage(100, 40, cache_read_tokens=80, cache_write_tokens=20, reasoning_tokens=30)
+
+    class Cached:
+        calls = 0
+
+        def stream(self, request: Any) -> Any:
+            self.calls += 1
+            if self.calls == 1:
+                call = ToolCall("c1", "noop", {})
+                yield ModelChunk(request.id, call)
+                yield ModelResponse(request.id, "r1", (call,), "tool_call", usage)
+            else:
+                raise ModelError("overloaded", usage=Usage(10, 0, cache_read_tokens=8))
+
+    @tool
+    def noop() -> str:
+        """Nothing."""
+        return "ok"
+
+    result = run([UserMessage("u", "hi")], model=Cached(), tools=[noop], log=log, clock=lambda: 5.0)
+    assert result.status == "failed"
+    root, first, _, second = spans.finished
+    assert {k: v for k, v in attrs(first).items() if k.startswith("gen_ai.usage.")} == {
+        "gen_ai.usage.input_tokens": 100,
+        "gen_ai.usage.output_tokens": 40,
+        "gen_ai.usage.cache_read.input_tokens": 80,
+        "gen_ai.usage.cache_creation.input_tokens": 20,
+        "gen_ai.usage.reasoning.output_tokens": 30,
+    }
+    assert {k: v for k, v in attrs(second).items() if k.startswith("gen_ai.usage.")} == {
+        "gen_ai.usage.input_tokens": 10,
+        "gen_ai.usage.output_tokens": 0,
+        "gen_ai.usage.cache_read.input_tokens": 8,
+    }
+    assert attrs(second)["error.type"] == "MODEL_ERROR"
+    assert {k: v for k, v in attrs(root).items() if k.startswith("gen_ai.usage.")} == {
+        "gen_ai.usage.input_tokens": 110,
+        "gen_ai.usage.output_tokens": 40,
+        "gen_ai.usage.cache_read.input_tokens": 88,
+        "gen_ai.usage.cache_creation.input_tokens": 20,
+        "gen_ai.usage.reasoning.output_tokens": 30,
+    }
 
 
 def test_tool_errors_and_loop_made_errors() -> None:
