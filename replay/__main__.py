@@ -49,6 +49,7 @@ import msgspec
 from agentloop import (
     Event,
     ModelChunkEvent,
+    ModelFailure,
     ModelResponse,
     PlanDraftEvent,
     RunFinishedEvent,
@@ -433,12 +434,14 @@ def _stats(events: Sequence[Event]) -> dict[str, Any]:
     finished = events[-1] if events and type(events[-1]) is RunFinishedEvent else None
     if finished is not None:
         usage = finished.usage
-    else:
+    else:  # what the model calls reported so far
         usage = Usage()
         for e in events:
             reply = e.reply if isinstance(e, PlanDraftEvent) else None
-            if isinstance(reply, ModelResponse) and reply.usage is not None:
-                usage = usage + reply.usage
+            if isinstance(reply, (ModelResponse, ModelFailure)):
+                for reported in (*(a.usage for a in reply.attempts), reply.usage):
+                    if reported is not None:
+                        usage = usage + reported
     times = [e.at for e in events if e.at is not None]
     status = "empty" if not events else "unfinished"
     stats: dict[str, Any] = {
@@ -454,12 +457,30 @@ def _stats(events: Sequence[Event]) -> dict[str, Any]:
         "pauses": pauses,
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
         "error": None,
         "duration_seconds": (max(times) - min(times)) if times else None,
     }
     if finished is not None and finished.error is not None:
         stats["error"] = {"code": finished.error.code, "message": finished.error.message}
     return stats
+
+
+def _tokens(stats: dict[str, Any]) -> str:
+    """``120 in / 40 out``, and the parts of those the model reported, if any."""
+    text = f"{stats['input_tokens']} in / {stats['output_tokens']} out"
+    parts = [
+        f"{stats[key]} {name}"
+        for key, name in (
+            ("cache_read_tokens", "cache read"),
+            ("cache_write_tokens", "cache write"),
+            ("reasoning_tokens", "reasoning"),
+        )
+        if stats[key]
+    ]
+    return f"{text} ({', '.join(parts)})" if parts else text
 
 
 @command("stats", "steps, tool calls, tokens, errors, duration", _log_argument)
@@ -489,7 +510,7 @@ def _print_stats(args: argparse.Namespace) -> int:
         ),
         ("model chunks", str(stats["model_chunks"])),
         ("pauses", str(stats["pauses"])),
-        ("tokens", f"{stats['input_tokens']} in / {stats['output_tokens']} out"),
+        ("tokens", _tokens(stats)),
         ("error", "none" if error is None else f"{error['code']}: {error['message']}"),
         ("duration", "unknown (no times)" if duration is None else f"{duration:.3f} s"),
     ]
