@@ -239,10 +239,71 @@
 
   const evExtras = (e, shown) => extras(e, [...shown, ...COMMON_FIELDS]);
 
+  // The parts of the input and output tokens a model may report (0: not reported).
+  const USAGE_PARTS = [
+    ["cache_read_tokens", "cache read"],
+    ["cache_write_tokens", "cache write"],
+    ["reasoning_tokens", "reasoning"],
+  ];
+  const USAGE_FIELDS = ["input_tokens", "output_tokens", ...USAGE_PARTS.map(([key]) => key)];
+
+  // "80 cache read, 30 reasoning", or "" when the model reported none of them.
+  function usageParts(usage) {
+    return USAGE_PARTS.filter(([key]) => num(usage[key] || 0))
+      .map(([key, name]) => `${fmtInt(usage[key])} ${name}`)
+      .join(", ");
+  }
+
   function usageText(usage) {
     if (!usage) return null;
-    return `${fmtInt(usage.input_tokens)} in · ${fmtInt(usage.output_tokens)} out`;
+    const text = `${fmtInt(usage.input_tokens)} in · ${fmtInt(usage.output_tokens)} out`;
+    const parts = usageParts(usage);
+    return parts ? `${text} (${parts})` : text;
   }
+
+  // Adds the usage a model reply reports (and its attempts') to `total`; whether any.
+  function addReplyUsage(total, r) {
+    let any = false;
+    const attempts = Array.isArray(r.attempts) ? r.attempts : [];
+    for (const usage of [...attempts.map((a) => a && a.usage), r.usage]) {
+      if (!isObject(usage)) continue;
+      for (const key of USAGE_FIELDS) total[key] = (total[key] || 0) + num(usage[key] || 0);
+      any = true;
+    }
+    return any;
+  }
+
+  // The models a fallback tried before this reply, one line each.
+  function attemptsBlock(attempts) {
+    if (!Array.isArray(attempts) || !attempts.length) return null;
+    return h(
+      "div",
+      "attempts",
+      h("div", "block-label", "tried first"),
+      ...attempts.map((a) =>
+        isObject(a)
+          ? h(
+              "div",
+              "failure",
+              h("strong", null, a.model),
+              " ",
+              [a.kind, a.status_code].filter((x) => x !== null && x !== undefined).join(" "),
+              ": ",
+              a.error,
+              a.usage ? chip(usageText(a.usage), "usage") : null,
+            )
+          : jsonBlock(a),
+      ),
+    );
+  }
+
+  const stopMessage = (r) =>
+    r.stop_message === null || r.stop_message === undefined
+      ? null
+      : kv([["stop message", textBlock(r.stop_message, "prose field")]]);
+
+  const stopClass = (reason) =>
+    reason === "error" || reason === "length" || reason === "refusal" ? "warn" : "";
 
   // ------------------------------------------------------------------ blocks, messages, replies
 
@@ -266,6 +327,14 @@
           h("div", "call-head", h("span", "fn", b.name), h("span", "id", b.id)),
           jsonBlock(b.arguments),
           extras(b, ["type", "id", "name", "arguments"]),
+        );
+      case "provider": // opaque state a provider needs back (the loop never reads it)
+        return h(
+          "div",
+          "block generic",
+          h("div", "block-label", `${b.provider} ${b.kind}`),
+          jsonBlock(b.data),
+          extras(b, ["type", "provider", "kind", "data"]),
         );
       default:
         return h(
@@ -330,14 +399,24 @@
             r.usage ? chip(usageText(r.usage), "usage") : null,
           ),
           blocks(r.content),
-          at(["request_id", "id", "content", "stop_reason", "usage"]),
+          stopMessage(r),
+          attemptsBlock(r.attempts),
+          at(["request_id", "id", "content", "stop_reason", "usage", "stop_message", "attempts"]),
         );
       case "model_failure":
         return h(
           "div",
           "reply",
-          h("div", "failure", h("strong", null, r.code), " ", r.message),
-          at(["request_id", "message", "code"]),
+          h(
+            "div",
+            "failure",
+            h("strong", null, r.code),
+            " ",
+            r.message,
+            r.usage ? chip(usageText(r.usage), "usage") : null,
+          ),
+          attemptsBlock(r.attempts),
+          at(["request_id", "message", "code", "usage", "attempts"]),
         );
       case "model_chunk":
         return h("div", "reply", block(r.block), at(["request_id", "block"]));
@@ -408,9 +487,17 @@
             ["max steps", e.max_steps],
             ["budget", e.budget ? budgetText(e.budget) : "none"],
             ["system", e.system === null ? "none" : textBlock(e.system)],
+            ["engine rules", e.rules],
           ]),
           tools.length ? h("div", "tools", ...tools) : null,
-          evExtras(e, ["system", "tools", "max_steps", "budget", "request_sequence_start"]),
+          evExtras(e, [
+            "system",
+            "tools",
+            "max_steps",
+            "budget",
+            "request_sequence_start",
+            "rules",
+          ]),
         ],
       };
     },
@@ -453,10 +540,11 @@
         return {
           cls: "error",
           label: "model failed",
-          head: [chip(r.code, "bad")],
+          head: [chip(r.code, "bad"), r.usage ? chip(usageText(r.usage), "usage") : null],
           body: [
             h("div", "failure", r.message),
-            extras(r, ["kind", "request_id", "message", "code", "at"]),
+            attemptsBlock(r.attempts),
+            extras(r, ["kind", "request_id", "message", "code", "at", "usage", "attempts"]),
             evExtras(e, ["reply"]),
           ],
         };
@@ -473,15 +561,24 @@
         label: "model",
         head: [
           chip(r.id, "id"),
-          chip(
-            "stop: " + r.stop_reason,
-            r.stop_reason === "error" || r.stop_reason === "length" ? "warn" : "",
-          ),
+          chip("stop: " + r.stop_reason, stopClass(r.stop_reason)),
           r.usage ? chip(usageText(r.usage), "usage") : null,
         ],
         body: [
           blocks(r.content),
-          extras(r, ["kind", "request_id", "id", "content", "stop_reason", "usage", "at"]),
+          stopMessage(r),
+          attemptsBlock(r.attempts),
+          extras(r, [
+            "kind",
+            "request_id",
+            "id",
+            "content",
+            "stop_reason",
+            "usage",
+            "at",
+            "stop_message",
+            "attempts",
+          ]),
           evExtras(e, ["reply"]),
         ],
       };
@@ -749,15 +846,12 @@
       else if (e.type === "session.pause" || e.type === "budget.warn") s.pauses++;
       else if (e.type === "model.chunk") s.chunks++;
       else if (e.type === "plan.draft" && e.reply) {
+        const usage = s.usage || {};
+        if (addReplyUsage(usage, e.reply)) s.usage = usage;
         if (e.reply.kind === "model_failure") {
           s.failed = true;
           s.preview = s.preview || `${e.reply.code}: ${e.reply.message}`;
         } else if (e.reply.kind === "model_response") {
-          if (e.reply.usage) {
-            s.usage = s.usage || { input_tokens: 0, output_tokens: 0 };
-            s.usage.input_tokens += num(e.reply.usage.input_tokens);
-            s.usage.output_tokens += num(e.reply.usage.output_tokens);
-          }
           const text = (e.reply.content || []).find((b) => b && b.type === "text");
           const call = (e.reply.content || []).find((b) => b && b.type === "tool_call");
           s.preview =
@@ -954,7 +1048,7 @@
       tools: 0,
       errors: 0,
       pauses: 0,
-      usage: { input_tokens: 0, output_tokens: 0 },
+      usage: {},
       finished: null,
     };
     let summed = false;
@@ -964,16 +1058,8 @@
       else if (e.type === "tool.error") t.errors++;
       else if (e.type === "session.pause") t.pauses++;
       else if (e.type === "run.finished") t.finished = e;
-      else if (
-        e.type === "plan.draft" &&
-        e.reply &&
-        e.reply.kind === "model_response" &&
-        e.reply.usage
-      ) {
-        t.usage.input_tokens += num(e.reply.usage.input_tokens);
-        t.usage.output_tokens += num(e.reply.usage.output_tokens);
+      else if (e.type === "plan.draft" && isObject(e.reply) && addReplyUsage(t.usage, e.reply))
         summed = true;
-      }
     }
     const reported =
       t.finished &&
@@ -1017,7 +1103,9 @@
       ),
       stat(
         t.usage ? fmtInt(t.usage.input_tokens) + " / " + fmtInt(t.usage.output_tokens) : "–",
-        "tokens in / out",
+        t.usage && usageParts(t.usage)
+          ? `tokens in / out · ${usageParts(t.usage)}`
+          : "tokens in / out",
       ),
       stat(t.duration === null ? "–" : seconds(t.duration), "duration"),
       stat(fmtInt(EVENTS.length), t.pauses ? `events · ${plural(t.pauses, "pause")}` : "events"),

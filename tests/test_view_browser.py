@@ -16,9 +16,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from agentloop import Event, encode_event
+from agentloop import (
+    Event,
+    ModelAttempt,
+    ModelFailure,
+    ModelResponse,
+    ProviderBlock,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+    UserMessage,
+    agent_loop,
+    encode_event,
+)
 from replay import read_log, write_log
 from replay._view import check_report, diff_report, embed_json, render_html
 
@@ -171,6 +185,42 @@ def test_the_header_sums_up_the_run(browser: Any, tmp_path: Path) -> None:
     page = Page(browser, write_page(tmp_path / "no-usage.html", events))
     tokens = page.js("return document.querySelectorAll('.stat .stat-value')[3].textContent")
     assert tokens == "–"
+
+
+def test_usage_parts_attempts_stop_messages_and_provider_blocks(
+    browser: Any, tmp_path: Path
+) -> None:
+    """What the providers report beyond tokens in and out, and FallbackModel's attempts."""
+    tried = ModelAttempt(model="primary", error="overloaded", kind="server", status_code=529)
+    usage = Usage(100, 40, cache_read_tokens=80, reasoning_tokens=30)
+    secret = ProviderBlock("anthropic", "redacted_thinking", {"data": "opaque"})
+    call = ToolCall("c1", "add", {"a": 1, "b": 2})
+    loop = agent_loop([UserMessage("u1", "1 + 2?")], tools=[ToolSpec("add")], started_at=1.0)
+    request = next(loop)
+    response = ModelResponse(request.id, "r1", (secret, call), "tool_call", usage, 2.0)
+    loop.send(msgspec.structs.replace(response, stop_message="pause_turn", attempts=(tried,)))
+    loop.send(ToolResult("c1", "3", at=3.0))
+    with pytest.raises(StopIteration):
+        loop.send(ModelFailure("request-002", "down", at=4.0, usage=Usage(7, 0)))
+    events = list(loop.log)
+    page = Page(browser, write_page(tmp_path / "page.html", events))
+    page.key("e")
+    chips = page.js("return [...document.querySelectorAll('.chip.usage')].map(c => c.textContent)")
+    assert "100 in · 40 out (80 cache read, 30 reasoning)" in chips
+    assert "7 in · 0 out" in chips  # the failed call's
+    label = page.js("return document.querySelectorAll('.stat .stat-label')[3].textContent")
+    assert label == "tokens in / out · 80 cache read, 30 reasoning"
+    value = page.js("return document.querySelectorAll('.stat .stat-value')[3].textContent")
+    assert value == "107 / 40"
+    text = page.js("return document.getElementById('timeline').textContent")
+    assert "tried first" in text and "primary server 529: overloaded" in text
+    assert "stop message" in text and "pause_turn" in text
+    assert "anthropic redacted_thinking" in text and '"opaque"' in text
+    assert "engine rules" in text
+    # Fields holding their default are not listed as extras.
+    names = page.js("return [...document.querySelectorAll('.kv dt')].map(d => d.textContent)")
+    assert not {"attempts", "stop_message", "rules"} & set(names)
+    assert page.errors() == []
 
 
 # --------------------------------------------------------------------------- hostile content
