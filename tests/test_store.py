@@ -9,12 +9,15 @@ from __future__ import annotations
 import importlib.util
 import sqlite3
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import agentloop
 import replay
@@ -42,6 +45,7 @@ from replay import (
 from replay import __main__ as replay_cli
 from replay import _store as store_module
 from tests.logfiles import link
+from tests.test_log_properties import _events as hand_built_events
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_SCRIPT = ROOT / "fixtures" / "make_store_fixture.py"
@@ -506,6 +510,34 @@ def relink(store: SQLiteStore, session_id: str, *, header: str | None = None) ->
             "UPDATE events SET link = ? WHERE session_id = ? AND sequence = ?",
             (previous.decode(), session_id, sequence),
         )
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=hand_built_events(), data=st.data())
+def test_any_session_in_any_batches_is_stored_as_its_log_file(events, data):
+    # Stored in batches (group commits) split anywhere, by a store object that
+    # remembers the chain or by new ones that read it back: the rows are the lines
+    # of the log file, in the store as in the export.
+    ends = sorted(set(data.draw(st.lists(st.integers(1, len(events)), max_size=4))))
+    batches = [slice(a, b) for a, b in zip([0, *ends], [*ends, len(events)], strict=True) if b > a]
+    with tempfile.TemporaryDirectory() as tmp:
+        path, file = Path(tmp) / "s.db", Path(tmp) / "s.jsonl"
+        replay.write_log(file, events)
+        store = SQLiteStore(path)
+        try:
+            store.create("s", events[batches[0]], status="running", steps=0)
+            for batch in batches[1:]:
+                if data.draw(st.booleans()):  # another worker continues it
+                    store.close()
+                    store = SQLiteStore(path)
+                store.append("s", events[batch], expected=batch.start, status="running", steps=0)
+            assert [agentloop.encode_event(e) for e in store.events("s")] == [
+                agentloop.encode_event(e) for e in replay.read_log(file)
+            ]
+            store.export("s", Path(tmp) / "export.jsonl")
+            assert (Path(tmp) / "export.jsonl").read_bytes() == file.read_bytes()
+        finally:
+            store.close()
 
 
 BROKEN = "the hash chain is broken here"
