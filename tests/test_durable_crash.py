@@ -327,3 +327,61 @@ def test_a_stalled_worker_loses_its_lease_and_cannot_commit(tmp_path, monkeypatc
     # A's model call was in flight; if it got as far as a tool, that effect may repeat.
     bench.killed.append(journal_a)
     bench.verify(monkeypatch)
+
+
+# --------------------------------------------------------------------------- format 1 sessions
+
+_REWRITE_AND_DIE = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[2])
+import replay
+from make_store_fixture import TOOLS, answer
+from agentloop import FunctionModel
+
+store = replay.SQLiteStore(sys.argv[1])
+seen = []
+
+def trace(sql):
+    if sql.startswith("UPDATE events SET event"):
+        seen.append(sql)
+        if len(seen) == int(sys.argv[3]):
+            os.kill(os.getpid(), signal.SIGKILL)  # in the middle of the rewrite
+
+store._db.set_trace_callback(trace)
+replay.run_durable(store, "crashed", model=FunctionModel(answer), tools=TOOLS, owner="dead-worker")
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
+@pytest.mark.parametrize("nth", [1, 4])
+def test_a_format_1_session_killed_while_it_is_rewritten_stays_format_1(tmp_path, nth):
+    # The rewrite of a format-1 session as format 2 is one transaction with the
+    # append that needs it: a worker killed in the middle leaves the session as it was.
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
+    sys.path.insert(0, str(fixtures))
+    try:
+        import make_store_fixture as script
+    finally:
+        sys.path.remove(str(fixtures))
+    db = tmp_path / "golden.db"
+    script.restore((fixtures / "store" / "schema-1.sql").read_text(), db)
+    with replay.SQLiteStore(db) as store:
+        before = store.events("crashed")
+    worker = subprocess.run(
+        [sys.executable, "-c", _REWRITE_AND_DIE, str(db), str(fixtures), str(nth)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == -signal.SIGKILL, worker.stderr
+    with replay.SQLiteStore(db) as store:
+        row = "SELECT log_format, log_header FROM sessions WHERE id = 'crashed'"
+        assert store._db.execute(row).fetchone() == (1, None)
+        assert store.events("crashed") == before
+        store.release("crashed", "dead-worker")
+        options = {"model": script.FunctionModel(script.answer), "tools": script.TOOLS}
+        parked = replay.run_durable(store, "crashed", **options)
+        assert type(parked) is replay.Parked  # on to its approval, now in format 2
+        assert store._db.execute(row).fetchone()[0] == 2
+        assert store.events("crashed")[: len(before)] == before
