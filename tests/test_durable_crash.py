@@ -357,12 +357,10 @@ replay.run_durable(store, "crashed", model=FunctionModel(answer), tools=TOOLS, o
 def test_a_format_1_session_killed_while_it_is_rewritten_stays_format_1(tmp_path, nth):
     # The rewrite of a format-1 session as format 2 is one transaction with the
     # append that needs it: a worker killed in the middle leaves the session as it was.
+    from .test_store import load_fixture_script
+
     fixtures = Path(__file__).resolve().parent.parent / "fixtures"
-    sys.path.insert(0, str(fixtures))
-    try:
-        import make_store_fixture as script
-    finally:
-        sys.path.remove(str(fixtures))
+    script = load_fixture_script()
     db = tmp_path / "golden.db"
     script.restore((fixtures / "store" / "schema-1.sql").read_text(), db)
     with replay.SQLiteStore(db) as store:
