@@ -33,7 +33,7 @@ class ModelSpecError(ValueError):
     """The spec is malformed, or its SDK or API key is missing.
 
     The message is a complete sentence for the user, e.g. ``install the OpenAI SDK
-    to use --model openai:gpt-4.1-mini: pip install 'agentloop[openai]'``.
+    to use --model openai:gpt-4.1-mini: pip install 'agentloop-replay[openai]'``.
     """
 
 
@@ -69,7 +69,7 @@ def model_from_spec(spec: str, *, environ: Mapping[str, str] | None = None) -> M
         adapters = importlib.import_module(f".{extra}", __package__)
     except ImportError:
         raise ModelSpecError(
-            f"install the {sdk} SDK to use --model {spec}: pip install 'agentloop[{extra}]'"
+            f"install the {sdk} SDK to use --model {spec}: pip install 'agentloop-replay[{extra}]'"
         ) from None
     key = env.get(key_name, "").strip()
     if not key:
