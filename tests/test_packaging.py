@@ -27,7 +27,7 @@ PROJECT: dict[str, Any] = PYPROJECT["project"]
 EXTRAS: dict[str, list[str]] = PROJECT["optional-dependencies"]
 DISTRIBUTION = "agentloop-replay"
 USER_EXTRAS = ["pytest", "openai", "anthropic", "gemini", "otel", "mcp", "temporal", "pydantic"]
-DEVELOPER_TOOLS = {"hypothesis", "coverage", "mypy", "ruff", "build", "twine", "tomli"}
+DEVELOPER_TOOLS = {"hypothesis", "coverage", "mypy", "ruff", "build", "twine", "packaging", "tomli"}
 
 
 def requirement_name(requirement: str) -> str:
