@@ -362,6 +362,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m agentloop",
         description="agentloop: a sans-IO, replayable agent loop.",
     )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo_parser = commands.add_parser(
         "demo",
@@ -416,6 +417,9 @@ def main(argv: Sequence[str] | None = None, stream: IO[str] | None = None) -> in
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on bad usage, 0 for --help
         return exc.code if isinstance(exc.code, int) else 2
+    if args.version:
+        print(f"agentloop {__version__}", file=out)
+        return 0
     if args.command is None:
         parser.print_help(out)
         return 2

@@ -40,6 +40,7 @@ from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import EventLog
 from ._hooks import HookRegistry
 from ._json import SURROGATE
+from ._logging import follow, run_finished
 from ._protocol import (
     Cancel,
     Effect,
@@ -193,6 +194,7 @@ def run(
         log=log,
         started_at=float(clock()) if started_at is None else started_at,
     )
+    follow(loop.log)  # DEBUG per event, only if enabled now: free otherwise
     driver = _Driver(model, registry, signal, on_pause, clock)
     try:
         effect = next(loop)
@@ -211,6 +213,7 @@ def run(
     finally:
         driver.close_stream()
         loop.close()
+        run_finished(loop.result)  # INFO
 
 
 def _valid_unicode(text: str) -> str:

@@ -1,6 +1,6 @@
 """Tools from MCP servers: each tool a server lists becomes a ``ToolRegistry`` entry.
 
-Install with ``pip install 'agentloop[mcp]'`` (the ``mcp`` SDK, 2.x). ``import
+Install with ``pip install 'agentloop-replay[mcp]'`` (the ``mcp`` SDK, 2.x). ``import
 agentloop`` never imports it; only this module does.
 
 Two shapes over one async core:
@@ -76,7 +76,7 @@ try:
     )
 except ImportError as _exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
-        "agentloop.mcp needs the MCP SDK (2.x): pip install 'agentloop[mcp]'"
+        "agentloop.mcp needs the MCP SDK (2.x): pip install 'agentloop-replay[mcp]'"
     ) from _exc
 
 __all__ = [

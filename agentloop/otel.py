@@ -1,6 +1,6 @@
 """OpenTelemetry spans for agentloop runs, following the GenAI semantic conventions.
 
-Install with ``pip install 'agentloop[otel]'``. ``import agentloop`` never imports
+Install with ``pip install 'agentloop-replay[otel]'``. ``import agentloop`` never imports
 OpenTelemetry; only this module does.
 
 Two ways in, one translation:
@@ -93,7 +93,9 @@ try:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 except ImportError as _exc:  # pragma: no cover - exercised without the extra
-    raise ImportError("agentloop.otel needs OpenTelemetry: pip install 'agentloop[otel]'") from _exc
+    raise ImportError(
+        "agentloop.otel needs OpenTelemetry: pip install 'agentloop-replay[otel]'"
+    ) from _exc
 
 __all__ = [
     "GENAI_CONVENTIONS",

@@ -11,10 +11,14 @@
   an embedded SQLite store (crash-safe, parked pauses, several workers).
 - ``python -m replay show|check|diff|stats|verify|view|otel LOG``: the same from a shell.
 
-Uses only :mod:`agentloop`'s public API.
+Uses only :mod:`agentloop`'s public API (and its logging helper). Logs to
+``logging.getLogger("replay")`` (a ``NullHandler``; see docs/observability.md).
 """
 
+import logging as _logging
 import typing as _typing
+
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time see __getattr__
     from ._diff import diff_events, summarize

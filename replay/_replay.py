@@ -42,7 +42,8 @@ is, with an empty transcript.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 import msgspec
@@ -76,6 +77,7 @@ from agentloop import (
     agent_loop,
     encode_event,
 )
+from agentloop._logging import follow
 
 from ._diff import diff_events, summarize
 
@@ -90,6 +92,9 @@ __all__ = [
     "resume",
     "state_at",
 ]
+
+
+logger: Final = logging.getLogger("replay")
 
 
 class ReplayError(Exception):
@@ -275,6 +280,8 @@ class _Session:
         self.effect: Effect | None = None
         self.result: RunResult | None = None
         self.finished = False
+        # DEBUG: each regenerated event, to the "replay" logger (if enabled now).
+        self._unfollow: Callable[[], None] | None = follow(self.loop.log, logger)
 
     # ------------------------------------------------------------------ checking
 
@@ -367,6 +374,14 @@ class _Session:
         collector, which would close it at some arbitrary later moment."""
         if not self.finished:
             self.loop.close()
+
+    def hand_over(self) -> tuple[AgentLoop, Effect]:
+        """The live loop and the effect it waits for, for the caller to drive: its
+        later events are the caller's, not the replay's, so they are not logged here."""
+        if self._unfollow is not None:
+            self._unfollow()
+        assert self.effect is not None
+        return self.loop, self.effect
 
     def _finished(self, result: RunResult | None) -> None:
         self.finished = True
@@ -489,15 +504,22 @@ def replay(events: Iterable[Event], *, hooks: HookRegistry | None = None) -> Rep
     items = _events(events)
     invalid = _invalid_transcript(items)
     if invalid is not None:
+        logger.info("replayed 1 event: failed (%s)", INVALID_TRANSCRIPT)
         return ReplayResult(invalid, tuple(items))
     session = _Session(items, hooks)
     try:
         session.start()
         session.feed_all()
         session.check_complete()
-        return ReplayResult(session.result, tuple(session.loop.log), session.effect)
+        result = ReplayResult(session.result, tuple(session.loop.log), session.effect)
     finally:
         session.close()
+    logger.info(
+        "replayed %d events: %s",
+        len(result.events),
+        session._status() if session.finished else f"waits for {_describe(session.effect)}",
+    )
+    return result
 
 
 def state_at(
@@ -618,7 +640,10 @@ def resume(
     except BaseException:
         session.close()
         raise
-    return session.loop, session.effect
+    logger.info(
+        "resumed after %d events: waits for %s", len(session.loop.log), _describe(session.effect)
+    )
+    return session.hand_over()
 
 
 def fork(
@@ -659,7 +684,8 @@ def fork(
     except BaseException:
         session.close()
         raise
-    return session.loop, session.effect
+    logger.info("forked after event #%d: waits for %s", sequence, _describe(session.effect))
+    return session.hand_over()
 
 
 def _check_position(sequence: int, events: list[Event]) -> None:

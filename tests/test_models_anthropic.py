@@ -621,5 +621,5 @@ class TestModelFromSpec:
 
     def test_missing_sdk_says_what_to_install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "anthropic", None)
-        with pytest.raises(ModelSpecError, match=r"pip install 'agentloop\[anthropic\]'"):
+        with pytest.raises(ModelSpecError, match=r"pip install 'agentloop-replay\[anthropic\]'"):
             model_from_spec("anthropic:claude-sonnet-4-5", environ={"ANTHROPIC_API_KEY": "k"})

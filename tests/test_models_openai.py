@@ -962,7 +962,7 @@ class TestModelFromSpec:
 
     def test_missing_sdk_says_what_to_install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "openai", None)
-        with pytest.raises(ModelSpecError, match=r"pip install 'agentloop\[openai\]'"):
+        with pytest.raises(ModelSpecError, match=r"pip install 'agentloop-replay\[openai\]'"):
             model_from_spec("openai:gpt-4.1-mini", environ={"OPENAI_API_KEY": "sk-test"})
 
     @pytest.mark.parametrize("spec", ["gpt-4.1-mini", "mistral:large", "openai:", "openai: "])

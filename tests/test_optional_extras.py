@@ -43,4 +43,4 @@ def test_without_the_extra_the_import_error_says_what_to_install(module: str) ->
         f"try:\n    import {module}\n"
         "except ImportError as exc:\n    print(exc)\n"
     )
-    assert f"pip install 'agentloop[{extra}]'" in done.stdout
+    assert f"pip install 'agentloop-replay[{extra}]'" in done.stdout

@@ -1060,5 +1060,7 @@ def test_cli_without_the_extra_says_what_to_install(
     assert main(["otel", str(ROOT / "fixtures" / "plain_answer.jsonl")]) == 2
     err = capsys.readouterr().err
     assert (
-        err == "replay: error: agentloop.otel needs OpenTelemetry: pip install 'agentloop[otel]'\n"
+        err
+        == "replay: error: agentloop.otel needs OpenTelemetry: "
+        "pip install 'agentloop-replay[otel]'\n"
     )

@@ -23,9 +23,10 @@ def test_readme_opens_with_the_two_commands() -> None:
     assert README.read_text().index("```sh") < README.read_text().index("```python")
 
 
-def test_ci_runs_the_readmes_test_command() -> None:
-    test_command = blocks("sh")[0].strip().splitlines()[1]
-    assert test_command in CI.read_text()
+@pytest.mark.parametrize("line", [0, 1], ids=["demo command", "test command"])
+def test_ci_runs_the_readmes_commands(line: int) -> None:
+    command = blocks("sh")[0].strip().splitlines()[line]
+    assert f"\n    {command}\n" in CI.read_text()
 
 
 @pytest.mark.parametrize("index", range(len(blocks("python"))))

@@ -4,11 +4,11 @@ Each adapter lives in its own module so that importing ``agentloop`` (or this
 package) never imports a provider SDK:
 
 - ``agentloop.models.openai``: :class:`OpenAIChatModel` (Chat Completions) and
-  :class:`OpenAIResponsesModel` (Responses); ``pip install 'agentloop[openai]'``.
+  :class:`OpenAIResponsesModel` (Responses); ``pip install 'agentloop-replay[openai]'``.
 - ``agentloop.models.anthropic``: :class:`AnthropicModel` (Messages);
-  ``pip install 'agentloop[anthropic]'``.
+  ``pip install 'agentloop-replay[anthropic]'``.
 - ``agentloop.models.gemini``: :class:`GeminiModel` (Gemini, ``google-genai``);
-  ``pip install 'agentloop[gemini]'``.
+  ``pip install 'agentloop-replay[gemini]'``.
 
 Importing one of them without its SDK raises ``ImportError`` naming the extra.
 :class:`RetryPolicy` and :class:`RetryAttempt` (shared by all adapters) and

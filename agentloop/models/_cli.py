@@ -68,7 +68,7 @@ class ModelSpecError(ValueError):
     """The spec is malformed, or its SDK or API key is missing.
 
     The message is a complete sentence for the user, e.g. ``install the OpenAI SDK
-    to use --model openai:gpt-4.1-mini: pip install 'agentloop[openai]'``.
+    to use --model openai:gpt-4.1-mini: pip install 'agentloop-replay[openai]'``.
     """
 
 
@@ -115,7 +115,7 @@ def model_from_spec(spec: str, *, environ: Mapping[str, str] | None = None) -> M
     except ImportError:
         raise ModelSpecError(
             f"install the {provider.sdk} SDK to use --model {spec}: "
-            f"pip install 'agentloop[{provider.module}]'"
+            f"pip install 'agentloop-replay[{provider.module}]'"
         ) from None
     key = next((k for k in (env.get(n, "").strip() for n in provider.keys) if k), "")
     if not key and provider.key_required:

@@ -1,6 +1,6 @@
 """Anthropic adapter: the Messages API, streaming, behind the ``Model`` protocol.
 
-Install with ``pip install 'agentloop[anthropic]'``. Pass your own client::
+Install with ``pip install 'agentloop-replay[anthropic]'``. Pass your own client::
 
     import anthropic
     from agentloop.models.anthropic import AnthropicModel
@@ -82,7 +82,8 @@ try:
     import anthropic
 except ImportError as _exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
-        "agentloop.models.anthropic needs the Anthropic SDK: pip install 'agentloop[anthropic]'"
+        "agentloop.models.anthropic needs the Anthropic SDK: "
+        "pip install 'agentloop-replay[anthropic]'"
     ) from _exc
 
 from anthropic.types import (

