@@ -1060,7 +1060,6 @@ def test_cli_without_the_extra_says_what_to_install(
     assert main(["otel", str(ROOT / "fixtures" / "plain_answer.jsonl")]) == 2
     err = capsys.readouterr().err
     assert (
-        err
-        == "replay: error: agentloop.otel needs OpenTelemetry: "
+        err == "replay: error: agentloop.otel needs OpenTelemetry: "
         "pip install 'agentloop-replay[otel]'\n"
     )
