@@ -1096,7 +1096,7 @@ def test_a_hook_may_not_introduce_a_lone_surrogate(topic: str) -> None:
 
 
 def test_copy_json_copies_every_container_and_keeps_scalars() -> None:
-    from agentloop._engine import _copy_json
+    from agentloop._copy import copy_json as _copy_json
 
     assert _copy_json(5) == 5 and _copy_json("s") == "s"
     source: dict[str, Any] = {"a": ({"b": [1, (2, 3)]},)}
