@@ -11,13 +11,11 @@ from typing import Any
 
 import msgspec
 
+from ._json import CONTAINERS, copy_json
 from ._messages import Block, ToolCall
 from ._protocol import ModelChunk, ModelResponse, Resume
 
 __all__ = ["CONTAINERS", "copy_block", "copy_call", "copy_json", "own_reply"]
-
-#: The container types of plain JSON data as the loop receives it.
-CONTAINERS = frozenset({dict, list, tuple})
 
 
 def copy_call(call: ToolCall) -> ToolCall:
@@ -26,43 +24,6 @@ def copy_call(call: ToolCall) -> ToolCall:
 
 def copy_block(block: Block) -> Block:
     return copy_call(block) if type(block) is ToolCall else block
-
-
-def copy_json(value: Any) -> Any:
-    """A deep copy of plain JSON data (hooks never alias the loop's own data).
-
-    Iterative, so arbitrarily deep input (which validation rejects later) cannot
-    exhaust the stack; tuples become lists, as in JSON.
-    """
-    kind = type(value)
-    if kind is dict:
-        for item in value.values():
-            if type(item) in CONTAINERS:
-                break
-        else:
-            return value.copy()  # flat: the common case, at C speed
-    elif kind is not list and kind is not tuple:
-        return value
-    root: list[Any] = [None]
-    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]  # (source, target, key)
-    while stack:
-        source, target, key = stack.pop()
-        kind = type(source)
-        if kind is dict:
-            copy: Any = {}
-            for k, item in source.items():
-                copy[k] = item
-                if type(item) in CONTAINERS:
-                    stack.append((item, copy, k))
-        elif kind is list or kind is tuple:
-            copy = list(source)
-            for index, item in enumerate(copy):
-                if type(item) in CONTAINERS:
-                    stack.append((item, copy, index))
-        else:  # pragma: no cover - only containers are pushed
-            copy = source
-        target[key] = copy
-    return root[0]
 
 
 def own_reply(reply: Any) -> Any:

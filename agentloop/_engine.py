@@ -1051,8 +1051,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             problem = surrogate_problem(outcome.reason, "before_tool_call PauseRequest.reason")
             if problem is not None:
                 raise _failed(HOOK_ERROR, problem)
-            if json_problem(outcome.payload) is not None:
-                raise _failed(HOOK_ERROR, "before_tool_call PauseRequest.payload is not plain JSON")
+            problem = json_problem(outcome.payload, "PauseRequest.payload")
+            if problem is not None:
+                raise _failed(HOOK_ERROR, f"before_tool_call {problem}")
             return (yield from self._approval(call, outcome.reason, outcome.payload))
         return call, None
 

@@ -5,13 +5,12 @@ A bad option raises ``ValueError``/``TypeError`` before any generator exists.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from ._budget import Budget
 from ._events import EventLog
 from ._hooks import HookRegistry
-from ._json import surrogate_problem
+from ._json import finite_number, int_text, surrogate_problem, value_text
 from ._limits import MAX_AGENT_STEPS
 from ._toolspec import ToolSpec
 
@@ -31,15 +30,17 @@ def check_options(
     if type(max_steps) is not int or not 1 <= max_steps <= MAX_AGENT_STEPS:
         raise ValueError(
             f"max_steps must be an int from 1 to MAX_AGENT_STEPS ({MAX_AGENT_STEPS}), "
-            f"got {max_steps!r}"
+            f"got {value_text(max_steps)}"
         )
     if type(request_sequence_start) is not int or request_sequence_start < 0:
         raise ValueError(
-            f"request_sequence_start must be a non-negative int, got {request_sequence_start!r}"
+            "request_sequence_start must be a non-negative int, "
+            f"got {value_text(request_sequence_start)}"
         )
     if request_sequence_start + max_steps > MAX_AGENT_STEPS:
+        first, last = request_sequence_start + 1, request_sequence_start + max_steps
         raise ValueError(
-            f"request numbers {request_sequence_start + 1}..{request_sequence_start + max_steps} "
+            f"request numbers {int_text(first)}..{int_text(last)} "
             f"go past MAX_AGENT_STEPS ({MAX_AGENT_STEPS}); lower max_steps or "
             "request_sequence_start"
         )
@@ -58,10 +59,10 @@ def check_options(
             raise TypeError(f"log must be an EventLog or None, got {type(log).__name__}")
         if len(log):
             raise ValueError("log must be empty: one EventLog records one run")
-    if started_at is not None and (
-        type(started_at) not in (int, float) or not math.isfinite(started_at)  # type: ignore[arg-type]
-    ):
-        raise ValueError(f"started_at must be a finite number or None, got {started_at!r}")
+    if started_at is not None and not finite_number(started_at):
+        raise ValueError(
+            f"started_at must be a finite number or None, got {value_text(started_at)}"
+        )
 
 
 def tool_specs(tools: object) -> tuple[ToolSpec, ...]:

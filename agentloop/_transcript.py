@@ -9,7 +9,7 @@ fixed-length, read-only view that every ``ModelRequest.messages`` is.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from typing import overload
 
 import msgspec
@@ -78,26 +78,47 @@ class TranscriptView(Sequence[Message]):
 
 
 def snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
-    """Copy the caller's messages through the IR; return them and the first problem."""
+    """Copy the caller's messages through the IR; return them and the first problem.
+
+    Messages must be the IR's Structs or dicts of the same shape, with fields of
+    exactly the IR's types: nothing is converted on the way in (bytes are not
+    text, a datetime is not a string), so the transcript the loop records is the
+    one the caller gave. At most ``MAX_INITIAL_MESSAGES + 1`` items are taken
+    from ``messages``, so an endless iterable fails the limit instead of filling
+    memory.
+    """
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
         raise TypeError(f"messages must be a sequence of messages, got {type(messages).__name__}")
-    items = list(messages)
+    items = list(itertools.islice(messages, MAX_INITIAL_MESSAGES + 1))
     if len(items) > MAX_INITIAL_MESSAGES:
+        count = f"{len(messages)}" if isinstance(messages, Sized) else "more than"
         return [], (
-            f"{len(items)} initial messages exceed MAX_INITIAL_MESSAGES ({MAX_INITIAL_MESSAGES})"
+            f"{count} initial messages exceed MAX_INITIAL_MESSAGES ({MAX_INITIAL_MESSAGES})"
         )
     rebuilt: list[Message] = []
     for index, item in enumerate(items):
         message = _reuse(item)
         if message is None:
-            try:
-                raw = item if isinstance(item, dict) else msgspec.to_builtins(item)
-                message = msgspec.convert(raw, Message)
-            except (msgspec.ValidationError, TypeError) as exc:
-                return [], f"messages[{index}]: {exc}"
-            problem = message_problem(message, f"messages[{index}]")
-            if problem is not None:
-                return [], problem
+            where = f"messages[{index}]"
+            kind = type(item)
+            if kind is UserMessage or kind is ToolResultMessage or kind is AssistantMessage:
+                problem = message_problem(item, where)
+                if problem is not None:
+                    return [], problem
+                message = _copy_message(item)
+            elif isinstance(item, dict):
+                try:
+                    message = msgspec.convert(item, Message)
+                except (msgspec.ValidationError, TypeError) as exc:
+                    return [], f"{where}: {exc}"
+                problem = message_problem(message, where)
+                if problem is not None:
+                    return [], problem
+            else:
+                return [], (
+                    f"{where} must be a UserMessage, AssistantMessage or ToolResultMessage "
+                    f"(or a dict of the same shape), got {kind.__name__}"
+                )
         if type(message) is AssistantMessage:
             for block in message.content:
                 if type(block) is ToolCall:
@@ -113,6 +134,13 @@ def snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
     except ValueError as exc:
         return [], str(exc)
     return rebuilt, None
+
+
+def _copy_message(message: Message) -> Message:
+    """A checked message the loop can keep: its own argument dicts, a tuple of blocks."""
+    if type(message) is AssistantMessage:
+        return AssistantMessage(message.id, tuple(copy_block(block) for block in message.content))
+    return message
 
 
 def _reuse(item: object) -> Message | None:

@@ -337,7 +337,7 @@ def test_pause_request_payload_must_be_plain_json() -> None:
     assert result.error is not None
     assert (result.error.code, result.error.message) == (
         HOOK_ERROR,
-        "before_tool_call PauseRequest.payload is not plain JSON",
+        "before_tool_call PauseRequest.payload.when: set is not a JSON value",
     )
 
 
