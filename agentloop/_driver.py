@@ -39,7 +39,6 @@ from ._engine import agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import EventLog
 from ._hooks import HookRegistry
-from ._json import SURROGATE
 from ._protocol import (
     Cancel,
     Effect,
@@ -54,6 +53,7 @@ from ._protocol import (
     ToolRequest,
     ToolResult,
 )
+from ._text import escape_surrogates, exception_text
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
 from ._validation import reply_problem
@@ -212,14 +212,6 @@ def run(
         loop.close()
 
 
-def _valid_unicode(text: str) -> str:
-    """``text`` with lone surrogates (e.g. from ``os.listdir`` file names) escaped as
-    ``\\udce9``, so the log can hold it."""
-    if text.isascii() or SURROGATE.search(text) is None:
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 class _Driver:
     """Computes the reply to each effect; holds the open model stream between sends."""
 
@@ -309,8 +301,9 @@ class _Driver:
 
     def _failure(self, request: ModelRequest, exc: Exception) -> ModelFailure:
         self.close_stream()
-        message = exc.message if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
-        message = _valid_unicode(message)
+        message = (
+            escape_surrogates(exc.message) if isinstance(exc, ModelError) else exception_text(exc)
+        )
         code = (
             MODEL_PROTOCOL_ERROR
             if getattr(exc, "code", None) == MODEL_PROTOCOL_ERROR
@@ -326,7 +319,7 @@ class _Driver:
         # The tool ran: its result is recorded even if a cancel arrived meanwhile
         # (nothing that happened is lost); the cancel takes effect right after.
         return ToolResult(
-            request.call.id, _valid_unicode(content), is_error, at=float(self._clock())
+            request.call.id, escape_surrogates(content), is_error, at=float(self._clock())
         )
 
     def _pause_reply(self, pause: Pause) -> Any:

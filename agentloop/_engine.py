@@ -115,7 +115,7 @@ from ._protocol import (
 )
 from ._state import RESUME_INPUT, TRANSITIONS, IllegalTransition, Input, State
 from ._stream import stream_mismatch
-from ._text import wrong_reply
+from ._text import abort_reason, decision_problem, exception_text, wrong_reply
 from ._toolspec import ToolSpec
 from ._transcript import TranscriptView, snapshot_transcript
 from ._validation import (
@@ -155,6 +155,10 @@ class _Finish(Exception):
 
 def _failed(code: str, message: str, reply: Reply | None = None) -> _Finish:
     return _Finish("failed", code, error=RunError(code, message), reply=reply)
+
+
+def _aborted(topic: str, exc: BaseException) -> _Finish:
+    return _failed(HOOK_ABORT, f"{topic} hook aborted: {abort_reason(exc)}")
 
 
 class _Cancelled(Exception):
@@ -286,6 +290,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             if type(b) is ToolCall
         }
         self._result: RunResult | None = None
+        # A reply that arrived but is not recorded yet (a ToolResult while
+        # after_tool_call runs): if the run ends there, run.finished records it.
+        self._unrecorded: Reply | None = None
         self._started = False
         self._closing = False
         self._dead: CallerProtocolError | None = None
@@ -384,7 +391,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             raise
         except BaseException as exc:
             if self._result is None:  # the generator died without finishing its log
-                self._dead = CallerProtocolError(f"the run stopped on {type(exc).__name__}: {exc}")
+                self._dead = CallerProtocolError(f"the run stopped on {exception_text(exc)}")
             raise
 
     def throw(
@@ -401,7 +408,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self.close()
         elif self._result is None and self._dead is None:
             with contextlib.suppress(StopIteration):
-                self._gen.send(Cancel(reason=f"{type(exc).__name__}: {exc}"))
+                self._gen.send(Cancel(reason=exception_text(exc)))
         raise exc
 
     def close(self) -> None:
@@ -489,10 +496,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 outcome = fn(payload)
             except HookAbort:
                 raise
-            except Exception as exc:
-                raise _failed(
-                    HOOK_ERROR, f"{topic} hook raised {type(exc).__name__}: {exc}"
-                ) from exc
+            except (Exception, GeneratorExit) as exc:
+                # GeneratorExit too: raised by a hook it is a bug like any other
+                # (left alone it would end the generator without run.finished).
+                raise _failed(HOOK_ERROR, f"{topic} hook raised {exception_text(exc)}") from exc
             if outcome is SKIP or type(outcome) is PauseRequest:
                 return outcome
         return None
@@ -502,7 +509,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         try:
             outcome = self._hook(topic, payload)
         except HookAbort as exc:
-            raise _failed(HOOK_ABORT, f"{topic} hook aborted: {exc.reason}") from exc
+            raise _aborted(topic, exc) from exc
         if outcome is not None:
             raise _failed(HOOK_ERROR, f"{topic} hook returned {outcome!r}, which it may not")
 
@@ -519,23 +526,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     def _main(self) -> Generator[Effect, Any, RunResult]:
         if self._invalid is not None:
             return self._finish_invalid(self._invalid)
-        self._emit(
-            SessionStartEvent(
-                sequence=0,
-                at=self._now,
-                system=self._system,
-                tools=self._specs,
-                max_steps=self._max_steps,
-                budget=self._budget,
-                request_sequence_start=self._rss,
-            )
-        )
-        for message in self._transcript:
-            self._emit(
-                MessageAcceptedEvent(sequence=len(self._events), at=self._now, message=message)
-            )
         misuse: _Misuse | None = None
         try:
+            self._start()
             yield from self._steps()
         except _Finish as finish:
             outcome = finish
@@ -551,11 +544,21 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 # A subscriber's bug (it would fail again on run.finished), or the
                 # garbage collector finalizing an abandoned loop: nothing to record.
                 raise
-            # KeyboardInterrupt and the like, raised by a hook: end the run like
-            # ``throw()`` does (a recorded cancel, run.finished last), then go on.
-            cancel = Cancel(reason=f"{type(exc).__name__}: {exc}")
-            self._finish(_Finish("cancelled", cancel.reason, reply=cancel))
+            # KeyboardInterrupt and the like, raised by a hook (or a subscriber):
+            # end the run like ``throw()`` does (run.finished last), then go on.
+            # The cancel is recorded, unless a reply that arrived is not yet: then
+            # that reply is (replay re-raises the interrupt where it happened).
+            cancel = Cancel(reason=exception_text(exc))
+            self._finish(
+                _Finish(
+                    "cancelled",
+                    cancel.reason,
+                    reply=self._unrecorded if self._unrecorded is not None else cancel,
+                )
+            )
             raise
+        if self._unrecorded is not None and outcome.reply is None:
+            outcome.reply = self._unrecorded  # e.g. a ToolResult after_tool_call failed on
         result = self._finish(outcome)
         if misuse is not None:
             raise CallerProtocolError(misuse.message)
@@ -570,6 +573,23 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     # back until the log is finished. run.finished carries the RunResult without
     # its messages (they are derivable from the log) and the reply that ended the
     # run when no earlier event recorded it.
+
+    def _start(self) -> None:
+        self._emit(
+            SessionStartEvent(
+                sequence=0,
+                at=self._now,
+                system=self._system,
+                tools=self._specs,
+                max_steps=self._max_steps,
+                budget=self._budget,
+                request_sequence_start=self._rss,
+            )
+        )
+        for message in self._transcript:
+            self._emit(
+                MessageAcceptedEvent(sequence=len(self._events), at=self._now, message=message)
+            )
 
     def _finish_invalid(self, problem: str) -> RunResult:
         self._set(Input.FINISH)
@@ -691,7 +711,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 try:
                     outcome = self._hook("before_step", {"step": step})
                 except HookAbort as exc:
-                    raise _failed(HOOK_ABORT, f"before_step hook aborted: {exc.reason}") from exc
+                    raise _aborted("before_step", exc) from exc
                 if outcome is SKIP:
                     raise _Finish("completed", "skipped_by_hook")
                 if outcome is not None:
@@ -757,7 +777,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             try:
                 outcome = self._hook("before_plan", payload)
             except HookAbort as exc:
-                raise _failed(HOOK_ABORT, f"before_plan hook aborted: {exc.reason}") from exc
+                raise _aborted("before_plan", exc) from exc
             if outcome is not None:
                 raise _failed(HOOK_ERROR, f"before_plan hook returned {outcome!r}")
             if payload["messages"] is not messages:
@@ -936,7 +956,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         try:
             outcome = self._hook("after_plan", payload)
         except HookAbort as exc:
-            raise _failed(HOOK_ABORT, f"after_plan hook aborted: {exc.reason}") from exc
+            raise _aborted("after_plan", exc) from exc
         if outcome is not None:
             raise _failed(HOOK_ERROR, f"after_plan hook returned {outcome!r}")
         content, stop_reason = payload["content"], payload["stop_reason"]
@@ -1006,7 +1026,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self._set(Input.RECEIVE_RESULT)
             content, is_error = reply.content, reply.is_error
         if "after_tool_call" in self._hooks:
+            self._unrecorded = reply
             content, is_error = self._after_tool_call(call, step, content, is_error)
+            self._unrecorded = None
         message = ToolResultMessage(f"tool-result-{call.id}", call.id, call.name, content, is_error)
         self._transcript.append(message)
         self._message_ids.add(message.id)
@@ -1032,7 +1054,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         try:
             outcome = self._hook("before_tool_call", payload)
         except HookAbort as exc:
-            return call, f"hook_abort:{exc.reason}"
+            return call, f"hook_abort:{abort_reason(exc)}"
         if outcome is SKIP:
             return call, "skipped"
         edited = payload["arguments"]
@@ -1071,14 +1093,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             "name": call.name,
             "arguments": copy_json(call.arguments),
         }
-        resume = yield from self._pause(reason, payload)
+        resume = yield from self._pause(reason, payload, decision=True)
         decision = resume.payload
-        if type(decision) is not dict or type(decision.get("approved")) is not bool:
-            raise _Misuse(
-                f"Resume.payload for a {reason!r} pause must be a dict with a bool 'approved', "
-                f"got {decision!r}",
-                resume,
-            )
         if not decision["approved"]:
             message = decision.get("message")
             return call, message if type(message) is str and message else "denied"
@@ -1163,12 +1179,14 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         )
 
     def _pause(
-        self, reason: str, payload: Any, *, reset_counters: bool = False
+        self, reason: str, payload: Any, *, reset_counters: bool = False, decision: bool = False
     ) -> Generator[Effect, Any, Resume]:
         """Yield ``Pause``; on ``Resume`` apply it, then record it in ``session.resume``.
 
         Resuming from a budget pause resets the counters (turns, tool calls, the
-        wall-clock start); a ``Resume.budget`` replaces the limits either way.
+        wall-clock start); a ``Resume.budget`` replaces the limits either way. With
+        ``decision`` (an approval), the payload must say ``approved``: a Resume that
+        does not is misuse, recorded once, in run.finished (never in session.resume).
         """
         self._emit(
             SessionPauseEvent(
@@ -1188,6 +1206,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         reply = yield from self._ask(effect)
         if type(reply) is not Resume:
             raise self._misuse(reply, effect, "Resume or Cancel")
+        if decision:
+            problem = decision_problem(reason, reply.payload)
+            if problem is not None:
+                raise _Misuse(problem, reply)
         self._pause_reason = None
         if reply.budget is not None:
             self._budget = reply.budget

@@ -23,6 +23,7 @@ from typing import Any, overload
 import msgspec
 
 from ._messages import ToolCall
+from ._text import exception_text
 from ._toolspec import ToolSpec
 
 __all__ = ["Tool", "ToolRegistry", "tool"]
@@ -115,13 +116,13 @@ class Tool:
         try:
             value = self.fn(*args, **values)
         except Exception as exc:
-            return f"{type(exc).__name__}: {exc}", True
+            return exception_text(exc), True
         if type(value) is str:
             return value, False
         try:
             return msgspec.json.encode(value).decode(), False
         except Exception as exc:
-            return f"cannot encode the result as JSON: {type(exc).__name__}: {exc}", True
+            return f"cannot encode the result as JSON: {exception_text(exc)}", True
 
 
 @overload
