@@ -169,7 +169,9 @@ def run(
         BaseException: an exception from ``on_pause``, ``clock`` or a tool's
             ``BaseException`` (e.g. ``KeyboardInterrupt``) is first recorded as
             ``Cancel("<ExcType>: <message>")`` ending the log, then re-raised. An
-            exception from a log subscriber propagates as is.
+            exception from a log subscriber propagates as is. A ``StopIteration``
+            from ``on_pause`` or ``clock`` becomes ``RuntimeError`` (as PEP 479
+            does for generators): it would otherwise read as the run's end.
     """
     if not callable(getattr(model, "stream", None)):
         raise TypeError(f"model must have a stream(request) method, got {model!r}")
@@ -190,7 +192,7 @@ def run(
         budget=budget,
         hooks=hooks,
         log=log,
-        started_at=float(clock()) if started_at is None else started_at,
+        started_at=_read_clock(clock) if started_at is None else started_at,
     )
     driver = _Driver(model, registry, signal, on_pause, clock)
     try:
@@ -210,6 +212,20 @@ def run(
     finally:
         driver.close_stream()
         loop.close()
+
+
+def _read_clock(clock: Clock) -> float:
+    try:
+        return float(clock())
+    except StopIteration as exc:
+        raise _stop_iteration("clock") from exc
+
+
+def _stop_iteration(callback: str) -> RuntimeError:
+    # Out of run() (or into the generator protocol) a StopIteration would read as
+    # the loop's end: run() would return whatever it carried. As in PEP 479, it
+    # becomes a RuntimeError.
+    return RuntimeError(f"{callback} raised StopIteration")
 
 
 class _Driver:
@@ -244,10 +260,13 @@ class _Driver:
             return self._pause_reply(effect)  # type: ignore[arg-type]
         raise TypeError(f"agent_loop yielded an unknown effect: {effect!r}")  # pragma: no cover
 
+    def _now(self) -> float:
+        return _read_clock(self._clock)
+
     def _cancel(self) -> Cancel | None:
         signal = self._signal
         if signal is not None and signal.cancelled:
-            return Cancel(reason=signal.reason, at=float(self._clock()))
+            return Cancel(reason=signal.reason, at=self._now())
         return None
 
     def _model_reply(self, request: ModelRequest) -> Reply:
@@ -267,9 +286,7 @@ class _Driver:
             item = next(self._stream)
         except StopIteration:
             self.close_stream()
-            return ModelFailure(
-                request.id, "model stream ended without a response", at=float(self._clock())
-            )
+            return ModelFailure(request.id, "model stream ended without a response", at=self._now())
         except Exception as exc:
             return self._failure(request, exc)
         cancel = self._cancel()
@@ -290,10 +307,10 @@ class _Driver:
                 request.id,
                 f"the model's output was malformed: {problem}",
                 code=MODEL_PROTOCOL_ERROR,
-                at=float(self._clock()),
+                at=self._now(),
             )
         reply: ModelChunk | ModelResponse | ModelFailure = msgspec.structs.replace(
-            item, at=float(self._clock())
+            item, at=self._now()
         )
         if kind is not ModelChunk:
             self.close_stream()
@@ -309,7 +326,7 @@ class _Driver:
             if getattr(exc, "code", None) == MODEL_PROTOCOL_ERROR
             else MODEL_ERROR
         )
-        return ModelFailure(request.id, message, code=code, at=float(self._clock()))
+        return ModelFailure(request.id, message, code=code, at=self._now())
 
     def _tool_reply(self, request: ToolRequest) -> ToolResult | Cancel:
         cancel = self._cancel()
@@ -318,22 +335,23 @@ class _Driver:
         content, is_error = self._registry.execute(request.call)
         # The tool ran: its result is recorded even if a cancel arrived meanwhile
         # (nothing that happened is lost); the cancel takes effect right after.
-        return ToolResult(
-            request.call.id, escape_surrogates(content), is_error, at=float(self._clock())
-        )
+        return ToolResult(request.call.id, escape_surrogates(content), is_error, at=self._now())
 
     def _pause_reply(self, pause: Pause) -> Any:
         cancel = self._cancel()
         if cancel is not None:
             return cancel
         if self._on_pause is None:
-            return Cancel(reason=pause.reason, at=float(self._clock()))
-        reply = self._on_pause(pause)
+            return Cancel(reason=pause.reason, at=self._now())
+        try:
+            reply = self._on_pause(pause)
+        except StopIteration as exc:
+            raise _stop_iteration("on_pause") from exc
         cancel = self._cancel()
         if cancel is not None:
             return cancel
         if type(reply) is Resume or type(reply) is Cancel:
-            return msgspec.structs.replace(reply, at=float(self._clock()))
+            return msgspec.structs.replace(reply, at=self._now())
         # Not a reply: the engine records it and raises CallerProtocolError.
         return reply
 

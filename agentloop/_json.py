@@ -27,6 +27,7 @@ __all__ = [
     "finite_number",
     "int_text",
     "json_problem",
+    "non_finite_path",
     "path_text",
     "scan",
     "surrogate_problem",
@@ -232,6 +233,23 @@ def scan(value: object, root: str, *, numbers_are_structural: bool) -> Scan:
     found.deepest = deepest
     found.deepest_node = deepest_node
     return found
+
+
+def non_finite_path(value: object) -> str | None:
+    """The path of the first non-finite float in builtins ``value`` (walk order), or
+    ``None``. The value must not contain itself."""
+    stack: list[tuple[Any, _Node]] = [(value, None)]
+    while stack:
+        item, node = stack.pop()
+        kind = type(item)
+        if kind is float:
+            if not math.isfinite(item):
+                return f"{path_text('$', node)}: {item!r}"
+        elif kind is dict:
+            stack.extend((sub, (node, key)) for key, sub in item.items())
+        elif kind is list or kind is tuple:
+            stack.extend((sub, (node, index)) for index, sub in enumerate(item))
+    return None
 
 
 def json_problem(value: object, path: str = "$") -> str | None:
