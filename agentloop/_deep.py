@@ -401,9 +401,7 @@ def parse(data: bytes | str) -> Any:
                 value = {} if token.group("empty")[0] == "{" else []
             else:
                 raise _malformed(f"unexpected {token.group(kind)!r}", token.start(kind))  # type: ignore[arg-type]
-        else:
-            if not containers:
-                raise _malformed("trailing characters", token.start(kind))  # type: ignore[arg-type]
+        else:  # (inside a container: a complete top-level value returned already)
             if kind == "next_key":
                 if type(containers[-1]) is not dict:
                     raise _malformed("unexpected object key in an array", token.start(kind))

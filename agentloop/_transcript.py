@@ -105,7 +105,12 @@ def snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
                 problem = message_problem(item, where)
                 if problem is not None:
                     return [], problem
-                message = _copy_message(item)
+                # Only an assistant message whose content is a list gets here (the
+                # fast path keeps every other well-typed message): a tuple of copies.
+                message = AssistantMessage(
+                    item.id,
+                    tuple(copy_block(block) for block in item.content),
+                )
             elif isinstance(item, dict):
                 try:
                     message = msgspec.convert(item, Message)
@@ -134,13 +139,6 @@ def snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
     except ValueError as exc:
         return [], str(exc)
     return rebuilt, None
-
-
-def _copy_message(message: Message) -> Message:
-    """A checked message the loop can keep: its own argument dicts, a tuple of blocks."""
-    if type(message) is AssistantMessage:
-        return AssistantMessage(message.id, tuple(copy_block(block) for block in message.content))
-    return message
 
 
 def _reuse(item: object) -> Message | None:

@@ -170,6 +170,13 @@ def test_deep_values_wherever_the_loop_records_them(depth: int) -> None:
                 usage=Usage(2**70, 1),
             ),
         ),
+        # A tagged time: the typed decode refuses it before it meets the deep value.
+        PlanDraftEvent(
+            sequence=3,
+            at=math.inf,
+            step=1,
+            reply=ModelResponse("request-001", "r1", (ToolCall("c1", "echo", deep),), "stop"),
+        ),
         # In run.finished (an invalid chunk), and in a resume (a plain event type).
         RunFinishedEvent(
             sequence=9,
@@ -203,6 +210,18 @@ def test_a_deep_resume_payload_and_pause_payload_are_recorded_and_replay() -> No
     events = [decode_event(encode_event(e)) for e in loop.log]
     assert [encode_event(e) for e in events] == [encode_event(e) for e in loop.log]
     assert replay(events, hooks=hooks).result == result
+
+
+def test_wide_arguments_past_the_fast_check_encode_as_msgspec_does() -> None:
+    arguments = {"xs": [{"i": i} for i in range(5000)], "n": 2**64}  # 5,001 containers
+    event = PlanDraftEvent(
+        sequence=3,
+        step=1,
+        reply=ModelResponse("request-001", "r1", (ToolCall("c1", "echo", arguments),), "stop"),
+    )
+    line = encode_event(event)
+    assert line == msgspec.json.encode(_codec._tag(msgspec.to_builtins(event)))
+    assert decode_event(line) == event
 
 
 def test_a_deep_misused_reply_is_recorded_in_run_finished() -> None:
@@ -327,6 +346,18 @@ def test_an_int_tag_in_any_other_spelling_is_refused(tag: str) -> None:
         decode_event(line)
 
 
+@pytest.mark.parametrize("inner", [b"5", b"null", b"[]"])
+def test_an_int_tag_of_anything_but_a_string_is_refused(inner: bytes) -> None:
+    line = (
+        b'{"type":"run.finished","sequence":1,"at":null,"step":0,"status":"failed",'
+        b'"final_text":null,"steps":0,"max_steps":0,"error":null,'
+        b'"usage":{"input_tokens":{"$int":' + inner + b'},"output_tokens":0},'
+        b'"reason":"","reply":null}'
+    )
+    with pytest.raises(msgspec.ValidationError, match=r"invalid \$int tag"):
+        decode_event(line)
+
+
 # --------------------------------------------------------------------------- the parts
 
 
@@ -393,6 +424,7 @@ def test_parse_reads_what_msgspec_reads(value: Any) -> None:
         b"[}",
         b"[1]]",
         b"[1] x",
+        b'[1,"a":2]',
         b"tru",
         b"01",
         b'"\\q"',
@@ -419,3 +451,51 @@ def test_parse_refuses_what_msgspec_refuses(text: bytes) -> None:
 
 def test_parse_reads_text_as_well_as_bytes() -> None:
     assert parse('{"a":[1,"x"]}') == {"a": [1, "x"]}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b"[[1] ]", b'{"a" : [ {} , [ ] ] }', b'\n[ "x" ,\t{"k":\r"v"} ]\n', b'"\\u00e9\\n"'],
+)
+def test_parse_reads_json_with_whitespace_anywhere(text: bytes) -> None:
+    assert parse(text) == msgspec.json.decode(text)
+
+
+# --------------------------------------------------------------------------- encode: any value
+
+
+class WithDefaults(msgspec.Struct, omit_defaults=True):
+    required: list[int]
+    plain: int = 0
+    items: tuple[int, ...] = ()
+    mapping: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"bytes": b"\x00\xff", "list": [b"x"]},
+        b"raw",
+        {1: "int key", 2.5: "float key"},
+        WithDefaults([1]),
+        WithDefaults([], plain=1, items=(1,), mapping={"a": 1}),
+        [WithDefaults([2], items=())],
+    ],
+    ids=["bytes inside", "bytes", "non-str keys", "defaults omitted", "set fields", "in a list"],
+)
+def test_encode_writes_any_value_as_msgspec_does(value: Any) -> None:
+    assert encode(value) == msgspec.json.encode(value)
+
+
+class Mapping(dict[str, Any]):
+    pass
+
+
+class Sequence(list[Any]):
+    pass
+
+
+def test_encode_tagged_treats_builtin_subclasses_as_builtins() -> None:
+    value = [Mapping({"$int": 1}), Sequence([math.nan, Mapping(a=2**70)])]
+    expected = msgspec.json.encode(_codec._tag(msgspec.to_builtins(value)))
+    assert encode(value, tagged=True) == expected

@@ -610,7 +610,7 @@ def test_a_clock_raising_stop_iteration_is_a_runtime_error_not_the_result(when):
 @tool
 def measure() -> dict[str, Any]:
     """Returns a value JSON cannot hold."""
-    return {"ok": None, "values": [1.0, float("nan")]}
+    return {"ok": None, "values": [float("nan"), 1.0]}
 
 
 def test_a_tool_returning_nan_is_an_error_result_not_null():
@@ -624,7 +624,7 @@ def test_a_tool_returning_nan_is_an_error_result_not_null():
     message = result.messages[2]
     assert type(message) is ToolResultMessage and message.is_error
     assert message.content == (
-        "cannot encode the result as JSON: $.values[1]: nan is not a finite number"
+        "cannot encode the result as JSON: $.values[0]: nan is not a finite number"
     )
 
 
