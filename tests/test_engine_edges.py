@@ -13,6 +13,7 @@ import pytest
 from agentloop import (
     AssistantMessage,
     ModelRequest,
+    State,
     TextBlock,
     ToolCall,
     ToolResultMessage,
@@ -211,6 +212,8 @@ def test_mistyped_initial_messages_are_an_invalid_transcript(
     result = stop.value.value
     assert result.error.code == "INVALID_TRANSCRIPT"
     assert result.error.message == f"invalid transcript: {message}"
+    # The run is over: DONE, like any finished run (not IDLE, as if never started).
+    assert loop.state is State.DONE and loop.result == result and loop.pending is None
 
 
 # --------------------------------------------------------------------------- tool call ids
