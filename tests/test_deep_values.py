@@ -330,24 +330,22 @@ def test_huge_ints_are_written_and_read_back(number: int, tag: str) -> None:
     assert decode_event(line) == event
 
 
-@pytest.mark.parametrize(
-    "tag",
-    ["0x10", "-0x1", "1" * 4301, "0x", "+1", "1e3", "0X10"],
-    ids=["small hex", "small negative hex", "4301 digits", "bare 0x", "plus", "exponent", "0X"],
-)
-def test_an_int_tag_in_any_other_spelling_is_refused(tag: str) -> None:
-    line = (
-        b'{"type":"run.finished","sequence":1,"at":null,"step":0,"status":"failed",'
-        b'"final_text":null,"steps":0,"max_steps":0,"error":null,'
-        b'"usage":{"input_tokens":{"$int":"' + tag.encode() + b'"},"output_tokens":0},'
-        b'"reason":"","reply":null}'
-    )
-    with pytest.raises(msgspec.ValidationError, match=r"invalid \$int tag"):
-        decode_event(line)
+INT_TAGS = {
+    "small hex": b'"0x10"',
+    "small negative hex": b'"-0x1"',
+    "4301 digits": b'"' + b"1" * 4301 + b'"',
+    "bare 0x": b'"0x"',
+    "plus": b'"+1"',
+    "exponent": b'"1e3"',
+    "0X": b'"0X10"',
+    "a number": b"5",
+    "null": b"null",
+    "an array": b"[]",
+}
 
 
-@pytest.mark.parametrize("inner", [b"5", b"null", b"[]"])
-def test_an_int_tag_of_anything_but_a_string_is_refused(inner: bytes) -> None:
+@pytest.mark.parametrize("inner", INT_TAGS.values(), ids=INT_TAGS.keys())
+def test_an_int_tag_in_any_other_spelling_is_refused(inner: bytes) -> None:
     line = (
         b'{"type":"run.finished","sequence":1,"at":null,"step":0,"status":"failed",'
         b'"final_text":null,"steps":0,"max_steps":0,"error":null,'

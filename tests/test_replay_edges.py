@@ -516,10 +516,16 @@ def _watched() -> tuple[HookRegistry, list[tuple[str, str]]]:
     return hooks, endings
 
 
-def test_replay_closes_the_rebuilt_loop_after_a_divergence() -> None:
+def _tampered() -> tuple[list[Any], int]:
+    """TOOL_CALLS with its first step.end edited, and that event's position."""
     tampered = list(TOOL_CALLS)
     step_end = next(i for i, e in enumerate(tampered) if e.type == "step.end")
     tampered[step_end] = StepEndEvent(sequence=step_end, at=0.5, step=1)
+    return tampered, step_end
+
+
+def test_replay_closes_the_rebuilt_loop_after_a_divergence() -> None:
+    tampered, _ = _tampered()
     hooks, endings = _watched()
     with pytest.raises(ReplayDivergence):
         replay(tampered, hooks=hooks)
@@ -527,9 +533,7 @@ def test_replay_closes_the_rebuilt_loop_after_a_divergence() -> None:
 
 
 def test_a_failed_fork_closes_the_rebuilt_loop() -> None:
-    tampered = list(TOOL_CALLS)
-    step_end = next(i for i, e in enumerate(tampered) if e.type == "step.end")
-    tampered[step_end] = StepEndEvent(sequence=step_end, at=0.5, step=1)
+    tampered, step_end = _tampered()
     hooks, endings = _watched()
     with pytest.raises(ReplayDivergence):
         fork(tampered, step_end + 2, hooks=hooks)

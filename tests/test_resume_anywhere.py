@@ -7,11 +7,7 @@ are every event boundary, and real SIGKILLs of a child process writing the log.
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,7 +55,7 @@ from replay import (
     state_at,
 )
 from tests import sessions
-from tests.helpers import ECHO, response
+from tests.helpers import ECHO, response, sigkilled
 
 ROOT = Path(__file__).resolve().parent.parent
 # (An INVALID_TRANSCRIPT log has no run to resume.)
@@ -331,14 +327,18 @@ def test_run_interrupted_in_a_hook_replays() -> None:
     assert outcome.result.steps == 1 and len(outcome.result.messages) == 3
 
 
-def test_a_log_edited_after_the_interrupt_reports_the_first_divergence() -> None:
+def _interrupted_after_step() -> tuple[list[Event], HookRegistry]:
     live, again = once("after_step", KeyboardInterrupt("x"))
     loop = agent_loop([USER], tools=[ECHO], hooks=live)
     with pytest.raises(KeyboardInterrupt):
         next(loop)
         loop.send(FIRST)
         loop.send(RESULT_1)
-    events = list(loop.log)
+    return list(loop.log), again
+
+
+def test_a_log_edited_after_the_interrupt_reports_the_first_divergence() -> None:
+    events, again = _interrupted_after_step()
     edited = [*events[:-1], msgspec.structs.replace(events[-1], at=7.0)]
     with pytest.raises(ReplayDivergence) as info:
         replay(edited, hooks=again)
@@ -358,13 +358,7 @@ def test_a_cancel_that_is_not_an_interrupt_is_not_replayed_as_one() -> None:
 
 
 def test_a_log_edited_after_an_interrupt_still_diverges() -> None:
-    live, again = once("after_step", KeyboardInterrupt("x"))
-    loop = agent_loop([USER], tools=[ECHO], hooks=live)
-    with pytest.raises(KeyboardInterrupt):
-        next(loop)
-        loop.send(FIRST)
-        loop.send(RESULT_1)
-    events = list(loop.log)
+    events, again = _interrupted_after_step()
     edited = list(events)
     edited[-3] = msgspec.structs.replace(events[-3], at=99.0)  # the step.end before it
     with pytest.raises(ReplayDivergence) as info:
@@ -401,22 +395,6 @@ for reply in session.replies:
 """
 
 
-def _kill_child(path: Path, *arguments: str) -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    child = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path), *arguments],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        check=False,
-        timeout=120,
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
-
-
 def _read_what_survived(path: Path) -> list[Event]:
     try:
         return read_log(path)
@@ -434,12 +412,21 @@ def test_sigkill_at_a_random_point_then_resume_gives_the_same_run(
     kill_at = rng.randrange(len(session.events) - 1)
     written = rng.choice(["before", "after"])
     path = tmp_path / "session.jsonl"
-    _kill_child(path, str(seed), str(kill_at), written)
+    with sigkilled(_CHILD, str(path), str(seed), str(kill_at), written) as child:
+        child.wait(timeout=60)  # it kills itself
 
+    assert len(_read_what_survived(path)) == kill_at + (1 if written == "after" else 0)
+    _recover(path, session)
+
+
+def _recover(path: Path, session: sessions.Session) -> None:
+    """What survived the kill resumes, appended to the same file, to the session's run."""
     events = _read_what_survived(path)
-    assert len(events) == kill_at + (1 if written == "after" else 0)
     if not events:
         return  # killed before session.start was written: nothing happened yet
+    if len(events) == len(session.events):
+        assert replay(events).result == session.result  # it finished before the kill
+        return
     if _lost_with_run_finished(session.events, len(events)):
         with pytest.raises(ReplayError, match="cannot be rebuilt"):
             resume(events, messages=session.messages)
@@ -448,10 +435,8 @@ def test_sigkill_at_a_random_point_then_resume_gives_the_same_run(
     with LogWriter(path) as writer:
         writer.follow(loop.log)
         if effect is not None:
-            remaining = [
-                r for position, r in recorded_replies(session.events) if position >= len(events)
-            ]
-            _send_all(loop, remaining)
+            replies = recorded_replies(session.events)
+            _send_all(loop, [reply for position, reply in replies if position >= len(events)])
     assert loop.result == session.result
     final = read_log(path)
     assert replay(final).result == session.result
@@ -486,43 +471,10 @@ def test_sigkill_from_outside_at_a_random_moment_then_resume(trial: int, tmp_pat
     seed = max(SEEDS, key=lambda s: len(sessions.Session(s).events))  # the longest session
     session = sessions.Session(seed)
     path = tmp_path / "session.jsonl"
-    path_entries = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path_entries)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_CHILD, str(path), str(seed)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-        env=env,
-    )
-    try:
+    with sigkilled(_SLOW_CHILD, str(path), str(seed)) as child:
         assert child.stdout is not None
         assert child.stdout.readline() == b"started\n"
         # Somewhere in the run (or after it): the delay decides, not the test.
         threading.Event().wait(random.Random().uniform(0.0, 0.15))
-        os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:  # pragma: no cover - only when the test fails
-            child.kill()
-            child.wait()
-        for stream in (child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
 
-    events = _read_what_survived(path)
-    if len(events) == len(session.events):
-        assert replay(events).result == session.result  # it finished before the kill
-        return
-    if _lost_with_run_finished(session.events, len(events)):  # pragma: no cover - rare cut
-        with pytest.raises(ReplayError, match="cannot be rebuilt"):
-            resume(events, messages=session.messages)
-        return
-    loop, effect = resume(events, messages=session.messages)
-    with LogWriter(path) as writer:
-        writer.follow(loop.log)
-        if effect is not None:
-            replies = recorded_replies(session.events)
-            _send_all(loop, [reply for position, reply in replies if position >= len(events)])
-    assert loop.result == session.result
-    assert replay(read_log(path)).result == session.result
+    _recover(path, session)
