@@ -377,20 +377,16 @@ def test_encode_writes_what_msgspec_writes(value: Any) -> None:
     assert encode(value) == msgspec.json.encode(value)
 
 
-def test_encode_writes_deep_values_msgspec_cannot() -> None:
+def test_encode_writes_deep_values() -> None:  # (msgspec gives up on 3.10-3.12)
     assert encode(nested(5000)) == b'{"a":' * 4999 + b"{}" + b"}" * 4999
     deep: list[Any] = [1.5]
     for _ in range(4999):
         deep = [deep, "x"]
     assert encode(deep) == b"[" * 5000 + b"1.5]" + b',"x"]' * 4999
-    with pytest.raises(RecursionError):
-        msgspec.json.encode(deep)
 
 
-def test_parse_reads_deep_values_msgspec_cannot() -> None:
-    text = b'{"a":' * 4999 + b"{}" + b"}" * 4999
-    with pytest.raises(RecursionError):
-        msgspec.json.decode(text)
+def test_parse_reads_deep_values() -> None:
+    text = b'{"a":' * 4999 + b"{}" + b"}" * 4999  # (msgspec gives up on 3.10-3.12)
     value = parse(text)
     assert encode(value) == text  # (== on the values themselves would recurse)
     assert parse(b"[" * 5000 + b"1.5]" + b',"x"]' * 4999)[1] == "x"
