@@ -517,5 +517,5 @@ def test_budget_defaults_to_unlimited_and_stores_seconds_as_float() -> None:
     assert Budget() == Budget(max_turns=None, max_tool_calls=None, max_wall_seconds=None)
     seconds = Budget(max_wall_seconds=5).max_wall_seconds
     assert seconds == 5.0 and type(seconds) is float
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^Extra positional arguments provided$"):
         Budget(5)  # type: ignore[misc]

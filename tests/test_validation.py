@@ -95,6 +95,17 @@ MALFORMED: dict[str, tuple[list[Any], Any, str]] = {
         _text(3),
         "ModelResponse.content[0].text must be a str",
     ),
+    "first response block malformed, the next valid": (
+        [],
+        ModelResponse(REQUEST, "r1", (TextBlock(b"x"), TextBlock("ok")), "stop"),
+        "ModelResponse.content[0].text must be a str",
+    ),
+    "first response block not a block, the next valid": (
+        [],
+        ModelResponse(REQUEST, "r1", ("x", TextBlock("ok")), "stop"),
+        "ModelResponse.content[0] must be a TextBlock, ThinkingBlock, ToolCall or ProviderBlock, "
+        "got str",
+    ),
     "second response block malformed": (
         [],
         ModelResponse(REQUEST, "r1", (TextBlock("a"), ThinkingBlock(1)), "stop"),
