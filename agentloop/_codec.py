@@ -18,9 +18,10 @@ the 64-bit range (``-2**63 <= n < 2**64``: int64 and uint64, what msgspec and th
 loop accept). The loop validates every value it *makes* or *accepts*, so
 such values can only reach the log inside a reply recorded as received: the tool
 arguments, usage or ``at`` of a ``plan.draft`` reply (a model response the loop is
-about to reject) and the reply recorded in a failed ``run.finished`` (an invalid
-chunk or a misused reply). The log must still hold them exactly, or it could not
-replay its own failure (DESIGN §7). So, for those two event types only, the
+about to reject) and the reply that ended a failed run, recorded in
+``session.complete`` (``run.finished`` under rules revisions 0 and 1): an invalid
+chunk or a misused reply. The log must still hold them exactly, or it could not
+replay its own failure (DESIGN §7). So, for those three event types only, the
 encoder walks the event and, if it finds such a value, writes a tagged object in
 its place::
 
@@ -33,7 +34,7 @@ its place::
 and a dict that would read as a tag (exactly one key, one of ``$float``, ``$int``,
 ``$dict``) is escaped as ``{"$dict": {...}}`` so a model that really sent
 ``{"$int": "1"}`` as arguments gets exactly that back. Decoding undoes this only
-for those two event types and only when the line contains ``{"$`` (the start of
+for those three event types and only when the line contains ``{"$`` (the start of
 an object whose first key begins with ``$``), so ordinary events never pay for it.
 Every other event is encoded as msgspec encodes it.
 
@@ -59,7 +60,7 @@ from ._deep import encode, parse
 from ._deep import needs_tags as _needs_tags
 from ._deep import tag as _tag
 from ._deep import untag as _untag
-from ._events import Event, PlanDraftEvent, RunFinishedEvent
+from ._events import Event, PlanDraftEvent, RunFinishedEvent, SessionCompleteEvent
 from ._messages import ToolCall
 from ._protocol import ModelResponse, Usage
 
@@ -70,7 +71,9 @@ _INT_END: Final = 2**64  # msgspec (and the loop) accept int64 and uint64
 _MARK_BYTES: Final = b'{"$'
 _MARK_STR: Final = '{"$'
 _isfinite = math.isfinite
-_TAGGED_TYPES: Final = frozenset((PlanDraftEvent.type, RunFinishedEvent.type))
+_TAGGED_TYPES: Final = frozenset(
+    (PlanDraftEvent.type, SessionCompleteEvent.type, RunFinishedEvent.type)
+)
 _USAGE_FIELDS: Final = Usage.__struct_fields__
 # Past this many containers the fast checks stop looking and take the tagged path,
 # which writes the same bytes when nothing needs a tag (see _plain_walk).
@@ -100,7 +103,9 @@ def encode_event(event: Event) -> bytes:
     if cls is PlanDraftEvent:
         tagged = _draft_needs_tags(event)  # type: ignore[arg-type]
     else:
-        tagged = cls is RunFinishedEvent and _needs_tags(event, give_up_after=_PLAIN_CONTAINERS)
+        tagged = (cls is RunFinishedEvent or cls is SessionCompleteEvent) and _needs_tags(
+            event, give_up_after=_PLAIN_CONTAINERS
+        )
     try:
         return _encode(_tag(msgspec.to_builtins(event))) if tagged else _encode(event)
     except RecursionError:
@@ -130,7 +135,9 @@ def decode_event(data: bytes | str) -> Event:
     except RecursionError:
         return _decode_deep(data)
     cls = event.__class__
-    if (cls is PlanDraftEvent or cls is RunFinishedEvent) and _marked(data):
+    if (
+        cls is PlanDraftEvent or cls is SessionCompleteEvent or cls is RunFinishedEvent
+    ) and _marked(data):
         return _decode_marked(data)
     return event
 

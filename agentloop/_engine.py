@@ -115,7 +115,7 @@ from ._protocol import (
     UnrecognizedReply,
     Usage,
 )
-from ._rules import RULES_REVISION, USAGE_WHEN_RECORDED
+from ._rules import REPLY_IN_COMPLETE, RULES_REVISION, USAGE_WHEN_RECORDED
 from ._state import RESUME_INPUT, TRANSITIONS, IllegalTransition, Input, State
 from ._stream import stream_mismatch
 from ._text import abort_reason, decision_problem, exception_text, wrong_reply
@@ -658,9 +658,20 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             interrupt = exc  # finish the log first, then let it go on
         step = self._step
         sequence = len(self._events)
+        # The reply that ended the run (when no earlier event recorded it) goes in
+        # session.complete, so a crash that loses run.finished does not lose it
+        # (rules 0 and 1: in run.finished).
+        reply, late_reply = outcome.reply, None
+        if self._rules < REPLY_IN_COMPLETE:
+            reply, late_reply = None, reply
         self._emit(
             SessionCompleteEvent(
-                sequence=sequence, at=self._now, step=step, status=status, reason=reason
+                sequence=sequence,
+                at=self._now,
+                step=step,
+                status=status,
+                reason=reason,
+                reply=reply,
             )
         )
         final_text = outcome.final_text if status == "completed" else None
@@ -687,7 +698,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 error=error,
                 usage=self._usage,
                 reason=reason,
-                reply=outcome.reply,
+                reply=late_reply,
             )
         )
         if interrupt is not None:

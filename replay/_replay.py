@@ -14,8 +14,9 @@ event                     recorded reply
 ``plan.draft``            ``reply`` (``ModelResponse``/``ModelFailure``)
 ``tool.result``/``.error``  ``reply`` unless ``None`` (loop-made result)
 ``session.resume``        ``reply`` (``Resume``)
-``run.finished``          ``reply`` unless ``None`` (a cancel, an invalid
-                          chunk, a misused reply)
+``session.complete``      ``reply`` unless ``None`` (a cancel, an invalid
+                          chunk, a misused reply; rules revision 2 on)
+``run.finished``          ``reply`` unless ``None`` (the same, rules 0 and 1)
 ========================  ==========================================
 
 A replay builds ``agent_loop(...)`` from that configuration (with the recorded
@@ -43,9 +44,11 @@ with the interrupt raised at that point (see ``_Plan``).
 Crashes: a log cut at any event boundary (its process killed) is a prefix of its
 run. :func:`resume` continues it: the loop regenerates the events the crash lost
 up to its next pull point, or to the end of the run (the effect is then
-``None``). A cancel recorded only in the lost ``run.finished`` is rebuilt from
-``session.complete``; a misused reply or an invalid chunk recorded there cannot
-be, and such a log is refused. A log cut inside its initial transcript cannot
+``None``). The reply that ended the run is in ``session.complete`` (rules
+revision 2 on), so a log cut right after it resumes to the same ``run.finished``.
+Under rules 0 and 1 that reply was recorded only in ``run.finished``: a cancel
+lost with it is rebuilt from ``session.complete``; a misused reply or an invalid
+chunk cannot be, and such a log is refused. A log cut inside its initial transcript cannot
 tell whether every initial message was recorded: it is refused unless the run's
 initial messages are given (``messages=``).
 
@@ -223,6 +226,7 @@ _REPLY_EVENTS: Final = (
     ToolResultEvent,
     ToolErrorEvent,
     SessionResumeEvent,
+    SessionCompleteEvent,
     RunFinishedEvent,
 )
 
@@ -297,9 +301,10 @@ def _interrupt_plan(events: Sequence[Event]) -> _Plan | None:
     name, separator, message = complete.reason.partition(": ")
     if not separator or not name.isidentifier():
         return None
-    consumes = False
-    if finished is not None:
-        consumes = type(finished.reply) is Cancel and finished.reply.reason == complete.reason
+    # Where the reply that ended the run is (rules 2: session.complete; before:
+    # run.finished, and lost with it).
+    reply = complete.reply if finished is None or complete.reply is not None else finished.reply
+    consumes = type(reply) is Cancel and reply.reason == complete.reason
     return _Plan(position, name, message, consumes)
 
 

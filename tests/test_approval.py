@@ -250,8 +250,9 @@ def test_malformed_resume_payload_is_caller_misuse_recorded_once(resume: Resume,
     finished = loop.log[-1]
     assert finished.type == "run.finished"
     assert finished.error is not None and finished.error.code == "CALLER_PROTOCOL_ERROR"
-    # Exactly one event records the reply: run.finished, not session.resume too.
-    assert "session.resume" not in types(loop) and finished.reply == resume
+    # Exactly one event records the reply: session.complete, not session.resume too.
+    assert "session.resume" not in types(loop) and loop.log[-2].reply == resume
+    assert finished.reply is None
     assert replay(list(loop.log)).result == loop.result
     check_log(loop.log.events)
     with pytest.raises(CallerProtocolError):  # sticky
@@ -290,7 +291,7 @@ def test_cancel_at_an_approval_pause_ends_cancelled_with_reason_approval() -> No
     cancel = Cancel()
     result = finish(loop, cancel)
     assert (result.status, result.reason) == ("cancelled", "approval")
-    assert loop.log[-1].reply == cancel
+    assert loop.log[-2].reply == cancel
     # The plan is kept, its call gets no invented result (DESIGN §11).
     assert "tool.call" not in types(loop)
     assert close_dangling_calls(result.messages)[-1] == ToolResultMessage(

@@ -236,7 +236,7 @@ def test_cancel_at_the_pause_ends_cancelled_with_the_pause_reason(scenario: Scen
         None,
     )
     assert trace[-3:] == ["[on_complete]", "session.complete", "run.finished"]
-    assert loop.log[-1].reply == cancel
+    assert loop.log[-2].reply == cancel
     assert loop.state is State.DONE
     # Only complete messages: calls of the batch that never started get no result
     # (DESIGN §11); the next run may close them on purpose.

@@ -36,6 +36,7 @@ from agentloop import (
     PlanDraftEvent,
     Resume,
     RunFinishedEvent,
+    SessionCompleteEvent,
     SessionResumeEvent,
     ToolCall,
     ToolResult,
@@ -132,9 +133,9 @@ def test_100000_deep_arguments_fail_the_run_and_the_log_still_writes_reads_repla
     events = read_log(path)
     check_log(events)
     assert [encode_event(e) for e in events] == [encode_event(e) for e in log]
-    finished = events[-1]
-    assert type(finished) is RunFinishedEvent and type(finished.reply) is ModelChunk
-    call = finished.reply.block
+    complete = events[-2]
+    assert type(complete) is SessionCompleteEvent and type(complete.reply) is ModelChunk
+    call = complete.reply.block
     assert type(call) is ToolCall
     value, levels = call.arguments, 1
     while value:
@@ -225,7 +226,7 @@ def test_wide_arguments_past_the_fast_check_encode_as_msgspec_does() -> None:
     assert decode_event(line) == event
 
 
-def test_a_deep_misused_reply_is_recorded_in_run_finished() -> None:
+def test_a_deep_misused_reply_is_recorded_in_session_complete() -> None:
     loop = agent_loop([USER], tools=[ECHO])
     next(loop)
     with pytest.raises(CallerProtocolError):
@@ -233,6 +234,7 @@ def test_a_deep_misused_reply_is_recorded_in_run_finished() -> None:
     last = loop.log[-1]
     assert type(last) is RunFinishedEvent and last.error is not None
     assert last.error.code == CALLER_PROTOCOL_ERROR
+    assert type(loop.log[-2].reply) is Resume  # type: ignore[union-attr]
     events = [decode_event(encode_event(e)) for e in loop.log]
     assert replay(events).result == loop.result
 

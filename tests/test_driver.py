@@ -331,7 +331,7 @@ def test_cancelled_before_start_never_calls_the_model():
     result = run([USER], model=model, tools=[add], signal=token, log=log)
     assert (result.status, result.reason) == ("cancelled", "not today")
     assert model.call_count == 0
-    assert log[-1].reply == Cancel("not today", at=log[-1].reply.at)
+    assert log[-2].reply == Cancel("not today", at=log[-2].reply.at)
 
 
 def test_cancel_between_chunks_drops_the_partial_message():

@@ -30,6 +30,7 @@ from agentloop import (
     Pause,
     Resume,
     RunFinishedEvent,
+    SessionCompleteEvent,
     State,
     TextBlock,
     ThinkingBlock,
@@ -506,7 +507,7 @@ def test_chunk_naming_another_request_is_a_protocol_error_and_is_recorded() -> N
     bad = ModelChunk("request-999", TextBlock("hi"))
     loop, result = protocol_error([bad])
     assert "request-999" in result.error.message
-    assert loop.log[-1].reply == bad
+    assert loop.log[-2].reply == bad
     assert "model.chunk" not in types(loop)
 
 
@@ -648,7 +649,7 @@ def test_argument_bound_at_the_limit_passes_and_one_past_fails(
     )
     assert "arguments" in result.error.message
     if streamed:
-        assert loop.log[-1].reply.block == bad_call
+        assert loop.log[-2].reply.block == bad_call
 
 
 def test_chunk_limit() -> None:
@@ -691,7 +692,7 @@ def test_cancel_before_the_first_request() -> None:
     assert (result.status, result.reason, result.steps) == ("cancelled", "user left", 1)
     assert result.messages == (USER,)
     assert types(loop)[-3:] == ["step.start", "session.complete", "run.finished"]
-    assert loop.log[-1].reply == Cancel("user left")
+    assert loop.log[-2].reply == Cancel("user left")
 
 
 def test_cancel_during_streaming_keeps_no_partial_message() -> None:
@@ -718,7 +719,7 @@ def test_close_counts_as_a_cancel() -> None:
     next(loop)
     loop.close()
     assert loop.result is not None and loop.result.reason == "closed"
-    assert loop.log[-1].reply == Cancel("closed")
+    assert loop.log[-2].reply == Cancel("closed")
     loop.close()  # idempotent
     with pytest.raises(StopIteration):
         next(loop)
@@ -775,9 +776,11 @@ def test_caller_misuse_raises_after_logging_a_failed_run(replies: list[Any]) -> 
     assert type(last) is RunFinishedEvent
     assert last.error is not None and last.error.code == "CALLER_PROTOCOL_ERROR"
     assert last.error.message == str(raised.value)
-    assert last.reply is not None
+    complete = loop.log[-2]
+    assert type(complete) is SessionCompleteEvent and complete.reply is not None
+    assert last.reply is None  # recorded once, in session.complete
     check_log(loop.log.events)
-    msgspec.json.encode(last)  # the log can always hold what ended the run
+    msgspec.json.encode(complete)  # the log can always hold what ended the run
     # sticky: the run is dead
     with pytest.raises(CallerProtocolError):
         loop.send(Cancel())
@@ -788,7 +791,7 @@ def test_malformed_reply_is_recorded_as_unrecognized() -> None:
     next(loop)
     with pytest.raises(CallerProtocolError, match="int"):
         loop.send(42)  # type: ignore[arg-type]
-    assert type(loop.log[-1].reply) is UnrecognizedReply  # type: ignore[union-attr]
+    assert type(loop.log[-2].reply) is UnrecognizedReply  # type: ignore[union-attr]
 
 
 def test_send_before_priming_is_misuse_without_events() -> None:
@@ -1024,7 +1027,7 @@ def test_a_lone_surrogate_is_refused_where_it_enters_and_the_log_stays_encodable
     next(loop)
     with pytest.raises(CallerProtocolError, match="not valid Unicode: lone surrogate"):
         loop.send(reply)
-    assert type(loop.log[-1].reply) is UnrecognizedReply
+    assert type(loop.log[-2].reply) is UnrecognizedReply
     for event in loop.log:
         encode_event(event)
 

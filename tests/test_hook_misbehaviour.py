@@ -20,10 +20,10 @@ from agentloop import (
     HookAbort,
     HookRegistry,
     PauseRequest,
-    RunFinishedEvent,
     RunResult,
     ScriptedModel,
     ScriptedResponse,
+    SessionCompleteEvent,
     TextBlock,
     ToolCall,
     ToolResult,
@@ -117,10 +117,10 @@ def test_a_failing_after_tool_call_hook_still_records_the_tool_result(
         code,
         message,
     )
-    # The result that arrived is in the log (in run.finished: the hook never let it
-    # become a message), exactly once; no invented result is in the transcript.
-    finished = loop.log[-1]
-    assert type(finished) is RunFinishedEvent and finished.reply == RESULT
+    # The result that arrived is in the log (in session.complete: the hook never let
+    # it become a message), exactly once; no invented result is in the transcript.
+    complete = loop.log[-2]
+    assert type(complete) is SessionCompleteEvent and complete.reply == RESULT
     assert [reply for _, reply in recorded_replies(loop.log)].count(RESULT) == 1
     assert [m.id for m in result.messages] == ["u1", "message-r1"]
     _replays(loop, hooks)

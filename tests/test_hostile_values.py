@@ -180,7 +180,7 @@ def test_a_cyclic_value_is_refused_where_it_enters(
     assert (result.error.code, result.error.message) == (code, message)
     if code == CALLER_PROTOCOL_ERROR:
         assert str(raised) == message
-        assert loop.log[-1].reply == UnrecognizedReply(message)  # type: ignore[union-attr]
+        assert loop.log[-2].reply == UnrecognizedReply(message)  # type: ignore[union-attr]
     _log_roundtrips(loop, hooks)
 
 

@@ -42,6 +42,7 @@ from agentloop import (
     run,
     tool,
 )
+from agentloop._rules import REPLY_IN_COMPLETE
 from replay import (
     LogWriter,
     ReplayDivergence,
@@ -59,7 +60,15 @@ from tests.helpers import ECHO, response, sigkilled
 
 ROOT = Path(__file__).resolve().parent.parent
 # (An INVALID_TRANSCRIPT log has no run to resume.)
-FIXTURE_LOGS = sorted(p for p in (ROOT / "fixtures").glob("*.jsonl") if "invalid" not in p.stem)
+# (fixtures/rules-1: the reply that ended the run is recorded only in run.finished.)
+FIXTURE_LOGS = sorted(
+    p
+    for p in [
+        *(ROOT / "fixtures").glob("*.jsonl"),
+        *(ROOT / "fixtures" / "rules-1").glob("*.jsonl"),
+    ]
+    if "invalid" not in p.stem
+)
 SEEDS = range(40)
 
 
@@ -94,7 +103,8 @@ def _continue(prefix: Sequence[Event], full: Sequence[Event], messages: list[Mes
 
 def _lost_with_run_finished(full: Sequence[Event], cut: int) -> bool:
     """The cut drops only run.finished, and it held the reply that ended the run
-    (a misused reply, an invalid chunk): nothing can rebuild that reply."""
+    (a misused reply, an invalid chunk): nothing can rebuild that reply. Only
+    under rules revisions 0 and 1: from 2 on, session.complete holds it."""
     last, complete = full[-1], full[cut - 1]
     return (
         cut == len(full) - 1
@@ -118,10 +128,11 @@ def _check_every_cut(full: Sequence[Event], expected: RunResult | None = None) -
             continue
         loop = _continue(prefix, full, messages)
         assert loop.result == result, cut
-        # The same events; a cancel rebuilt from session.complete may differ from
-        # the lost one in its reason or time only.
+        # The same events; under rules 0 and 1, a cancel rebuilt from
+        # session.complete may differ from the lost one in its reason or time only.
         assert _bytes(loop.log[:-1]) == _bytes(full[:-1]), cut
         if _bytes(loop.log[-1:]) != _bytes(full[-1:]):
+            assert full[0].rules < REPLY_IN_COMPLETE, cut  # type: ignore[union-attr]
             assert cut == len(full) - 1 and type(loop.log[-1].reply) is type(full[-1].reply)  # type: ignore[union-attr]
     return len(full) - 1
 
@@ -257,7 +268,7 @@ def test_a_one_off_interrupt_in_a_hook_leaves_a_log_that_replays(
     assert loop.result.status == "cancelled"
     assert loop.result.reason == f"{type(exc).__name__}: {exc}"
     if topic == "after_tool_call":  # the result arrived: recorded, not lost
-        assert events[-1].reply == RESULT_1  # type: ignore[union-attr]
+        assert events[-2].reply == RESULT_1  # type: ignore[union-attr]
     # It replays, and so does every view of it.
     outcome = replay(events, hooks=again)
     assert outcome.result == loop.result and _bytes(outcome.events) == _bytes(events)
@@ -278,8 +289,8 @@ def _check_every_cut_with_hooks(full: list[Event], hooks: HookRegistry, result: 
             assert _bytes(loop.log[:cut]) == _bytes(full[:cut])
             loop.close()
             continue
-        assert effect is None and loop.result == result  # rebuilt from session.complete
-        assert _bytes(loop.log[:-1]) == _bytes(full[:-1])
+        assert effect is None and loop.result == result  # session.complete holds the reply
+        assert _bytes(loop.log) == _bytes(full)
 
 
 @pytest.mark.parametrize("when", ["tool.call", "tool.result"])
