@@ -105,8 +105,8 @@ def test_format_1_logs_read_replay_and_rewrite_as_format_2(path: Path, tmp_path:
     events = read_log(path)
     # Every line is format 1's canonical form of its event: all fields written.
     assert [_v1_line(event) for event in events] == data.splitlines()[1:]
-    # The same events as the format-2 fixture (which records rules revision 1; format
-    # 1 knew only revision 0), which replay the same way.
+    # The same events as the format-2 fixture (which records the newest rules
+    # revision; format 1 knew only revision 0), which replay the same way.
     current = read_log(FIXTURES / path.name)
     assert _encoded(events) == _encoded(under_rules(current, 0))
     assert _encoded(under_rules(events, RULES_REVISION)) == _encoded(current)
@@ -1367,3 +1367,37 @@ def test_deep_messages_are_stored_once_and_read_back(tmp_path: Path) -> None:
     assert lines[2] == b'{"type":"plan.commit","sequence":1,"step":1,"=":"message"'
     events = read_log(path)
     assert [encode_event(e) for e in events] == [encode_event(e) for e in (draft, commit)]
+
+
+def test_a_deep_format_1_line_reads_and_is_checked_as_format_1_writes_it(tmp_path: Path) -> None:
+    from agentloop import ModelResponse, PlanDraftEvent, ToolCall
+
+    draft = PlanDraftEvent(
+        sequence=0,
+        step=1,
+        reply=ModelResponse("request-001", "r1", (ToolCall("c1", "echo", _deep(3000)),), "stop"),
+    )
+    header = fixture("plain_answer", version=1).split(b"\n", 1)[0]
+    path = tmp_path / "v1.jsonl"
+    path.write_bytes(header + b"\n" + _v1_line(draft) + b"\n")
+    assert [encode_event(e) for e in read_log(path)] == [encode_event(draft)]
+    path.write_bytes(header + b"\n" + _v1_line(draft).replace(b'"step":1', b'"step": 1') + b"\n")
+    with pytest.raises(LogFormatError, match="line 2: not in canonical form"):
+        read_log(path)
+
+
+def test_a_deep_unknown_field_on_a_line_that_leaves_its_message_out_is_named(
+    tmp_path: Path,
+) -> None:
+    deep = b"[" * 3000 + b"]" * 3000
+    path = tmp_path / "deep.jsonl"
+    path.write_bytes(
+        relinked(
+            fixture("plain_answer"),
+            lambda b: [
+                x.replace(b',"=":"message"', b',"x":' + deep + b',"=":"message"') for x in b
+            ],
+        )
+    )
+    with pytest.raises(LogFormatError, match="line 9: unknown field 'x'"):
+        read_log(path)
