@@ -174,9 +174,10 @@ def test_deep_values_wherever_the_loop_records_them(depth: int) -> None:
         # A tagged time: the typed decode refuses it before it meets the deep value.
         PlanDraftEvent(
             sequence=3,
+            at=math.inf,
             step=1,
             reply=ModelResponse(
-                "request-001", "r1", (ToolCall("c1", "echo", deep),), "stop", at=math.inf
+                "request-001", "r1", (ToolCall("c1", "echo", {"d": deep, "n": math.nan}),), "stop"
             ),
         ),
         # In run.finished (an invalid chunk), and in a resume (a plain event type).

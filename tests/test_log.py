@@ -1298,6 +1298,8 @@ def test_messages_too_deep_to_compare_by_recursion_are_compared_as_written() -> 
     cyclic: list[Any] = []
     cyclic.append(cyclic)  # (never recorded: the loop refuses cycles)
     assert not _same_message(message({"a": deep(cyclic)}), message({"a": deep(cyclic)}))
+    unwritable = object()  # equal (the same object), but no log can hold it
+    assert not _same_message(message({"a": unwritable}), message({"a": unwritable}))
 
 
 # --------------------------------------------------------------------------- deep sessions

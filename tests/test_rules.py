@@ -270,3 +270,11 @@ def test_a_log_cut_after_session_complete_resumes_when_rules_2_recorded_the_repl
     resumed, effect = replay.resume(cut)
     assert effect is None and resumed.result == loop.result
     assert [encode_event(e) for e in resumed.log] == [encode_event(e) for e in full]
+
+
+def test_a_rules_1_log_forked_at_session_complete_has_nothing_to_fork() -> None:
+    # The reply that ended the run is recorded after session.complete (in
+    # run.finished): fork feeds it to reach session.complete, and the run is over.
+    events = read_log(FIXTURES / "rules-1" / "caller_misuse.jsonl")
+    with pytest.raises(replay.ReplayError, match="nothing to fork"):
+        replay.fork(events, len(events) - 2)
