@@ -7,6 +7,8 @@ from typing import Final
 
 import msgspec
 
+from ._json import finite_number, value_text
+
 __all__ = ["BUDGET_LIMITS", "Budget", "BudgetUsage"]
 
 #: The names used in ``Pause.reason == "budget_exceeded:<name>"``.
@@ -35,13 +37,15 @@ class Budget(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
         for name in ("max_turns", "max_tool_calls"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or not 1 <= value < 2**63):
-                raise ValueError(f"Budget.{name} must be a positive int or None, got {value!r}")
+                raise ValueError(
+                    f"Budget.{name} must be a positive int or None, got {value_text(value)}"
+                )
         wall = self.max_wall_seconds
         if wall is not None:
-            if type(wall) not in (int, float) or not math.isfinite(wall) or wall <= 0:
+            if not finite_number(wall) or wall <= 0:
                 raise ValueError(
-                    f"Budget.max_wall_seconds must be a positive finite number or None, "
-                    f"got {wall!r}"
+                    "Budget.max_wall_seconds must be a positive finite number or None, "
+                    f"got {value_text(wall)}"
                 )
             if type(wall) is int:
                 # Stored as float so a JSON round trip gives back the same value.

@@ -18,22 +18,34 @@ the 64-bit range (``-2**63 <= n < 2**64``: int64 and uint64, what msgspec and th
 loop accept). The loop validates every value it *makes* or *accepts*, so
 such values can only reach the log inside a reply recorded as received: the tool
 arguments, usage or ``at`` of a ``plan.draft`` reply (a model response the loop is
-about to reject) and the reply recorded in a failed ``run.finished`` (an invalid
-chunk or a misused reply). The log must still hold them exactly, or it could not
-replay its own failure (DESIGN §7). So, for those two event types only, the
+about to reject) and the reply that ended a failed run, recorded in
+``session.complete`` (``run.finished`` under rules revisions 0 and 1): an invalid
+chunk or a misused reply. The log must still hold them exactly, or it could not
+replay its own failure (DESIGN §7). So, for those three event types only, the
 encoder walks the event and, if it finds such a value, writes a tagged object in
 its place::
 
     NaN            -> {"$float": "nan"}
     +inf / -inf    -> {"$float": "inf"} / {"$float": "-inf"}
     2**70          -> {"$int": "1180591620717411303424"}
+    10**4300       -> {"$int": "0x1b5e..."}   (past 4,300 digits, which Python
+                                               will not print in decimal)
 
 and a dict that would read as a tag (exactly one key, one of ``$float``, ``$int``,
 ``$dict``) is escaped as ``{"$dict": {...}}`` so a model that really sent
 ``{"$int": "1"}`` as arguments gets exactly that back. Decoding undoes this only
-for those two event types and only when the line contains ``{"$`` (the start of
+for those three event types and only when the line contains ``{"$`` (the start of
 an object whose first key begins with ``$``), so ordinary events never pay for it.
 Every other event is encoded as msgspec encodes it.
+
+Values of any depth
+-------------------
+msgspec encodes and decodes recursively and raises ``RecursionError`` about a
+thousand levels down. A recorded reply can be deeper (tool arguments 100,000
+levels deep fail the run, and are recorded as received first), so on that error
+both functions fall back to the iterative ones of ``_deep.py``, which write and
+read exactly the bytes msgspec would: deep values are plain JSON in the log, and
+no line shows which path wrote it.
 """
 
 from __future__ import annotations
@@ -43,7 +55,12 @@ from typing import Any, Final
 
 import msgspec
 
-from ._events import Event, PlanDraftEvent, RunFinishedEvent
+from ._deep import TAGS as _TAGS
+from ._deep import encode, parse
+from ._deep import needs_tags as _needs_tags
+from ._deep import tag as _tag
+from ._deep import untag as _untag
+from ._events import Event, PlanDraftEvent, RunFinishedEvent, SessionCompleteEvent
 from ._messages import ToolCall
 from ._protocol import ModelResponse, Usage
 
@@ -51,21 +68,22 @@ __all__ = ["decode_event", "encode_event"]
 
 _INT_MIN: Final = -(2**63)
 _INT_END: Final = 2**64  # msgspec (and the loop) accept int64 and uint64
-_TAG_FLOAT: Final = "$float"
-_TAG_INT: Final = "$int"
-_TAG_DICT: Final = "$dict"
-_TAGS: Final = frozenset((_TAG_FLOAT, _TAG_INT, _TAG_DICT))
-_FLOAT_NAMES: Final = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _MARK_BYTES: Final = b'{"$'
 _MARK_STR: Final = '{"$'
 _isfinite = math.isfinite
-_TAGGED_TYPES: Final = frozenset((PlanDraftEvent.type, RunFinishedEvent.type))
+_TAGGED_TYPES: Final = frozenset(
+    (PlanDraftEvent.type, SessionCompleteEvent.type, RunFinishedEvent.type)
+)
 _USAGE_FIELDS: Final = Usage.__struct_fields__
+# Past this many containers the fast checks stop looking and take the tagged path,
+# which writes the same bytes when nothing needs a tag (see _plain_walk).
+_PLAIN_CONTAINERS: Final = 4096
 
 _encoder = msgspec.json.Encoder()
 _decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
 _encode = _encoder.encode
 _decode = _decoder.decode
+_decode_any = msgspec.json.decode
 
 
 def encode_event(event: Event) -> bytes:
@@ -83,11 +101,16 @@ def encode_event(event: Event) -> bytes:
     """
     cls = event.__class__
     if cls is PlanDraftEvent:
-        if _draft_needs_tags(event):  # type: ignore[arg-type]
-            return _encode(_tag(msgspec.to_builtins(event)))
-    elif cls is RunFinishedEvent and _needs_tags(event):
-        return _encode(_tag(msgspec.to_builtins(event)))
-    return _encode(event)
+        tagged = _draft_needs_tags(event)  # type: ignore[arg-type]
+    else:
+        tagged = (cls is RunFinishedEvent or cls is SessionCompleteEvent) and _needs_tags(
+            event, give_up_after=_PLAIN_CONTAINERS
+        )
+    try:
+        return _encode(_tag(msgspec.to_builtins(event))) if tagged else _encode(event)
+    except RecursionError:
+        # Too deep for msgspec's recursive encoder: the same bytes, iteratively.
+        return encode(event, tagged=tagged)
 
 
 def decode_event(data: bytes | str) -> Event:
@@ -109,8 +132,12 @@ def decode_event(data: bytes | str) -> Event:
         if _marked(data):  # e.g. a tagged ``at``, which a float field refuses
             return _decode_marked(data)
         raise
+    except RecursionError:
+        return _decode_deep(data)
     cls = event.__class__
-    if (cls is PlanDraftEvent or cls is RunFinishedEvent) and _marked(data):
+    if (
+        cls is PlanDraftEvent or cls is SessionCompleteEvent or cls is RunFinishedEvent
+    ) and _marked(data):
         return _decode_marked(data)
     return event
 
@@ -122,7 +149,10 @@ def _marked(data: bytes | str) -> bool:
 
 
 def _decode_marked(data: bytes | str) -> Event:
-    raw = msgspec.json.decode(data)
+    try:
+        raw = _decode_any(data)
+    except RecursionError:
+        return _decode_deep(data)
     if type(raw) is dict and raw.get("type") in _TAGGED_TYPES:
         event: Event = msgspec.convert(_untag(raw), Event)
         return event
@@ -176,10 +206,18 @@ def _plain(arguments: dict[str, Any]) -> bool:
 
 
 def _plain_walk(arguments: dict[str, Any]) -> bool:
-    """Iterative: ``True`` when nothing in nested ``arguments`` needs a tag."""
+    """Iterative: ``True`` when nothing in nested ``arguments`` needs a tag.
+
+    Answers ``False`` (let the exact path decide) past ``_PLAIN_CONTAINERS``
+    containers: such arguments (shared, cyclic or far too big) are unusual.
+    """
     stack: list[Any] = [arguments]
     pop, push = stack.pop, stack.append
+    budget = _PLAIN_CONTAINERS
     while stack:
+        budget -= 1
+        if not budget:
+            return False
         container = pop()
         if container.__class__ is dict:
             if len(container) == 1 and next(iter(container)) in _TAGS:
@@ -204,79 +242,22 @@ def _plain_walk(arguments: dict[str, Any]) -> bool:
     return True
 
 
-def _needs_tags(value: Any) -> bool:
-    """Whether ``value`` holds anything :func:`_tag` would rewrite."""
-    cls = value.__class__
-    if cls is str or cls is bool or value is None:
-        return False
-    if cls is float:
-        return not _isfinite(value)
-    if cls is int:
-        return not _INT_MIN <= value < _INT_END
-    if cls is dict:
-        if len(value) == 1 and next(iter(value)) in _TAGS:
-            return True
-        return any(map(_needs_tags, value.values()))
-    if cls is list or cls is tuple:
-        return any(map(_needs_tags, value))
-    fields = getattr(cls, "__struct_fields__", None)
-    if fields is not None:
-        return any(_needs_tags(getattr(value, name)) for name in fields)
-    # Subclasses of the builtins (what msgspec.to_builtins keeps as such).
-    if isinstance(value, float):
-        return not _isfinite(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return not _INT_MIN <= value < _INT_END
-    if isinstance(value, dict):
-        return _needs_tags(dict(value))
-    if isinstance(value, (list, tuple)):
-        return _needs_tags(list(value))
-    return False
+# --------------------------------------------------------------------------- any depth
+#
+# msgspec recurses in C and gives up (RecursionError) about a thousand levels down.
+# Past that, the same bytes are written and read by the iterative functions of
+# _deep.py, so a line never shows which path wrote it (see that module).
 
 
-def _tag(value: Any) -> Any:
-    """Replace non-finite floats and huge ints (in builtins) with tagged objects."""
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return {_TAG_FLOAT: "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
-    if isinstance(value, int) and not isinstance(value, bool):
-        if _INT_MIN <= value < _INT_END:
-            return value
-        return {_TAG_INT: str(int(value))}
-    if isinstance(value, dict):
-        out = {k: _tag(v) for k, v in value.items()}
-        if len(out) == 1 and next(iter(out)) in _TAGS:
-            return {_TAG_DICT: out}
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_tag(v) for v in value]
-    return value
+def decode_deep(data: bytes | str, into: Any = Event) -> Any:
+    """:func:`decode_event` (or ``msgspec.json.decode(data, type=into)``) without
+    recursion, whatever the depth: for callers that know a line is deep."""
+    raw = parse(data)
+    if into is Event and type(raw) is dict and raw.get("type") in _TAGGED_TYPES and _marked(data):
+        raw = _untag(raw)
+    return msgspec.convert(raw, into)
 
 
-def _untag(value: Any) -> Any:
-    """Undo :func:`_tag` on decoded JSON."""
-    if type(value) is dict:
-        if len(value) == 1:
-            key, inner = next(iter(value.items()))
-            if key == _TAG_FLOAT:
-                if type(inner) is str and inner in _FLOAT_NAMES:
-                    return _FLOAT_NAMES[inner]
-                raise msgspec.ValidationError(f"invalid {_TAG_FLOAT} tag: {inner!r}")
-            if key == _TAG_INT:
-                if type(inner) is str and _is_int_text(inner):
-                    return int(inner)
-                raise msgspec.ValidationError(f"invalid {_TAG_INT} tag: {inner!r}")
-            if key == _TAG_DICT:
-                if type(inner) is dict:
-                    return {k: _untag(v) for k, v in inner.items()}
-                raise msgspec.ValidationError(f"invalid {_TAG_DICT} tag: {inner!r}")
-        return {k: _untag(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_untag(v) for v in value]
-    return value
-
-
-def _is_int_text(text: str) -> bool:
-    digits = text[1:] if text[:1] == "-" else text
-    return 0 < len(digits) <= 4300 and digits.isascii() and digits.isdigit()
+def _decode_deep(data: bytes | str) -> Event:
+    event: Event = decode_deep(data)
+    return event

@@ -39,7 +39,6 @@ from ._engine import agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import EventLog
 from ._hooks import HookRegistry
-from ._json import SURROGATE
 from ._logging import follow, run_finished
 from ._protocol import (
     Cancel,
@@ -56,6 +55,7 @@ from ._protocol import (
     ToolResult,
     Usage,
 )
+from ._text import escape_surrogates, exception_text
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
 from ._validation import reply_problem
@@ -171,7 +171,9 @@ def run(
         BaseException: an exception from ``on_pause``, ``clock`` or a tool's
             ``BaseException`` (e.g. ``KeyboardInterrupt``) is first recorded as
             ``Cancel("<ExcType>: <message>")`` ending the log, then re-raised. An
-            exception from a log subscriber propagates as is.
+            exception from a log subscriber propagates as is. A ``StopIteration``
+            from ``on_pause`` or ``clock`` becomes ``RuntimeError`` (as PEP 479
+            does for generators): it would otherwise read as the run's end.
     """
     if not callable(getattr(model, "stream", None)):
         raise TypeError(f"model must have a stream(request) method, got {model!r}")
@@ -192,7 +194,7 @@ def run(
         budget=budget,
         hooks=hooks,
         log=log,
-        started_at=float(clock()) if started_at is None else started_at,
+        started_at=_read_clock(clock) if started_at is None else started_at,
     )
     follow(loop.log)  # DEBUG per event, only if enabled now: free otherwise
     driver = _Driver(model, registry, signal, on_pause, clock)
@@ -216,12 +218,18 @@ def run(
         run_finished(loop.result)  # INFO
 
 
-def _valid_unicode(text: str) -> str:
-    """``text`` with lone surrogates (e.g. from ``os.listdir`` file names) escaped as
-    ``\\udce9``, so the log can hold it."""
-    if text.isascii() or SURROGATE.search(text) is None:
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+def _read_clock(clock: Clock) -> float:
+    try:
+        return float(clock())
+    except StopIteration as exc:
+        raise _stop_iteration("clock") from exc
+
+
+def _stop_iteration(callback: str) -> RuntimeError:
+    # Out of run() (or into the generator protocol) a StopIteration would read as
+    # the loop's end: run() would return whatever it carried. As in PEP 479, it
+    # becomes a RuntimeError.
+    return RuntimeError(f"{callback} raised StopIteration")
 
 
 class _Driver:
@@ -256,10 +264,13 @@ class _Driver:
             return self._pause_reply(effect)  # type: ignore[arg-type]
         raise TypeError(f"agent_loop yielded an unknown effect: {effect!r}")  # pragma: no cover
 
+    def _now(self) -> float:
+        return _read_clock(self._clock)
+
     def _cancel(self) -> Cancel | None:
         signal = self._signal
         if signal is not None and signal.cancelled:
-            return Cancel(reason=signal.reason, at=float(self._clock()))
+            return Cancel(reason=signal.reason, at=self._now())
         return None
 
     def _model_reply(self, request: ModelRequest) -> Reply:
@@ -279,9 +290,7 @@ class _Driver:
             item = next(self._stream)
         except StopIteration:
             self.close_stream()
-            return ModelFailure(
-                request.id, "model stream ended without a response", at=float(self._clock())
-            )
+            return ModelFailure(request.id, "model stream ended without a response", at=self._now())
         except Exception as exc:
             return self._failure(request, exc)
         cancel = self._cancel()
@@ -302,10 +311,10 @@ class _Driver:
                 request.id,
                 f"the model's output was malformed: {problem}",
                 code=MODEL_PROTOCOL_ERROR,
-                at=float(self._clock()),
+                at=self._now(),
             )
         reply: ModelChunk | ModelResponse | ModelFailure = msgspec.structs.replace(
-            item, at=float(self._clock())
+            item, at=self._now()
         )
         if kind is not ModelChunk:
             self.close_stream()
@@ -313,8 +322,9 @@ class _Driver:
 
     def _failure(self, request: ModelRequest, exc: Exception) -> ModelFailure:
         self.close_stream()
-        message = exc.message if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
-        message = _valid_unicode(message)
+        message = (
+            escape_surrogates(exc.message) if isinstance(exc, ModelError) else exception_text(exc)
+        )
         code = (
             MODEL_PROTOCOL_ERROR
             if getattr(exc, "code", None) == MODEL_PROTOCOL_ERROR
@@ -324,7 +334,7 @@ class _Driver:
         if isinstance(exc, ModelError):  # what the provider billed, and models tried before
             usage = exc.usage if type(exc.usage) is Usage else None
             attempts = exc.attempts if type(exc.attempts) is tuple else None
-        failure = ModelFailure(request.id, message, code=code, at=float(self._clock()), usage=usage)
+        failure = ModelFailure(request.id, message, code=code, at=self._now(), usage=usage)
         return msgspec.structs.replace(failure, attempts=attempts) if attempts else failure
 
     def _tool_reply(self, request: ToolRequest) -> ToolResult | Cancel:
@@ -334,22 +344,23 @@ class _Driver:
         content, is_error = self._registry.execute(request.call)
         # The tool ran: its result is recorded even if a cancel arrived meanwhile
         # (nothing that happened is lost); the cancel takes effect right after.
-        return ToolResult(
-            request.call.id, _valid_unicode(content), is_error, at=float(self._clock())
-        )
+        return ToolResult(request.call.id, escape_surrogates(content), is_error, at=self._now())
 
     def _pause_reply(self, pause: Pause) -> Any:
         cancel = self._cancel()
         if cancel is not None:
             return cancel
         if self._on_pause is None:
-            return Cancel(reason=pause.reason, at=float(self._clock()))
-        reply = self._on_pause(pause)
+            return Cancel(reason=pause.reason, at=self._now())
+        try:
+            reply = self._on_pause(pause)
+        except StopIteration as exc:
+            raise _stop_iteration("on_pause") from exc
         cancel = self._cancel()
         if cancel is not None:
             return cancel
         if type(reply) is Resume or type(reply) is Cancel:
-            return msgspec.structs.replace(reply, at=float(self._clock()))
+            return msgspec.structs.replace(reply, at=self._now())
         # Not a reply: the engine records it and raises CallerProtocolError.
         return reply
 

@@ -29,19 +29,26 @@ failed ``run.finished`` is logged, ``CallerProtocolError`` leaves ``send()``).
 Per step the cost is O(new content): ``ModelRequest.messages`` is a view of the
 append-only transcript (fixed length, no copy), ids are checked against sets kept
 up to date incrementally, and events hold only what is new.
+
+This module holds the rules; the mechanics live next to it: the eager option
+checks in ``_options``, the transcript snapshot and view in ``_transcript``, the
+checks of what enters in ``_validation``, copies in ``_copy``, the stream/final
+comparison in ``_stream``, error wording in ``_text``. Each phase of
+:class:`AgentLoop` (start, steps, plan, validate, tool calls, pauses and budget,
+finish) opens with a short note on how it works.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NoReturn, overload
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from typing import Any, NoReturn
 
 import msgspec
 
 from ._budget import Budget, BudgetUsage
+from ._copy import copy_block, copy_call, copy_json, own_reply
 from ._errors import (
     CALLER_PROTOCOL_ERROR,
     HOOK_ABORT,
@@ -71,12 +78,10 @@ from ._events import (
     ToolResultEvent,
 )
 from ._hooks import SKIP, HookAbort, HookRegistry, PauseRequest
-from ._json import SURROGATE, surrogate_problem
+from ._json import surrogate_problem
 from ._limits import (
-    MAX_AGENT_STEPS,
     MAX_ASSISTANT_BLOCKS,
     MAX_CHUNKS_PER_STEP,
-    MAX_INITIAL_MESSAGES,
     MAX_STEP_TEXT_CODE_POINTS,
 )
 from ._messages import (
@@ -90,8 +95,8 @@ from ._messages import (
     ToolResultMessage,
     UserMessage,
     text_from_assistant,
-    validate_transcript,
 )
+from ._options import check_options, tool_specs
 from ._protocol import (
     STOP_REASONS,
     Cancel,
@@ -110,22 +115,21 @@ from ._protocol import (
     UnrecognizedReply,
     Usage,
 )
-from ._rules import RULES_REVISION, USAGE_WHEN_RECORDED, rules_problem
+from ._rules import REPLY_IN_COMPLETE, RULES_REVISION, USAGE_WHEN_RECORDED
 from ._state import RESUME_INPUT, TRANSITIONS, IllegalTransition, Input, State
+from ._stream import stream_mismatch
+from ._text import abort_reason, decision_problem, exception_text, wrong_reply
 from ._toolspec import ToolSpec
+from ._transcript import TranscriptView, snapshot_transcript
 from ._validation import (
     arguments_problems,
-    block_problem,
     json_problem,
-    message_problem,
     reply_problem,
 )
 
 __all__ = ["AgentLoop", "TranscriptView", "agent_loop"]
 
 _MESSAGE_TYPES = (UserMessage, AssistantMessage, ToolResultMessage)
-_TEXTUAL = (TextBlock, ThinkingBlock)
-_MUTABLE_BLOCKS = (ToolCall, ProviderBlock)  # blocks holding dicts the caller could mutate
 _FAILING_STOPS = ("error", "refusal")
 _FAILURE_CODES = (MODEL_ERROR, MODEL_PROTOCOL_ERROR)
 _CLOSED = Cancel(reason="closed")
@@ -157,6 +161,10 @@ def _failed(code: str, message: str, reply: Reply | None = None) -> _Finish:
     return _Finish("failed", code, error=RunError(code, message), reply=reply)
 
 
+def _aborted(topic: str, exc: BaseException) -> _Finish:
+    return _failed(HOOK_ABORT, f"{topic} hook aborted: {abort_reason(exc)}")
+
+
 class _Cancelled(Exception):
     def __init__(self, cancel: Cancel) -> None:
         self.cancel = cancel
@@ -166,206 +174,6 @@ class _Misuse(Exception):
     def __init__(self, message: str, reply: Reply) -> None:
         self.message = message
         self.reply = reply
-
-
-# --------------------------------------------------------------------------- transcript view
-
-
-class TranscriptView(Sequence[Message]):
-    """A read-only, fixed-length view of the run's append-only transcript.
-
-    Creating one is O(1): it shares the loop's list and remembers its length, so a
-    request made at step 3 keeps showing the transcript as it was at step 3 even
-    after the loop appends more. Slicing returns a tuple. Compares equal to any
-    sequence with the same messages.
-    """
-
-    __slots__ = ("_items", "_length")
-
-    def __init__(self, items: list[Message], length: int) -> None:
-        self._items = items
-        self._length = length
-
-    @overload
-    def __getitem__(self, index: int) -> Message: ...
-    @overload
-    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
-    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
-        if isinstance(index, slice):
-            items = self._items
-            return tuple(items[i] for i in range(self._length)[index])
-        length = self._length
-        if index < 0:
-            index += length
-        if not 0 <= index < length:
-            raise IndexError("transcript index out of range")
-        return self._items[index]
-
-    def __len__(self) -> int:
-        return self._length
-
-    def __iter__(self) -> Iterator[Message]:
-        return itertools.islice(self._items, self._length)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
-            return NotImplemented
-        return len(other) == self._length and all(a == b for a, b in zip(self, other, strict=False))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"TranscriptView({list(self)!r})"
-
-
-# --------------------------------------------------------------------------- options
-
-
-def _check_options(
-    *,
-    max_steps: object,
-    request_sequence_start: object,
-    system: object,
-    budget: object,
-    hooks: object,
-    log: object,
-    started_at: object,
-    rules: object,
-) -> None:
-    problem = rules_problem(rules)
-    if problem is not None:
-        raise ValueError(problem)
-    if type(max_steps) is not int or not 1 <= max_steps <= MAX_AGENT_STEPS:
-        raise ValueError(
-            f"max_steps must be an int from 1 to MAX_AGENT_STEPS ({MAX_AGENT_STEPS}), "
-            f"got {max_steps!r}"
-        )
-    if type(request_sequence_start) is not int or request_sequence_start < 0:
-        raise ValueError(
-            f"request_sequence_start must be a non-negative int, got {request_sequence_start!r}"
-        )
-    if request_sequence_start + max_steps > MAX_AGENT_STEPS:
-        raise ValueError(
-            f"request numbers {request_sequence_start + 1}..{request_sequence_start + max_steps} "
-            f"go past MAX_AGENT_STEPS ({MAX_AGENT_STEPS}); lower max_steps or "
-            "request_sequence_start"
-        )
-    if system is not None:
-        if type(system) is not str:
-            raise TypeError(f"system must be a str or None, got {type(system).__name__}")
-        problem = surrogate_problem(system, "system")
-        if problem is not None:
-            raise ValueError(problem)
-    if budget is not None and type(budget) is not Budget:
-        raise TypeError(f"budget must be a Budget or None, got {type(budget).__name__}")
-    if hooks is not None and not isinstance(hooks, HookRegistry):
-        raise TypeError(f"hooks must be a HookRegistry or None, got {type(hooks).__name__}")
-    if log is not None:
-        if not isinstance(log, EventLog):
-            raise TypeError(f"log must be an EventLog or None, got {type(log).__name__}")
-        if len(log):
-            raise ValueError("log must be empty: one EventLog records one run")
-    if started_at is not None and (
-        type(started_at) not in (int, float) or not math.isfinite(started_at)  # type: ignore[arg-type]
-    ):
-        raise ValueError(f"started_at must be a finite number or None, got {started_at!r}")
-
-
-def _tool_specs(tools: object) -> tuple[ToolSpec, ...]:
-    specs_method = getattr(tools, "specs", None)
-    if callable(specs_method):
-        items: Iterable[object] = specs_method()
-    elif isinstance(tools, (list, tuple)):
-        items = tools
-    else:
-        raise TypeError(
-            "tools must be a ToolRegistry or a list/tuple of ToolSpec or Tool, "
-            f"got {type(tools).__name__}"
-        )
-    specs: list[ToolSpec] = []
-    names: set[str] = set()
-    for index, item in enumerate(items):
-        spec = item if type(item) is ToolSpec else getattr(item, "spec", None)
-        if type(spec) is not ToolSpec:
-            raise TypeError(f"tools[{index}] is not a ToolSpec or Tool: {item!r}")
-        if spec.name in names:
-            raise ValueError(f"tools: duplicate tool name {spec.name!r}")
-        names.add(spec.name)
-        specs.append(spec)  # frozen, and owns a copy of its schema: shared as it is
-    return tuple(specs)
-
-
-def _snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
-    """Copy the caller's messages through the IR; return them and the first problem."""
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
-        raise TypeError(f"messages must be a sequence of messages, got {type(messages).__name__}")
-    items = list(messages)
-    if len(items) > MAX_INITIAL_MESSAGES:
-        return [], (
-            f"{len(items)} initial messages exceed MAX_INITIAL_MESSAGES ({MAX_INITIAL_MESSAGES})"
-        )
-    rebuilt: list[Message] = []
-    for index, item in enumerate(items):
-        message = _reuse(item)
-        if message is None:
-            try:
-                raw = item if isinstance(item, dict) else msgspec.to_builtins(item)
-                message = msgspec.convert(raw, Message)
-            except (msgspec.ValidationError, TypeError) as exc:
-                return [], f"messages[{index}]: {exc}"
-            problem = message_problem(message, f"messages[{index}]")
-            if problem is not None:
-                return [], problem
-        if type(message) is AssistantMessage:
-            for block in message.content:
-                if type(block) is ToolCall:
-                    structural, semantic = arguments_problems(block.arguments)
-                    if structural or semantic:
-                        return (
-                            [],
-                            f"messages[{index}]: tool call {block.id!r}: {structural or semantic}",
-                        )
-        rebuilt.append(message)
-    try:
-        validate_transcript(rebuilt)
-    except ValueError as exc:
-        return [], str(exc)
-    return rebuilt, None
-
-
-def _reuse(item: object) -> Message | None:
-    """The fast path of the snapshot: a well-typed message kept or cheaply rebuilt.
-
-    Messages are frozen and their fields immutable, except tool-call argument dicts,
-    which are copied. Anything else returns ``None`` and takes the checked path.
-    """
-    kind = type(item)
-    if kind is UserMessage:
-        if _plain_str(item.id) and _plain_str(item.content):  # type: ignore[attr-defined]
-            return item  # type: ignore[return-value]
-    elif kind is ToolResultMessage:
-        if (
-            _plain_str(item.id)  # type: ignore[attr-defined]
-            and _plain_str(item.tool_call_id)  # type: ignore[attr-defined]
-            and _plain_str(item.tool_name)  # type: ignore[attr-defined]
-            and _plain_str(item.content)  # type: ignore[attr-defined]
-            and type(item.is_error) is bool  # type: ignore[attr-defined]
-        ):
-            return item  # type: ignore[return-value]
-    elif kind is AssistantMessage:
-        content = item.content  # type: ignore[attr-defined]
-        if (
-            _plain_str(item.id)  # type: ignore[attr-defined]
-            and type(content) is tuple
-            and all(block_problem(block, "") is None for block in content)
-        ):
-            return AssistantMessage(item.id, tuple(_copy_block(block) for block in content))  # type: ignore[attr-defined]
-    return None
-
-
-def _plain_str(value: object) -> bool:
-    """A ``str`` the log can hold (no lone surrogates); ASCII answers at C speed."""
-    return type(value) is str and (value.isascii() or SURROGATE.search(value) is None)
 
 
 def agent_loop(
@@ -407,7 +215,7 @@ def agent_loop(
     Raises:
         ValueError, TypeError: an option is invalid (before any generator exists).
     """
-    _check_options(
+    check_options(
         max_steps=max_steps,
         request_sequence_start=request_sequence_start,
         system=system,
@@ -417,8 +225,8 @@ def agent_loop(
         started_at=started_at,
         rules=rules,
     )
-    specs = _tool_specs(tools)
-    transcript, problem = _snapshot_transcript(messages)
+    specs = tool_specs(tools)
+    transcript, problem = snapshot_transcript(messages)
     return AgentLoop(
         transcript=transcript,
         invalid=problem,
@@ -494,6 +302,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             if type(b) is ToolCall
         }
         self._result: RunResult | None = None
+        # A reply that arrived but is not recorded yet (a ToolResult while
+        # after_tool_call runs): if the run ends there, run.finished records it.
+        self._unrecorded: Reply | None = None
         self._started = False
         self._closing = False
         self._dead: CallerProtocolError | None = None
@@ -592,7 +403,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             raise
         except BaseException as exc:
             if self._result is None:  # the generator died without finishing its log
-                self._dead = CallerProtocolError(f"the run stopped on {type(exc).__name__}: {exc}")
+                self._dead = CallerProtocolError(f"the run stopped on {exception_text(exc)}")
             raise
 
     def throw(
@@ -609,7 +420,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self.close()
         elif self._result is None and self._dead is None:
             with contextlib.suppress(StopIteration):
-                self._gen.send(Cancel(reason=f"{type(exc).__name__}: {exc}"))
+                self._gen.send(Cancel(reason=exception_text(exc)))
         raise exc
 
     def close(self) -> None:
@@ -663,15 +474,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 problem,
                 UnrecognizedReply(description=problem, at=at if type(at) is float else None),
             )
-        # Snapshot the caller's argument dicts: mutating them later changes nothing here.
-        if kind is ModelChunk and type(reply.block) in _MUTABLE_BLOCKS:
-            reply = msgspec.structs.replace(reply, block=_copy_block(reply.block))
-        elif kind is Resume and type(reply.payload) in _CONTAINERS:
-            reply = msgspec.structs.replace(reply, payload=_copy_json(reply.payload))
-        elif kind is ModelResponse and any(type(b) in _MUTABLE_BLOCKS for b in reply.content):
-            reply = msgspec.structs.replace(
-                reply, content=tuple(_copy_block(block) for block in reply.content)
-            )
+        reply = own_reply(reply)  # mutating the caller's dicts later changes nothing here
         if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
             raise _Misuse(reply.description, reply)
         at = reply.at
@@ -690,16 +493,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
 
     @staticmethod
     def _misuse(reply: Reply, effect: Effect, expected: str) -> _Misuse:
-        if type(effect) is ModelRequest:
-            pending = f"ModelRequest {effect.id}"
-        elif type(effect) is ToolRequest:
-            pending = f"the ToolRequest for call {effect.call.id!r}"
-        else:
-            pending = f"Pause ({effect.reason})"  # type: ignore[union-attr]
-        return _Misuse(
-            f"send() got {type(reply).__name__} while {pending} was pending; expected {expected}",
-            reply,
-        )
+        return _Misuse(wrong_reply(reply, effect, expected), reply)
 
     # ------------------------------------------------------------------ hooks
 
@@ -714,10 +508,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 outcome = fn(payload)
             except HookAbort:
                 raise
-            except Exception as exc:
-                raise _failed(
-                    HOOK_ERROR, f"{topic} hook raised {type(exc).__name__}: {exc}"
-                ) from exc
+            except (Exception, GeneratorExit) as exc:
+                # GeneratorExit too: raised by a hook it is a bug like any other
+                # (left alone it would end the generator without run.finished).
+                raise _failed(HOOK_ERROR, f"{topic} hook raised {exception_text(exc)}") from exc
             if outcome is SKIP or type(outcome) is PauseRequest:
                 return outcome
         return None
@@ -727,15 +521,72 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         try:
             outcome = self._hook(topic, payload)
         except HookAbort as exc:
-            raise _failed(HOOK_ABORT, f"{topic} hook aborted: {exc.reason}") from exc
+            raise _aborted(topic, exc) from exc
         if outcome is not None:
             raise _failed(HOOK_ERROR, f"{topic} hook returned {outcome!r}, which it may not")
 
-    # ------------------------------------------------------------------ main
+    # ------------------------------------------------------------------ start
+    #
+    # The generator body. A transcript that failed its checks in agent_loop() ends
+    # here with one event (a failed run.finished, INVALID_TRANSCRIPT) and no state
+    # but DONE. Otherwise session.start records the configuration and one
+    # message.accepted per initial message records the transcript: together they
+    # are what replay rebuilds the loop from. Then the steps run until one of the
+    # three private exceptions says how the run ends; every ending goes through
+    # _finish, so run.finished is always the last event and appears once.
 
     def _main(self) -> Generator[Effect, Any, RunResult]:
         if self._invalid is not None:
             return self._finish_invalid(self._invalid)
+        misuse: _Misuse | None = None
+        try:
+            self._start()
+            yield from self._steps()
+        except _Finish as finish:
+            outcome = finish
+        except _Cancelled as cancelled:
+            reply = cancelled.cancel
+            reason = reply.reason or self._pause_reason or "cancelled"
+            outcome = _Finish("cancelled", reason, reply=reply)
+        except _Misuse as exc:
+            misuse = exc
+            outcome = _failed(CALLER_PROTOCOL_ERROR, exc.message, exc.reply)
+        except BaseException as exc:
+            if isinstance(exc, (Exception, GeneratorExit)):
+                # A subscriber's bug (it would fail again on run.finished), or the
+                # garbage collector finalizing an abandoned loop: nothing to record.
+                raise
+            # KeyboardInterrupt and the like, raised by a hook (or a subscriber):
+            # end the run like ``throw()`` does (run.finished last), then go on.
+            # The cancel is recorded, unless a reply that arrived is not yet: then
+            # that reply is (replay re-raises the interrupt where it happened).
+            cancel = Cancel(reason=exception_text(exc))
+            self._finish(
+                _Finish(
+                    "cancelled",
+                    cancel.reason,
+                    reply=self._unrecorded if self._unrecorded is not None else cancel,
+                )
+            )
+            raise
+        if self._unrecorded is not None and outcome.reply is None:
+            outcome.reply = self._unrecorded  # e.g. a ToolResult after_tool_call failed on
+        result = self._finish(outcome)
+        if misuse is not None:
+            raise CallerProtocolError(misuse.message)
+        return result
+
+    # ------------------------------------------------------------------ finish
+    #
+    # DONE is entered once. The observer hooks run first (on_error for failures,
+    # then on_complete); the first failure wins, so a failing observer can only
+    # turn a successful run into a failed one. session.complete and run.finished
+    # are then emitted unconditionally: a KeyboardInterrupt in an observer is held
+    # back until the log is finished. run.finished carries the RunResult without
+    # its messages (they are derivable from the log) and the reply that ended the
+    # run when no earlier event recorded it.
+
+    def _start(self) -> None:
         self._emit(
             SessionStartEvent(
                 sequence=0,
@@ -752,32 +603,6 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self._emit(
                 MessageAcceptedEvent(sequence=len(self._events), at=self._now, message=message)
             )
-        misuse: _Misuse | None = None
-        try:
-            yield from self._steps()
-        except _Finish as finish:
-            outcome = finish
-        except _Cancelled as cancelled:
-            reply = cancelled.cancel
-            reason = reply.reason or self._pause_reason or "cancelled"
-            outcome = _Finish("cancelled", reason, reply=reply)
-        except _Misuse as exc:
-            misuse = exc
-            outcome = _failed(CALLER_PROTOCOL_ERROR, exc.message, exc.reply)
-        except BaseException as exc:
-            if isinstance(exc, (Exception, GeneratorExit)):
-                # A subscriber's bug (it would fail again on run.finished), or the
-                # garbage collector finalizing an abandoned loop: nothing to record.
-                raise
-            # KeyboardInterrupt and the like, raised by a hook: end the run like
-            # ``throw()`` does (a recorded cancel, run.finished last), then go on.
-            cancel = Cancel(reason=f"{type(exc).__name__}: {exc}")
-            self._finish(_Finish("cancelled", cancel.reason, reply=cancel))
-            raise
-        result = self._finish(outcome)
-        if misuse is not None:
-            raise CallerProtocolError(misuse.message)
-        return result
 
     def _finish_invalid(self, problem: str) -> RunResult:
         self._set(Input.FINISH)
@@ -833,9 +658,20 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             interrupt = exc  # finish the log first, then let it go on
         step = self._step
         sequence = len(self._events)
+        # The reply that ended the run (when no earlier event recorded it) goes in
+        # session.complete, so a crash that loses run.finished does not lose it
+        # (rules 0 and 1: in run.finished).
+        reply, late_reply = outcome.reply, None
+        if self._rules < REPLY_IN_COMPLETE:
+            reply, late_reply = None, reply
         self._emit(
             SessionCompleteEvent(
-                sequence=sequence, at=self._now, step=step, status=status, reason=reason
+                sequence=sequence,
+                at=self._now,
+                step=step,
+                status=status,
+                reason=reason,
+                reply=reply,
             )
         )
         final_text = outcome.final_text if status == "completed" else None
@@ -862,7 +698,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 error=error,
                 usage=self._usage,
                 reason=reason,
-                reply=outcome.reply,
+                reply=late_reply,
             )
         )
         if interrupt is not None:
@@ -875,6 +711,14 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self._observe(topic, payload)
 
     # ------------------------------------------------------------------ steps
+    #
+    # A step is one model request plus every tool call it asked for. Before it:
+    # the turn budget (a pause, not an end) and before_step (SKIP completes the
+    # run). Then step.start, the request (before_plan may rewrite what the model
+    # is sent, never the transcript), planning, and the assistant message appended
+    # with plan.commit. A response without tool calls completes the run; otherwise
+    # the calls run in order and step.end closes the batch. max_steps is checked
+    # only after a whole batch, so a step never leaves a call unanswered.
 
     def _steps(self) -> Generator[Effect, Any, None]:
         hooks = self._hooks
@@ -891,7 +735,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 try:
                     outcome = self._hook("before_step", {"step": step})
                 except HookAbort as exc:
-                    raise _failed(HOOK_ABORT, f"before_step hook aborted: {exc.reason}") from exc
+                    raise _aborted("before_step", exc) from exc
                 if outcome is SKIP:
                     raise _Finish("completed", "skipped_by_hook")
                 if outcome is not None:
@@ -957,7 +801,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             try:
                 outcome = self._hook("before_plan", payload)
             except HookAbort as exc:
-                raise _failed(HOOK_ABORT, f"before_plan hook aborted: {exc.reason}") from exc
+                raise _aborted("before_plan", exc) from exc
             if outcome is not None:
                 raise _failed(HOOK_ERROR, f"before_plan hook returned {outcome!r}")
             if payload["messages"] is not messages:
@@ -976,7 +820,13 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 raise _failed(HOOK_ERROR, "before_plan hook set 'system' to a non-str")
         return ModelRequest(request_id, step, messages, self._specs, system)
 
-    # ------------------------------------------------------------------ planning
+    # ------------------------------------------------------------------ plan
+    #
+    # The model answers one request with chunks then a response (or a failure).
+    # Each chunk is checked as it arrives (request id, chunk and text limits,
+    # tool-call arguments) and recorded in model.chunk; the same request is
+    # yielded again. The response or failure is recorded in plan.draft *before*
+    # it is judged, so a rejected answer is in the log exactly as received.
 
     def _plan(self, request: ModelRequest) -> Generator[Effect, Any, ModelResponse]:
         """Collect chunks and the final response for ``request``; validate them."""
@@ -1059,7 +909,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 if problem is None and chunks:
                     if parts:
                         streamed.append("".join(parts))
-                    problem = _stream_mismatch(streamed, reply.content)
+                    problem = stream_mismatch(streamed, reply.content)
                 if problem is not None:
                     raise _failed(MODEL_PROTOCOL_ERROR, f"step {step}: {problem}")
                 if reply.stop_reason in _FAILING_STOPS:
@@ -1069,6 +919,16 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 raise self._misuse(
                     reply, request, "ModelChunk, ModelResponse, ModelFailure or Cancel"
                 )
+
+    # ------------------------------------------------------------------ validate
+    #
+    # What a response must satisfy before it becomes a message (DESIGN §8): a
+    # known stop reason that agrees with the content, new ids (they become
+    # message-<id> and tool-result-<call id>), the block and text limits, and
+    # plain-JSON arguments within the argument limits. When chunks were streamed,
+    # the merged stream must equal the merged final content. after_plan may edit
+    # the draft; an edit is held to the same rules, a failing one is the hook's
+    # fault (HOOK_ERROR), not the model's.
 
     def _response_problem(self, response: ModelResponse) -> str | None:
         if response.stop_reason not in STOP_REASONS:
@@ -1118,13 +978,13 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             "step": request.step,
             "request_id": request.id,
             "response_id": response.id,
-            "content": [_copy_block(block) for block in response.content],
+            "content": [copy_block(block) for block in response.content],
             "stop_reason": response.stop_reason,
         }
         try:
             outcome = self._hook("after_plan", payload)
         except HookAbort as exc:
-            raise _failed(HOOK_ABORT, f"after_plan hook aborted: {exc.reason}") from exc
+            raise _aborted("after_plan", exc) from exc
         if outcome is not None:
             raise _failed(HOOK_ERROR, f"after_plan hook returned {outcome!r}")
         content, stop_reason = payload["content"], payload["stop_reason"]
@@ -1141,9 +1001,17 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 problem = self._content_problem(content, stop_reason)
         if problem is not None:
             raise _failed(HOOK_ERROR, f"after_plan hook produced an invalid plan: {problem}")
-        return tuple(_copy_block(block) for block in content), stop_reason
+        return tuple(copy_block(block) for block in content), stop_reason
 
-    # ------------------------------------------------------------------ tools
+    # ------------------------------------------------------------------ tool calls
+    #
+    # Each call: the tool-call budget, then the loop's own verdicts (a truncated
+    # response, an unknown tool), before_tool_call (edit, abort, skip, pause) and
+    # approval, then tool.call for every call, made-up error results included.
+    # Only a call that survived all of that is yielded as a ToolRequest; the
+    # caller's ToolResult passes after_tool_call and is appended, recorded in
+    # tool.result or tool.error with the reply as received. Loop-made results have
+    # no reply. Hooks and tools get copies of the arguments, never the loop's own.
 
     def _run_call(self, call: ToolCall, step: int, truncated: bool) -> Generator[Effect, Any, None]:
         budget = self._budget
@@ -1172,7 +1040,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             content, is_error = loop_error, True
         else:
             self._set(Input.REQUEST_TOOL)
-            effect = ToolRequest(_copy_call(call), step)  # the tool may mutate its copy
+            effect = ToolRequest(copy_call(call), step)  # the tool may mutate its copy
             answer = yield from self._ask(effect)
             if type(answer) is not ToolResult:
                 raise self._misuse(answer, effect, f"ToolResult(call_id={call.id!r}) or Cancel")
@@ -1186,7 +1054,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self._set(Input.RECEIVE_RESULT)
             content, is_error = reply.content, reply.is_error
         if "after_tool_call" in self._hooks:
+            self._unrecorded = reply
             content, is_error = self._after_tool_call(call, step, content, is_error)
+            self._unrecorded = None
         message = ToolResultMessage(f"tool-result-{call.id}", call.id, call.name, content, is_error)
         self._transcript.append(message)
         self._message_ids.add(message.id)
@@ -1202,7 +1072,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     def _before_tool_call(
         self, call: ToolCall, step: int
     ) -> Generator[Effect, Any, tuple[ToolCall, str | None]]:
-        arguments = _copy_json(call.arguments)
+        arguments = copy_json(call.arguments)
         payload: dict[str, Any] = {
             "step": step,
             "tool_call_id": call.id,
@@ -1212,7 +1082,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         try:
             outcome = self._hook("before_tool_call", payload)
         except HookAbort as exc:
-            return call, f"hook_abort:{exc.reason}"
+            return call, f"hook_abort:{abort_reason(exc)}"
         if outcome is SKIP:
             return call, "skipped"
         edited = payload["arguments"]
@@ -1224,15 +1094,16 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     f"before_tool_call hook set invalid arguments for call {call.id!r}: "
                     f"{structural or semantic}",
                 )
-            call = ToolCall(call.id, call.name, _copy_json(edited))
+            call = ToolCall(call.id, call.name, copy_json(edited))
         if type(outcome) is PauseRequest:
             if type(outcome.reason) is not str:
                 raise _failed(HOOK_ERROR, "before_tool_call PauseRequest.reason is not a str")
             problem = surrogate_problem(outcome.reason, "before_tool_call PauseRequest.reason")
             if problem is not None:
                 raise _failed(HOOK_ERROR, problem)
-            if json_problem(outcome.payload) is not None:
-                raise _failed(HOOK_ERROR, "before_tool_call PauseRequest.payload is not plain JSON")
+            problem = json_problem(outcome.payload, "PauseRequest.payload")
+            if problem is not None:
+                raise _failed(HOOK_ERROR, f"before_tool_call {problem}")
             return (yield from self._approval(call, outcome.reason, outcome.payload))
         return call, None
 
@@ -1248,16 +1119,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         payload["call"] = {
             "id": call.id,
             "name": call.name,
-            "arguments": _copy_json(call.arguments),
+            "arguments": copy_json(call.arguments),
         }
-        resume = yield from self._pause(reason, payload)
+        resume = yield from self._pause(reason, payload, decision=True)
         decision = resume.payload
-        if type(decision) is not dict or type(decision.get("approved")) is not bool:
-            raise _Misuse(
-                f"Resume.payload for a {reason!r} pause must be a dict with a bool 'approved', "
-                f"got {decision!r}",
-                resume,
-            )
         if not decision["approved"]:
             message = decision.get("message")
             return call, message if type(message) is str and message else "denied"
@@ -1265,7 +1130,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             structural, semantic = arguments_problems(decision["arguments"])
             if structural or semantic:
                 return call, f"invalid edited arguments: {structural or semantic}"
-            call = ToolCall(call.id, call.name, _copy_json(decision["arguments"]))
+            call = ToolCall(call.id, call.name, copy_json(decision["arguments"]))
         return call, None
 
     def _after_tool_call(
@@ -1275,7 +1140,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             "step": step,
             "tool_call_id": call.id,
             "tool_name": call.name,
-            "arguments": _copy_json(call.arguments),
+            "arguments": copy_json(call.arguments),
             "content": content,
             "is_error": is_error,
         }
@@ -1292,6 +1157,14 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         return content, is_error
 
     # ------------------------------------------------------------------ pauses and budget
+    #
+    # A pause moves the machine to IDLE and yields Pause; only Resume (or Cancel)
+    # answers it. Budget limits are soft: reaching one emits budget.warn and
+    # pauses with reason budget_exceeded:<limit>; resuming resets the counters
+    # (and may bring a new Budget). The wall clock is the caller's: it only moves
+    # with replies' ``at``, so it is checked after each reply that can advance it.
+    # session.resume is recorded after the resume was applied, so state_at() at
+    # that event shows the resumed loop.
 
     def _check_wall(self) -> Generator[Effect, Any, None]:
         budget = self._budget
@@ -1334,12 +1207,14 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         )
 
     def _pause(
-        self, reason: str, payload: Any, *, reset_counters: bool = False
+        self, reason: str, payload: Any, *, reset_counters: bool = False, decision: bool = False
     ) -> Generator[Effect, Any, Resume]:
         """Yield ``Pause``; on ``Resume`` apply it, then record it in ``session.resume``.
 
         Resuming from a budget pause resets the counters (turns, tool calls, the
-        wall-clock start); a ``Resume.budget`` replaces the limits either way.
+        wall-clock start); a ``Resume.budget`` replaces the limits either way. With
+        ``decision`` (an approval), the payload must say ``approved``: a Resume that
+        does not is misuse, recorded once, in run.finished (never in session.resume).
         """
         self._emit(
             SessionPauseEvent(
@@ -1351,14 +1226,18 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             )
         )
         if "on_pause" in self._hooks:
-            self._observe("on_pause", {"reason": reason, "payload": _copy_json(payload)})
+            self._observe("on_pause", {"reason": reason, "payload": copy_json(payload)})
         resume_to = self._state
         self._set(Input.PAUSE)
         self._pause_reason = reason
-        effect = Pause(reason, _copy_json(payload))  # the caller may edit its copy
+        effect = Pause(reason, copy_json(payload))  # the caller may edit its copy
         reply = yield from self._ask(effect)
         if type(reply) is not Resume:
             raise self._misuse(reply, effect, "Resume or Cancel")
+        if decision:
+            problem = decision_problem(reason, reply.payload)
+            if problem is not None:
+                raise _Misuse(problem, reply)
         self._pause_reason = None
         if reply.budget is not None:
             self._budget = reply.budget
@@ -1378,18 +1257,6 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
 # --------------------------------------------------------------------------- helpers
 
 
-def _copy_call(call: ToolCall) -> ToolCall:
-    return ToolCall(call.id, call.name, _copy_json(call.arguments))
-
-
-def _copy_block(block: Block) -> Block:
-    if type(block) is ToolCall:
-        return _copy_call(block)
-    if type(block) is ProviderBlock:
-        return ProviderBlock(block.provider, block.kind, _copy_json(block.data))
-    return block
-
-
 def _stopped(step: int, response: ModelResponse) -> _Finish:
     """The failure for a response that stopped for ``error`` or ``refusal``."""
     words = response.stop_message
@@ -1400,86 +1267,3 @@ def _stopped(step: int, response: ModelResponse) -> _Finish:
         )
     said = f": {words}" if words else ""
     return _failed(MODEL_ERROR, f"step {step}: the model stopped with reason 'error'{said}")
-
-
-def _copy_json(value: Any) -> Any:
-    """A deep copy of plain JSON data (hooks never alias the loop's own data).
-
-    Iterative, so arbitrarily deep input (which validation rejects later) cannot
-    exhaust the stack; tuples become lists, as in JSON.
-    """
-    kind = type(value)
-    if kind is dict:
-        for item in value.values():
-            if type(item) in _CONTAINERS:
-                break
-        else:
-            return value.copy()  # flat: the common case, at C speed
-    elif kind is not list and kind is not tuple:
-        return value
-    root: list[Any] = [None]
-    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]  # (source, target, key)
-    while stack:
-        source, target, key = stack.pop()
-        kind = type(source)
-        if kind is dict:
-            copy: Any = {}
-            for k, item in source.items():
-                copy[k] = item
-                if type(item) in _CONTAINERS:
-                    stack.append((item, copy, k))
-        elif kind is list or kind is tuple:
-            copy = list(source)
-            for index, item in enumerate(copy):
-                if type(item) in _CONTAINERS:
-                    stack.append((item, copy, index))
-        else:  # pragma: no cover - only containers are pushed
-            copy = source
-        target[key] = copy
-    return root[0]
-
-
-_CONTAINERS = frozenset({dict, list, tuple})
-
-
-def _normalize(content: Iterable[Block]) -> list[str | Block]:
-    out: list[str | Block] = []
-    parts: list[str] = []
-    for block in content:
-        if type(block) is TextBlock:
-            if block.text:
-                parts.append(block.text)
-        else:
-            if parts:
-                out.append("".join(parts))
-                parts = []
-            out.append(block)
-    if parts:
-        out.append("".join(parts))
-    return out
-
-
-def _stream_mismatch(streamed: list[str | Block], content: tuple[Block, ...]) -> str | None:
-    """Compare the merged stream with the merged final content; describe the first difference."""
-    final = _normalize(content)
-    for index, (got, want) in enumerate(zip(streamed, final, strict=False)):
-        if got != want:
-            return (
-                f"streamed chunks disagree with the final response at normalized block {index}: "
-                f"streamed {_short(got)}, final {_short(want)}"
-            )
-    if len(streamed) != len(final):
-        return (
-            f"streamed chunks make {len(streamed)} normalized blocks, "
-            f"the final response {len(final)}"
-        )
-    return None
-
-
-def _short(item: str | Block) -> str:
-    if type(item) is str:
-        text = item if len(item) <= 40 else item[:37] + "..."
-        return f"text {text!r}"
-    if type(item) is ToolCall:
-        return f"tool call {item.id!r} ({item.name})"
-    return type(item).__name__

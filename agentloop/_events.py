@@ -184,18 +184,24 @@ class SessionResumeEvent(_Event, frozen=True, kw_only=True, tag="session.resume"
 
 
 class SessionCompleteEvent(_Event, frozen=True, kw_only=True, tag="session.complete"):
-    """The state machine reached DONE (any outcome)."""
+    """The state machine reached DONE (any outcome).
+
+    ``reply`` holds the reply that ended the run when one did and no earlier event
+    recorded it: a ``Cancel``, an invalid chunk, or a misused reply (rules revision
+    2 and later; before, ``run.finished`` held it).
+    """
 
     type: ClassVar[str] = "session.complete"
     status: str
     reason: str = ""
+    reply: Reply | None = None
 
 
 class RunFinishedEvent(_Event, frozen=True, kw_only=True, tag="run.finished"):
     """Always the last event, exactly once: the ``RunResult`` without its messages.
 
-    ``reply`` holds the reply that ended the run when one did and no earlier event
-    recorded it: a ``Cancel``, an invalid chunk, or a misused reply.
+    ``reply`` is ``None`` (rules revision 2 and later: ``session.complete`` records
+    the reply that ended the run). Under rules 0 and 1 it held that reply.
     """
 
     type: ClassVar[str] = "run.finished"

@@ -27,19 +27,28 @@ Revisions
    before it, counts when the reply is recorded (``plan.draft``), whatever
    happens next: a response the loop then rejects, or that stops with reason
    ``error`` or ``refusal``, and a ``ModelFailure``'s usage count too.
+2. :data:`REPLY_IN_COMPLETE`: the reply that ended the run, when no earlier event
+   recorded it (a cancel, an invalid chunk, a misused reply), is recorded in
+   ``session.complete`` (its ``reply``), not in ``run.finished``, so a log cut
+   right after ``session.complete`` still holds it and resumes to the same
+   ``run.finished`` (revision 1 and before: in ``run.finished``; a cut log then
+   resumes only when that reply was a cancel).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["RULES_REVISION", "USAGE_WHEN_RECORDED", "rules_problem"]
+__all__ = ["REPLY_IN_COMPLETE", "RULES_REVISION", "USAGE_WHEN_RECORDED", "rules_problem"]
 
 #: A model reply's usage counts when it is recorded, not when it is committed.
 USAGE_WHEN_RECORDED: Final = 1
 
+#: The reply that ended the run is recorded in ``session.complete``, not ``run.finished``.
+REPLY_IN_COMPLETE: Final = 2
+
 #: The newest rules revision: what new runs follow and ``session.start`` records.
-RULES_REVISION: Final = USAGE_WHEN_RECORDED
+RULES_REVISION: Final = REPLY_IN_COMPLETE
 
 
 def rules_problem(rules: object) -> str | None:

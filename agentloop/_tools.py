@@ -22,7 +22,9 @@ from typing import Any, overload
 
 import msgspec
 
+from ._json import non_finite_path
 from ._messages import ToolCall
+from ._text import exception_text
 from ._toolspec import ToolSpec
 
 __all__ = ["Tool", "ToolRegistry", "tool"]
@@ -115,13 +117,19 @@ class Tool:
         try:
             value = self.fn(*args, **values)
         except Exception as exc:
-            return f"{type(exc).__name__}: {exc}", True
+            return exception_text(exc), True
         if type(value) is str:
             return value, False
         try:
-            return msgspec.json.encode(value).decode(), False
+            data = msgspec.json.encode(value)
+            # msgspec writes NaN and infinities as null: a tool's NaN would reach the
+            # model (and the log) as "null", silently. Only null holds a look.
+            where = non_finite_path(msgspec.to_builtins(value)) if b"null" in data else None
         except Exception as exc:
-            return f"cannot encode the result as JSON: {type(exc).__name__}: {exc}", True
+            return f"cannot encode the result as JSON: {exception_text(exc)}", True
+        if where is not None:
+            return f"cannot encode the result as JSON: {where} is not a finite number", True
+        return data.decode(), False
 
 
 @overload

@@ -7,13 +7,11 @@ from typing import Any
 
 import msgspec
 
-from ._json import json_problem, surrogate_problem
+from ._json import copy_json, json_problem, surrogate_problem
 
 __all__ = ["ToolSpec"]
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder(dict[str, Any]).decode
 
 
 class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -54,7 +52,7 @@ class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True):
             raise TypeError(f"ToolSpec {self.name!r}: parameters must be plain JSON: {problem}")
         # The spec keeps its own copy of the schema: it is frozen, and later edits of
         # the caller's dict change nothing (runs can then share the spec as it is).
-        msgspec.structs.force_setattr(self, "parameters", _decode(_encode(self.parameters)))
+        msgspec.structs.force_setattr(self, "parameters", copy_json(self.parameters))
         if type(self.requires_approval) is not bool:
             raise TypeError(
                 f"ToolSpec.requires_approval must be a bool, got {self.requires_approval!r}"

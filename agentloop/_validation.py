@@ -19,7 +19,7 @@ from typing import Any
 from ._budget import Budget
 from ._json import INT_END as _INT_END
 from ._json import INT_MIN as _INT_MIN
-from ._json import SURROGATE, json_problem, surrogate_problem
+from ._json import MAX_FLOAT_INT, SURROGATE, json_problem, path_text, scan, surrogate_problem
 from ._limits import (
     MAX_ARGUMENT_DEPTH,
     MAX_ARGUMENT_ENTRIES,
@@ -56,8 +56,6 @@ __all__ = [
     "reply_problem",
 ]
 
-_MAX_FLOAT_INT = 2**1023  # below float max: float(at) cannot overflow
-
 
 def arguments_ok(arguments: object) -> bool:
     """The fast path: ``True`` when ``arguments`` is plain JSON within every limit.
@@ -74,6 +72,8 @@ def arguments_ok(arguments: object) -> bool:
         if depth > MAX_ARGUMENT_DEPTH:
             return False
         entries += len(container)
+        if entries > MAX_ARGUMENT_ENTRIES:
+            return False  # before walking on: shared containers may expand without end
         if type(container) is dict:
             for key in container:
                 if type(key) is not str:
@@ -101,79 +101,43 @@ def arguments_ok(arguments: object) -> bool:
             elif kind is not bool and value is not None:
                 return False
     # values == entries + 1 (every value but the root is one entry of its container)
-    return entries <= MAX_ARGUMENT_ENTRIES and code_points <= MAX_ARGUMENT_STRING_CODE_POINTS
+    return code_points <= MAX_ARGUMENT_STRING_CODE_POINTS
 
 
 def arguments_problems(arguments: object) -> tuple[str | None, str | None]:
     """Inspect tool-call arguments; return ``(structural, semantic)`` problems.
 
     Structural: not a dict, a non-string key, a value of a type JSON has no form
-    for. Semantic: the limits of DESIGN §8 (depth, values, entries, code points),
-    non-finite floats and integers outside the 64-bit range.
-    Each is a message naming the rule and the path (``$.a[2].b``), or ``None``.
+    for, a container that contains itself, a value too large to record. Semantic:
+    the limits of DESIGN §8 (depth, values, entries, code points), non-finite
+    floats and integers outside the 64-bit range. Each is a message naming the
+    rule and the path (``$.a[2].b``), or ``None``.
     """
     if arguments_ok(arguments):
         return None, None
     if type(arguments) is not dict:
         return f"arguments must be a JSON object (dict), got {type(arguments).__name__}", None
-    semantic: str | None = None
-    values = entries = code_points = deepest = 0
-    deepest_path = "$"
-    stack: list[tuple[Any, int, str]] = [(arguments, 1, "$")]
-    pop, push = stack.pop, stack.append
-    while stack:
-        value, depth, path = pop()
-        values += 1
-        kind = type(value)
-        if kind is str:
-            problem = surrogate_problem(value, path)
-            if problem is not None:
-                return problem, None
-            code_points += len(value)
-        elif kind is dict:
-            if depth > deepest:
-                deepest, deepest_path = depth, path
-            entries += len(value)
-            for key, item in value.items():
-                if type(key) is not str:
-                    return f"{path}: object key {key!r} is not a string", None
-                problem = surrogate_problem(key, f"{path}: object key {key!r}")
-                if problem is not None:
-                    return problem, None
-                code_points += len(key)
-                push((item, depth + 1, f"{path}.{key}"))
-        elif kind is list or kind is tuple:
-            if depth > deepest:
-                deepest, deepest_path = depth, path
-            entries += len(value)
-            for index, item in enumerate(value):
-                push((item, depth + 1, f"{path}[{index}]"))
-        elif kind is float:
-            if semantic is None and not math.isfinite(value):
-                semantic = f"{path}: {value!r} is not a finite number"
-        elif kind is int:
-            if semantic is None and not _INT_MIN <= value < _INT_END:
-                semantic = f"{path}: integer {value} is outside the 64-bit range"
-        elif kind is not bool and value is not None:
-            return f"{path}: {kind.__name__} is not a JSON value", None
-    if semantic is not None:
-        return None, semantic
-    if deepest > MAX_ARGUMENT_DEPTH:
+    found = scan(arguments, "$", numbers_are_structural=False)
+    if found.structural is not None:
+        return found.structural, None
+    if found.semantic is not None:
+        return None, found.semantic
+    if found.deepest > MAX_ARGUMENT_DEPTH:
         return None, (
-            f"nesting depth {deepest} at {deepest_path} exceeds "
+            f"nesting depth {found.deepest} at {path_text('$', found.deepest_node)} exceeds "
             f"MAX_ARGUMENT_DEPTH ({MAX_ARGUMENT_DEPTH})"
         )
     # Every value but the root is one entry of its container (values == entries + 1),
     # so the two limits break together; one message names both.
-    if values > MAX_ARGUMENT_VALUES:
+    if found.entries > MAX_ARGUMENT_ENTRIES:
         return None, (
-            f"{values} values exceed MAX_ARGUMENT_VALUES ({MAX_ARGUMENT_VALUES}, root included): "
-            f"{entries} object fields and array elements exceed "
+            f"{found.entries + 1} values exceed MAX_ARGUMENT_VALUES ({MAX_ARGUMENT_VALUES}, "
+            f"root included): {found.entries} object fields and array elements exceed "
             f"MAX_ARGUMENT_ENTRIES ({MAX_ARGUMENT_ENTRIES})"
         )
-    if code_points > MAX_ARGUMENT_STRING_CODE_POINTS:
+    if found.code_points > MAX_ARGUMENT_STRING_CODE_POINTS:
         return None, (
-            f"{code_points} code points in keys and strings exceed "
+            f"{found.code_points} code points in keys and strings exceed "
             f"MAX_ARGUMENT_STRING_CODE_POINTS ({MAX_ARGUMENT_STRING_CODE_POINTS})"
         )
     return None, None  # pragma: no cover - arguments_ok() said no, so a check above fires
@@ -219,15 +183,21 @@ def block_problem(block: object, where: str) -> str | None:
 
 
 def message_problem(message: Message, where: str) -> str | None:
-    """A string of ``message`` the log could not hold (a lone surrogate), or ``None``."""
+    """A field of ``message`` of the wrong type, or a string the log could not hold
+    (a lone surrogate), or ``None``."""
     kind = type(message)
     if kind is AssistantMessage:
-        for index, block in enumerate(message.content):
+        content: object = message.content
+        if type(content) is not tuple and type(content) is not list:
+            return f"{where}.content must be a tuple of blocks, got {type(content).__name__}"
+        for index, block in enumerate(content):
             problem = block_problem(block, f"{where}.content[{index}]")
             if problem is not None:
                 return problem
         names: tuple[str, ...] = ("id",)
     elif kind is ToolResultMessage:
+        if type(message.is_error) is not bool:  # type: ignore[union-attr]
+            return f"{where}.is_error must be a bool, got {type(message.is_error).__name__}"  # type: ignore[union-attr]
         names = ("id", "tool_call_id", "tool_name", "content")
     else:
         names = ("id", "content")
@@ -341,6 +311,6 @@ def reply_problem(reply: object) -> str | None:
         at = reply.at  # type: ignore[attr-defined]
         if at is not None and type(at) is not float and type(at) is not int:
             problem = f"{kind.__name__}.at must be a number or None, got {type(at).__name__}"
-        elif type(at) is int and not -_MAX_FLOAT_INT <= at <= _MAX_FLOAT_INT:
+        elif type(at) is int and not -MAX_FLOAT_INT <= at <= MAX_FLOAT_INT:
             problem = f"{kind.__name__}.at is an integer too large for a float"
     return problem

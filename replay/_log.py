@@ -53,14 +53,19 @@ line) and fails closed. It refuses, naming the line: a broken chain link; a line
 that is not JSON or not a known event; a line that is not *canonical*, i.e. not
 byte for byte what this module writes for the event it decodes to (a line with an
 unknown or repeated field, extra whitespace or another spelling of the same
-values); an empty line; a line longer than ``max_line_bytes`` (256 MiB) or nested
-deeper than 512 levels (whatever the interpreter's recursion limit); a second
+values); an empty line; a line longer than ``max_line_bytes`` (256 MiB); a second
 header, or a second ``session.start``: one file holds one session. A line may end
 with ``\\r\\n`` (a checkout through git's ``autocrlf`` rewrites a committed log that
 way). A last line without its ``\\n`` is *torn*: the writer died while writing it.
 :class:`TornLogError` carries the intact prefix; a reader never accepts a partial
 line as data and never repairs a file on its own. The header is checked for its
 ``format``, its ``version`` and (format 2) its link.
+
+Values of any depth are read (a log holds whatever the loop recorded: a model's
+100,000-level tool arguments, say). A line nested deeper than 512 levels is
+decoded, and checked for its canonical form, without recursion (the iterative
+walks of ``agentloop/_deep.py``), whatever the interpreter's recursion limit, so
+every interpreter reads the same lines the same way.
 
 ``read_log`` checks the *file*, not the *story*: missing, extra or reordered events
 that a writer wrote that way are found by :func:`replay.replay`.
@@ -153,6 +158,9 @@ from agentloop import (
     encode_event,
     text_from_assistant,
 )
+from agentloop._codec import decode_deep
+from agentloop._deep import encode as deep_encode
+from agentloop._deep import parse as deep_parse
 
 __all__ = [
     "LOG_FORMAT",
@@ -178,9 +186,9 @@ MAX_LINE_BYTES: Final = 256 * 1024 * 1024
 _POSIX: Final = os.name == "posix"
 # A header line is small; a file whose first 64 KiB hold no line end is no log.
 _MAX_HEADER_BYTES: Final = 64 * 1024
-# The deepest nesting of JSON objects and arrays a line may have. A fixed number, so
-# that every interpreter accepts and refuses the same lines (msgspec decodes by
-# recursion: 3.11 gives up near 1,000 levels, 3.13 near 10,000).
+# Past this nesting of JSON objects and arrays a line is decoded without recursion
+# (msgspec decodes by recursion: 3.11 gives up near 1,000 levels, 3.13 near 10,000).
+# A fixed number, so that every interpreter takes the same path for the same line.
 _MAX_DEPTH: Final = 512
 _CHUNK: Final = 1024 * 1024
 
@@ -313,9 +321,16 @@ _STORED: Final[dict[type[Any], type[msgspec.Struct]]] = {
     cls: _without(cls, "message") for cls in (PlanCommitEvent, ToolResultEvent, ToolErrorEvent)
 }
 _STORED_DECODERS: Final = {
-    b'{"type":"' + cls.type.encode() + b'",': (cls, msgspec.json.Decoder(stored))
-    for cls, stored in _STORED.items()
+    b'{"type":"' + cls.type.encode() + b'",': (cls, stored) for cls, stored in _STORED.items()
 }
+
+
+def _encode_any(value: Any) -> bytes:
+    """``msgspec.json.encode(value)``, the same bytes at any depth."""
+    try:
+        return _encode(value)
+    except RecursionError:  # too deep for msgspec's recursive encoder
+        return deep_encode(value)
 
 
 def _same_message(
@@ -332,7 +347,16 @@ def _same_message(
         # NaN is not equal to itself).
         try:
             return bool(content == blocks) and _encode(content) == _encode(blocks)
-        except (TypeError, ValueError, OverflowError, RecursionError):
+        except RecursionError:
+            # Too deep to compare by recursion: the same when written the same
+            # (tags tell NaN from null and big ints apart) and of the same types
+            # all the way down (which a written form shows but for list/tuple:
+            # both are rebuilt as tuples of blocks holding lists).
+            try:
+                return deep_encode(content, tagged=True) == deep_encode(blocks, tagged=True)
+            except (TypeError, ValueError, OverflowError):
+                return False
+        except (TypeError, ValueError, OverflowError):
             return False
     return (
         message.tool_call_id == rebuilt.tool_call_id  # type: ignore[union-attr]
@@ -401,7 +425,7 @@ class _Format2:
             if rebuilt is not None and _same_message(event.message, rebuilt):  # type: ignore[arg-type,union-attr]
                 stored = _STORED[cls]
                 fields = {name: getattr(event, name) for name in stored.__struct_fields__}
-                return _encode(stored(**fields))[:-1] + _DERIVED["message"]
+                return _encode_any(stored(**fields))[:-1] + _DERIVED["message"]
         elif cls is RunFinishedEvent:
             final_text = event.final_text  # type: ignore[union-attr]
             if final_text is not None and final_text == self._final_text():
@@ -473,9 +497,9 @@ class _Format2:
             if line.endswith(marker, 0, body_end):
                 derived = name
         if derived == "message":
-            for prefix, (cls, decoder) in _STORED_DECODERS.items():
+            for prefix, (cls, stored) in _STORED_DECODERS.items():
                 if line.startswith(prefix):
-                    fields = _decode(line, where, decoder.decode)
+                    fields = _decode(line, where, stored)
                     message = self._message(cls, fields)
                     if message is None:
                         what = "plan.draft response" if cls is PlanCommitEvent else "tool.call"
@@ -663,8 +687,8 @@ def _whole_line(event: Event, fields: Fields) -> bytes:
     them."""
     builtins = _builtins(event, fields)
     if event.__class__ in _V1_TAGGED:
-        return _encode(_v1_tag(builtins))
-    return _encode(builtins)
+        return _encode_any(_v1_tag(builtins))
+    return _encode_any(builtins)
 
 
 def _v1_line(event: Event) -> bytes:
@@ -730,22 +754,26 @@ class _Where:
         return self.error(problem + self.written_by())
 
 
-def _decode(line: bytes, where: _Where, decode: Callable[[bytes], Any] = decode_event) -> Any:
-    """``decode(line)``, its errors as :class:`LogFormatError` naming the line."""
-    # (Nesting deeper than _MAX_DEPTH takes more than twice as many bytes.)
-    if (
-        len(line) > 2 * _MAX_DEPTH
-        and line.count(b"[") + line.count(b"{") > _MAX_DEPTH
-        and _depth(line) > _MAX_DEPTH
-    ):
-        raise where.error(
-            f"not a valid agentloop event (nested more than {_MAX_DEPTH} levels deep)"
-        )
+def _decode(line: bytes, where: _Where, into: Any = None) -> Any:
+    """The event (or the ``into`` Struct) ``line`` holds, its errors as
+    :class:`LogFormatError` naming the line. At any depth: a line nested deeper
+    than ``_MAX_DEPTH`` is decoded without recursion."""
     try:
-        return decode(line)
+        # (Nesting deeper than _MAX_DEPTH takes more than twice as many bytes.)
+        if (
+            len(line) > 2 * _MAX_DEPTH
+            and line.count(b"[") + line.count(b"{") > _MAX_DEPTH
+            and _depth(line) > _MAX_DEPTH
+        ):
+            return decode_deep(line) if into is None else decode_deep(line, into)
+        if into is None:
+            return decode_event(line)
+        return _stored_decoders[into].decode(line)
     except msgspec.MsgspecError as exc:
         raise where.error(f"not a valid agentloop event ({exc}){where.written_by()}") from None
 
+
+_stored_decoders: Final = {stored: msgspec.json.Decoder(stored) for stored in _STORED.values()}
 
 _JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
@@ -763,7 +791,11 @@ def _depth(line: bytes) -> int:
 def _unknown_field(line: bytes, event: Any) -> str | None:
     """The first key of ``line`` (a dotted path) that names no field of the Struct
     it decoded to (plain data, like tool arguments, may hold any key)."""
-    stack: list[tuple[str, Any, Any]] = [("", msgspec.json.decode(line), event)]
+    try:
+        data = msgspec.json.decode(line)
+    except RecursionError:
+        data = deep_parse(line)
+    stack: list[tuple[str, Any, Any]] = [("", data, event)]
     while stack:
         path, data, value = stack.pop()
         if isinstance(value, msgspec.Struct) and data.__class__ is dict:

@@ -14,8 +14,9 @@ event                     recorded reply
 ``plan.draft``            ``reply`` (``ModelResponse``/``ModelFailure``)
 ``tool.result``/``.error``  ``reply`` unless ``None`` (loop-made result)
 ``session.resume``        ``reply`` (``Resume``)
-``run.finished``          ``reply`` unless ``None`` (a cancel, an invalid
-                          chunk, a misused reply)
+``session.complete``      ``reply`` unless ``None`` (a cancel, an invalid
+                          chunk, a misused reply; rules revision 2 on)
+``run.finished``          ``reply`` unless ``None`` (the same, rules 0 and 1)
 ========================  ==========================================
 
 A replay builds ``agent_loop(...)`` from that configuration (with the recorded
@@ -33,6 +34,24 @@ story when the recorded run ended that way (its ``run.finished`` failed with
 ``CALLER_PROTOCOL_ERROR`` and holds the misused reply); the regenerated
 ``run.finished`` is compared like any other event.
 
+A ``KeyboardInterrupt`` (or any ``BaseException`` but ``GeneratorExit``) raised
+inside the loop, by a hook or a log subscriber, ends the run there: the loop
+records it as a cancel (``"<Type>: <message>"``) in ``run.finished``. A replay
+does not get that interrupt again, so when a log ends with such a cancel and the
+first try goes past the point where it happened, the replay is tried once more
+with the interrupt raised at that point (see ``_Plan``).
+
+Crashes: a log cut at any event boundary (its process killed) is a prefix of its
+run. :func:`resume` continues it: the loop regenerates the events the crash lost
+up to its next pull point, or to the end of the run (the effect is then
+``None``). The reply that ended the run is in ``session.complete`` (rules
+revision 2 on), so a log cut right after it resumes to the same ``run.finished``.
+Under rules 0 and 1 that reply was recorded only in ``run.finished``: a cancel
+lost with it is rebuilt from ``session.complete``; a misused reply or an invalid
+chunk cannot be, and such a log is refused. A log cut inside its initial transcript cannot
+tell whether every initial message was recorded: it is refused unless the run's
+initial messages are given (``messages=``).
+
 A log whose only event is a failed ``run.finished`` (``INVALID_TRANSCRIPT``) has
 nothing to replay: the loop never started, and the invalid transcript is not in
 the log. Its one event is checked for the shape the loop gives it (sequence 0,
@@ -44,16 +63,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
 from agentloop import (
-    CALLER_PROTOCOL_ERROR,
     INVALID_TRANSCRIPT,
     AgentLoop,
     BudgetUsage,
     CallerProtocolError,
+    Cancel,
     Effect,
     Event,
     HookRegistry,
@@ -67,6 +86,7 @@ from agentloop import (
     RunError,
     RunFinishedEvent,
     RunResult,
+    SessionCompleteEvent,
     SessionResumeEvent,
     SessionStartEvent,
     State,
@@ -211,6 +231,7 @@ _REPLY_EVENTS: Final = (
     ToolResultEvent,
     ToolErrorEvent,
     SessionResumeEvent,
+    SessionCompleteEvent,
     RunFinishedEvent,
 )
 
@@ -233,6 +254,65 @@ def recorded_replies(events: Iterable[Event]) -> list[tuple[int, Reply]]:
     return out
 
 
+# --------------------------------------------------------------------------- interrupts
+
+
+class _Interrupt(BaseException):
+    """A recorded interrupt, raised again by replay where it happened (see _Plan)."""
+
+
+_INTERRUPT_TYPES: dict[str, type[_Interrupt]] = {}
+
+
+def _interrupt_type(name: str) -> type[_Interrupt]:
+    # The loop records an interrupt as Cancel("<Type>: <message>"): an exception of a
+    # class with the same name and message gives the same text back.
+    cls = _INTERRUPT_TYPES.get(name)
+    if cls is None:
+        cls = _INTERRUPT_TYPES[name] = type(name, (_Interrupt,), {"__module__": __name__})
+    return cls
+
+
+class _Plan(msgspec.Struct, frozen=True):
+    """How to replay a run that a ``KeyboardInterrupt`` (or the like) ended inside
+    the loop: in a hook or a log subscriber, not at a pull point.
+
+    The loop records such an interrupt as a cancel in ``run.finished`` (or, when a
+    ``ToolResult`` had arrived but was not recorded yet, that result), just after
+    the last event it had emitted. A replayed one-off interrupt does not happen
+    again, so the loop would go on; replay raises it again instead, at the same
+    place: right after event ``position - 1`` once every other reply is in (from a
+    log subscriber), or in the first hook called after that.
+    """
+
+    position: int  # of the recorded session.complete
+    name: str
+    message: str
+    consumes_last_reply: bool  # the recorded Cancel stands for the interrupt itself
+
+    def exception(self) -> _Interrupt:
+        return _interrupt_type(self.name)(self.message)
+
+
+def _interrupt_plan(events: Sequence[Event]) -> _Plan | None:
+    """The interrupt a log may end with (a cancelled session.complete whose reason
+    reads ``"<Type>: <message>"``), or ``None``."""
+    last = events[-1]
+    finished = last if type(last) is RunFinishedEvent else None
+    position = len(events) - (2 if finished is not None else 1)
+    complete = events[position] if position > 0 else None
+    if type(complete) is not SessionCompleteEvent or complete.status != "cancelled":
+        return None
+    name, separator, message = complete.reason.partition(": ")
+    if not separator or not name.isidentifier():
+        return None
+    # Where the reply that ended the run is (rules 2: session.complete; before:
+    # run.finished, and lost with it).
+    reply = complete.reply if finished is None or complete.reply is not None else finished.reply
+    consumes = type(reply) is Cancel and reply.reason == complete.reason
+    return _Plan(position, name, message, consumes)
+
+
 # --------------------------------------------------------------------------- the driver
 
 
@@ -240,7 +320,13 @@ class _Session:
     """One replay in progress: a loop rebuilt from a log, fed its recorded replies."""
 
     def __init__(
-        self, events: Sequence[Event], hooks: HookRegistry | None, *, past_end: bool = False
+        self,
+        events: Sequence[Event],
+        hooks: HookRegistry | None,
+        *,
+        past_end: bool = False,
+        interrupt: _Plan | None = None,
+        messages: Sequence[Message] | None = None,
     ) -> None:
         self.events = events
         self.past_end = past_end  # regenerated events beyond the log are allowed
@@ -253,16 +339,24 @@ class _Session:
                 reason="a log starts with session.start (or is a single failed run.finished "
                 "with INVALID_TRANSCRIPT)",
             )
-        messages: list[Message] = []
+        recorded: list[Message] = []
         for event in events[1:]:
             if type(event) is not MessageAcceptedEvent:
                 break
-            messages.append(event.message)
+            recorded.append(event.message)
+        self.cut_in_transcript = len(recorded) == len(events) - 1  # nothing after it
+        initial = recorded if messages is None else _initial_messages(recorded, messages, self)
         self.replies = recorded_replies(events)
         self.next_reply = 0
+        self.interrupt = interrupt
+        self.tripped = False
+        if interrupt is not None:
+            if interrupt.consumes_last_reply:
+                del self.replies[-1]
+            hooks = self._tripwired(hooks)
         try:
             self.loop: AgentLoop = agent_loop(
-                messages,
+                initial,
                 tools=start.tools,
                 system=start.system,
                 max_steps=start.max_steps,
@@ -283,6 +377,40 @@ class _Session:
         # DEBUG: each regenerated event, to the "replay" logger (if enabled now).
         self._unfollow: Callable[[], None] | None = follow(self.loop.log, logger)
 
+    # ------------------------------------------------------------------ interrupts
+
+    def _trip(self) -> None:
+        plan = self.interrupt
+        assert plan is not None
+        if (
+            not self.tripped
+            and len(self.loop.log) == plan.position
+            and self.next_reply == len(self.replies)
+        ):
+            self.tripped = True
+            raise plan.exception()
+
+    def _on_event(self, event: Event) -> None:
+        if event.sequence == self.interrupt.position - 1:  # type: ignore[union-attr]
+            self._trip()
+
+    def _tripwired(self, hooks: HookRegistry | None) -> HookRegistry | None:
+        """The caller's hooks, each first checking whether the interrupt is due (an
+        interrupt in ``after_tool_call`` comes after the result's reply)."""
+        if hooks is None:
+            return None
+
+        def wrap(fn: Any) -> Any:
+            def tripwired(payload: dict[str, Any]) -> object:
+                self._trip()
+                return fn(payload)
+
+            return tripwired
+
+        return HookRegistry(
+            {topic: [wrap(fn) for fn in fns] for topic, fns in hooks.snapshot().items()}
+        )
+
     # ------------------------------------------------------------------ checking
 
     def _check(self) -> None:
@@ -298,12 +426,14 @@ class _Session:
             if position >= recorded:
                 if self.past_end:
                     continue
+                # (A log with its run.finished cannot end before the loop does.)
+                reason = (
+                    f"the loop emitted more events than the log holds ({recorded}): the "
+                    "log ends between two events, as when its process died (resume() "
+                    "continues it)"
+                )
                 raise ReplayDivergence(
-                    position,
-                    None,
-                    actual,
-                    reason=f"the loop emitted more events than the log holds ({recorded})",
-                    hint=self._hint(actual),
+                    position, None, actual, reason=reason, hint=self._hint(actual)
                 )
             expected = events[position]
             if encode(actual) != encode(expected):
@@ -326,15 +456,24 @@ class _Session:
     # ------------------------------------------------------------------ driving
 
     def start(self) -> None:
+        if self.interrupt is not None:
+            # Subscribed last: observers of the caller (state_at) see the event first.
+            self.loop.log.subscribe(self._on_event)
         try:
             self.effect = next(self.loop)
         except StopIteration as stop:
             self._finished(stop.value)
+        except _Interrupt:
+            self._finished(self.loop.result)
         self._check()
 
     def feed(self) -> None:
         """Send the next recorded reply."""
         position, reply = self.replies[self.next_reply]
+        self.send(reply, position)
+
+    def send(self, reply: Reply, position: int) -> None:
+        """Send ``reply`` (recorded in event ``position``) and check what follows."""
         if self.finished:
             self._check()
             end = len(self.loop.log)
@@ -350,22 +489,10 @@ class _Session:
             self.effect = self.loop.send(reply)
         except StopIteration as stop:
             self._finished(stop.value)
-        except CallerProtocolError:
-            # The loop logged a failed run.finished first; it is compared below.
-            # Expected exactly when the recorded run ended that way.
+        except (CallerProtocolError, _Interrupt):
+            # The loop logged its run.finished first (a misused reply recorded in
+            # it, or the interrupt); it is compared below like any other event.
             self._finished(self.loop.result)
-            self._check()
-            last = self.events[-1]
-            if type(last) is not RunFinishedEvent or (
-                last.error is None or last.error.code != CALLER_PROTOCOL_ERROR
-            ):  # pragma: no cover - the comparison above already diverged
-                raise ReplayDivergence(
-                    len(self.loop.log) - 1,
-                    last,
-                    self.loop.log[-1],
-                    reason="the loop rejected a recorded reply as caller misuse",
-                ) from None
-            return
         self._check()
 
     def close(self) -> None:
@@ -375,12 +502,12 @@ class _Session:
         if not self.finished:
             self.loop.close()
 
-    def hand_over(self) -> tuple[AgentLoop, Effect]:
-        """The live loop and the effect it waits for, for the caller to drive: its
-        later events are the caller's, not the replay's, so they are not logged here."""
+    def hand_over(self) -> tuple[AgentLoop, Effect | None]:
+        """The live loop and the effect it waits for (``None`` once it finished), for
+        the caller to drive: its later events are the caller's, not the replay's, so
+        they are not logged here."""
         if self._unfollow is not None:
             self._unfollow()
-        assert self.effect is not None
         return self.loop, self.effect
 
     def _finished(self, result: RunResult | None) -> None:
@@ -414,6 +541,52 @@ class _Session:
                     "records no further reply"
                 )
             raise ReplayDivergence(end, self.events[end], None, reason=reason)
+
+    def refuse_a_cut_transcript(self) -> None:
+        """A live loop must not go on from a log cut inside its initial transcript."""
+        if self.cut_in_transcript:
+            count = len(self.events) - 1
+            raise ReplayError(
+                f"the log ends in the run's initial transcript (after {count} "
+                "message.accepted event(s)): its process died before the first step, and "
+                "the log cannot tell whether every initial message was recorded; pass the "
+                "run's initial messages (resume(events, messages=...)) or start it again"
+            )
+
+    def finish_a_lost_cancel(self) -> None:
+        """The log ends with a session.complete whose run.finished (holding the
+        reply that ended the run) was lost: rebuild that reply when it can be.
+
+        A cancel can: ``session.complete`` says its reason, and its time is the
+        event's ``at``. A misused reply or an invalid chunk cannot.
+        """
+        end = len(self.loop.log)
+        last = self.events[-1]
+        if self.finished or end != len(self.events) - 1 or type(last) is not SessionCompleteEvent:
+            return
+        if last.status != "cancelled":
+            raise ReplayError(
+                f"the log ends with session.complete ({last.status}, {last.reason}) but not "
+                "the run.finished after it, which recorded the reply that ended the run: "
+                "the run cannot be rebuilt from this log"
+            )
+        self.send(Cancel(reason=last.reason, at=last.at), end)
+
+
+def _initial_messages(
+    recorded: list[Message], messages: Sequence[Message], session: _Session
+) -> list[Message]:
+    """The initial transcript for a resume given ``messages=``: it must begin with
+    the recorded one (and be it, when the log recorded it whole)."""
+    given = list(messages)
+    whole = not session.cut_in_transcript
+    if given[: len(recorded)] != recorded or (whole and len(given) != len(recorded)):
+        raise ReplayError(
+            f"messages= does not match the log's initial transcript ({len(recorded)} "
+            f"message.accepted event(s){'' if whole else ', maybe cut off'}; "
+            f"{len(given)} messages given)"
+        )
+    return given
 
 
 def _describe(effect: Effect | None) -> str:
@@ -483,6 +656,28 @@ def _invalid_transcript(events: list[Event]) -> RunResult | None:
 
 # --------------------------------------------------------------------------- public API
 
+_T = TypeVar("_T")
+
+
+def _replayed(
+    items: list[Event],
+    hooks: HookRegistry | None,
+    body: Callable[[_Session], _T],
+    **options: Any,
+) -> _T:
+    """``body`` of a session over ``items``; again with the recorded interrupt raised
+    where it happened, when the log ends with one the first try went past."""
+    try:
+        return body(_Session(items, hooks, **options))
+    except ReplayDivergence as divergence:
+        plan = _interrupt_plan(items)
+        if plan is None or divergence.sequence != plan.position:
+            raise
+        try:
+            return body(_Session(items, hooks, interrupt=plan, **options))
+        except ReplayDivergence:
+            raise divergence from None
+
 
 def replay(events: Iterable[Event], *, hooks: HookRegistry | None = None) -> ReplayResult:
     """Replay a log through the loop, without a model, checking every event.
@@ -495,7 +690,9 @@ def replay(events: Iterable[Event], *, hooks: HookRegistry | None = None) -> Rep
         :class:`ReplayResult`: the regenerated result and events. For a log that
         ends at a pull point (no ``run.finished``), ``result`` is ``None`` and
         ``pending`` is the effect the loop waits for. A log that is only a failed
-        ``run.finished`` (``INVALID_TRANSCRIPT``) is returned as it is.
+        ``run.finished`` (``INVALID_TRANSCRIPT``) is returned as it is. A run that
+        a ``KeyboardInterrupt`` (or the like) ended inside a hook replays with the
+        interrupt raised again where it happened.
 
     Raises:
         ReplayDivergence: the first difference between the log and the loop.
@@ -506,20 +703,23 @@ def replay(events: Iterable[Event], *, hooks: HookRegistry | None = None) -> Rep
     if invalid is not None:
         logger.info("replayed 1 event: failed (%s)", INVALID_TRANSCRIPT)
         return ReplayResult(invalid, tuple(items))
-    session = _Session(items, hooks)
-    try:
-        session.start()
-        session.feed_all()
-        session.check_complete()
-        result = ReplayResult(session.result, tuple(session.loop.log), session.effect)
-    finally:
-        session.close()
-    logger.info(
-        "replayed %d events: %s",
-        len(result.events),
-        session._status() if session.finished else f"waits for {_describe(session.effect)}",
-    )
-    return result
+
+    def body(session: _Session) -> ReplayResult:
+        try:
+            session.start()
+            session.feed_all()
+            session.check_complete()
+            result = ReplayResult(session.result, tuple(session.loop.log), session.effect)
+        finally:
+            session.close()
+        logger.info(
+            "replayed %d events: %s",
+            len(result.events),
+            session._status() if session.finished else f"waits for {_describe(session.effect)}",
+        )
+        return result
+
+    return _replayed(items, hooks, body)
 
 
 def state_at(
@@ -554,28 +754,31 @@ def state_at(
             budget_usage=BudgetUsage(),
             result=invalid,
         )
-    session = _Session(items, hooks, past_end=True)
-    loop = session.loop
-    captured: list[LoopSnapshot] = []
 
-    def capture(event: Event) -> None:
-        if event.sequence == sequence:
-            captured.append(_snapshot(loop, event, None, None))
+    def body(session: _Session) -> LoopSnapshot:
+        loop = session.loop
+        captured: list[LoopSnapshot] = []
 
-    unsubscribe = loop.log.subscribe(capture)
-    try:
-        session.start()
-        while len(loop.log) <= sequence and session.next_reply < len(session.replies):
-            session.feed()
-        if len(loop.log) <= sequence:
-            session.check_complete()
-        if len(loop.log) == sequence + 1:
-            # Nothing more happens until the next reply: read the loop as it waits.
-            return _snapshot(loop, loop.log[sequence], session.effect, session.result)
-        return captured[0]
-    finally:
-        unsubscribe()
-        session.close()
+        def capture(event: Event) -> None:
+            if event.sequence == sequence:
+                captured.append(_snapshot(loop, event, None, None))
+
+        unsubscribe = loop.log.subscribe(capture)
+        try:
+            session.start()
+            while len(loop.log) <= sequence and session.next_reply < len(session.replies):
+                session.feed()
+            if len(loop.log) <= sequence:
+                session.check_complete()
+            if len(loop.log) == sequence + 1:
+                # Nothing more happens until the next reply: read the loop as it waits.
+                return _snapshot(loop, loop.log[sequence], session.effect, session.result)
+            return captured[0]
+        finally:
+            unsubscribe()
+            session.close()
+
+    return _replayed(items, hooks, body, past_end=True)
 
 
 def _snapshot(
@@ -595,8 +798,11 @@ def _snapshot(
 
 
 def resume(
-    events: Iterable[Event], *, hooks: HookRegistry | None = None
-) -> tuple[AgentLoop, Effect]:
+    events: Iterable[Event],
+    *,
+    hooks: HookRegistry | None = None,
+    messages: Sequence[Message] | None = None,
+) -> tuple[AgentLoop, Effect | None]:
     """Continue a run from its log: a live loop at the log's last pull point.
 
     For a log that ends while the loop waits for a reply (paused, or its process
@@ -608,12 +814,29 @@ def resume(
     If the previous process died between two events (after recording a reply but
     before the loop asked for the next one), the loop regenerates the missing
     events; they are in ``loop.log`` after the given ones (``follow`` writes them).
+    When those events end the run (the process died after the last reply, before
+    ``run.finished`` was written), the run completes here: the effect is ``None``
+    and ``loop.result`` is the :class:`~agentloop.RunResult`. A cancel recorded
+    only in the lost ``run.finished`` is rebuilt from ``session.complete``.
+
+    Args:
+        events: the log.
+        hooks: the hooks the run had.
+        messages: the run's initial messages, only needed (and then required)
+            when the log was cut off inside its initial transcript: such a log
+            cannot tell whether every initial message was recorded. They must
+            begin with the recorded ones.
 
     Returns:
-        ``(loop, effect)``: send the reply to ``effect`` next.
+        ``(loop, effect)``: send the reply to ``effect`` next; or ``(loop, None)``
+        when the run finished while the missing events were regenerated.
 
     Raises:
-        ReplayError: the run already finished (nothing to resume).
+        ReplayError: the run already finished (nothing to resume); the log was cut
+            off inside its initial transcript and no ``messages`` were given (or
+            they do not match); or the reply that ended the run was recorded only
+            in the lost ``run.finished`` and cannot be rebuilt (a misused reply,
+            an invalid chunk).
         ReplayDivergence: the log does not replay, or goes on past the point where
             the loop waits (events the loop does not regenerate, as :func:`replay`
             finds them).
@@ -624,26 +847,32 @@ def resume(
             "the run already finished (the log ends with run.finished); nothing to resume "
             "(fork() continues from an earlier event)"
         )
-    session = _Session(items, hooks, past_end=True)
-    try:
-        session.start()
-        session.feed_all()
-        # The log must end where the loop now waits (or before, if the process died
-        # between two events): recorded events the loop does not regenerate are a
-        # divergence, as in replay().
-        session.check_complete()
-        if session.finished or session.effect is None:
-            raise ReplayError(
-                f"the run finishes ({session._status()}) after the log's last reply without "
-                "asking for another one; nothing to resume"
+
+    def body(session: _Session) -> tuple[AgentLoop, Effect | None]:
+        try:
+            if messages is None:
+                session.refuse_a_cut_transcript()
+            session.start()
+            session.feed_all()
+            session.finish_a_lost_cancel()
+            # The log must end where the loop now waits (or before, if the process
+            # died between two events): recorded events the loop does not
+            # regenerate are a divergence, as in replay().
+            session.check_complete()
+        except BaseException:
+            session.close()
+            raise
+        if session.effect is None:
+            logger.info("resumed after %d events: %s", len(session.loop.log), session._status())
+        else:
+            logger.info(
+                "resumed after %d events: waits for %s",
+                len(session.loop.log),
+                _describe(session.effect),
             )
-    except BaseException:
-        session.close()
-        raise
-    logger.info(
-        "resumed after %d events: waits for %s", len(session.loop.log), _describe(session.effect)
-    )
-    return session.hand_over()
+        return session.hand_over()
+
+    return _replayed(items, hooks, body, past_end=True, messages=messages)
 
 
 def fork(
@@ -661,31 +890,39 @@ def fork(
     Raises:
         ValueError: ``sequence`` is not the position of an event of the log.
         ReplayError: the run finishes after that event without asking for any
-            further reply (nothing to branch).
+            further reply (nothing to branch), or the log was cut off inside its
+            initial transcript (it may lack initial messages).
         ReplayDivergence: the log does not replay up to there.
     """
     items = _events(events)
     _check_position(sequence, items)
     if _invalid_transcript(items) is not None:
         raise ReplayError("the log is a failed run.finished (INVALID_TRANSCRIPT); nothing to fork")
-    session = _Session(items, hooks, past_end=True)
-    try:
-        session.start()
-        session.feed_through(sequence)
-        while len(session.loop.log) <= sequence and session.next_reply < len(session.replies):
-            # Event ``sequence`` comes from a reply recorded after it (a cancel or a
-            # misused reply ends the run with session.complete, then run.finished).
-            session.feed()
-        if session.finished or session.effect is None:
-            raise ReplayError(
-                f"the run finishes ({session._status()}) after event #{sequence} without "
-                "asking for another reply; nothing to fork"
-            )
-    except BaseException:
-        session.close()
-        raise
-    logger.info("forked after event #%d: waits for %s", sequence, _describe(session.effect))
-    return session.hand_over()
+
+    def body(session: _Session) -> tuple[AgentLoop, Effect]:
+        try:
+            session.refuse_a_cut_transcript()
+            session.start()
+            session.feed_through(sequence)
+            while len(session.loop.log) <= sequence and session.next_reply < len(session.replies):
+                # Event ``sequence`` comes from a reply recorded after it (a cancel or
+                # a misused reply ends the run with session.complete, then
+                # run.finished).
+                session.feed()
+            if session.finished or session.effect is None:
+                raise ReplayError(
+                    f"the run finishes ({session._status()}) after event #{sequence} without "
+                    "asking for another reply; nothing to fork"
+                )
+        except BaseException:
+            session.close()
+            raise
+        logger.info("forked after event #%d: waits for %s", sequence, _describe(session.effect))
+        loop, effect = session.hand_over()
+        assert effect is not None  # checked above
+        return loop, effect
+
+    return _replayed(items, hooks, body, past_end=True)
 
 
 def _check_position(sequence: int, events: list[Event]) -> None:

@@ -1,8 +1,14 @@
-"""Small helpers for driving the raw generator in tests."""
+"""Small helpers for driving the raw generator in tests (and killing child processes)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from agentloop import (
@@ -84,11 +90,38 @@ def types(loop: AgentLoop) -> list[str]:
     return [e.type for e in loop.log]
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for a child ``python`` that imports this checkout."""
-    import os
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parent.parent)
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+@contextlib.contextmanager
+def sigkilled(code: str, *arguments: str) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``python -c code arguments`` from the checkout; SIGKILL it when the block
+    ends (unless it died already) and check that SIGKILL is what ended it."""
+    env = subprocess_env()
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        yield child
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+        returncode = child.wait(timeout=60)
+        stderr = child.stderr.read() if child.stderr is not None else b""
+        assert returncode == -signal.SIGKILL, stderr.decode(errors="replace")
+    finally:
+        if child.poll() is None:  # pragma: no cover - only when a test fails
+            child.kill()
+            child.wait()
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()

@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 
-from agentloop import SessionStartEvent
+from agentloop import RunFinishedEvent, SessionCompleteEvent, SessionStartEvent
+from agentloop._rules import REPLY_IN_COMPLETE
 
 LINK_TAIL = len(b',"#":"') + 16 + len(b'"}')
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -56,10 +57,21 @@ def fixture(name: str, version: int = 2) -> bytes:
 
 
 def under_rules(events: Iterable[Any], rules: int) -> list[Any]:
-    """``events`` with the rules revision their ``session.start`` records set to
-    ``rules``: a format-1 fixture is the run of its format-2 copy as the engine's
-    rules revision 0 recorded it (no other event differs in these fixtures)."""
-    return [
+    """``events`` as the engine's rules revision ``rules`` records the same run: a
+    format-1 fixture is the run of its format-2 copy under revision 0.
+
+    ``session.start`` records the revision; before revision 2 the reply that ended
+    the run was recorded in ``run.finished``, from 2 on in ``session.complete`` (no
+    other event differs in these fixtures).
+    """
+    out = [
         msgspec.structs.replace(e, rules=rules) if type(e) is SessionStartEvent else e
         for e in events
     ]
+    complete, finished = out[-2:] if len(out) > 1 else (None, None)
+    if type(complete) is SessionCompleteEvent and type(finished) is RunFinishedEvent:
+        ending = complete.reply if complete.reply is not None else finished.reply
+        early = rules >= REPLY_IN_COMPLETE
+        out[-2] = msgspec.structs.replace(complete, reply=ending if early else None)
+        out[-1] = msgspec.structs.replace(finished, reply=None if early else ending)
+    return out

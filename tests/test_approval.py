@@ -45,6 +45,7 @@ from agentloop import (
     tool,
     validate_transcript,
 )
+from replay import replay
 from tests.helpers import ECHO, check_log, response
 
 USER = UserMessage("u1", "Tidy up.")
@@ -225,26 +226,34 @@ def test_edited_arguments_at_the_bounds_are_accepted() -> None:
 
 
 MALFORMED = {
-    "no payload": Resume(),
-    "empty dict": Resume({}),
-    "approved not a bool": Resume({"approved": "yes"}),
-    "approved an int": Resume({"approved": 1}),
-    "a list": Resume([True]),
-    "a string": Resume("approved"),
+    "no payload": (Resume(), "None"),
+    "empty dict": (Resume({}), "a dict without 'approved'"),
+    "approved not a bool": (Resume({"approved": "yes"}), "'approved': 'yes'"),
+    "approved an int": (Resume({"approved": 1}), "'approved': 1"),
+    "approved a big int": (Resume({"approved": 2**64 - 1}), f"'approved': {2**64 - 1}"),
+    "approved a long str": (Resume({"approved": "y" * 99}), "'approved': '" + "y" * 36 + "..."),
+    "approved a list": (Resume({"approved": [True]}), "'approved': list"),
+    "a list": (Resume([True]), "a list"),
+    "a string": (Resume("approved"), "a str"),
 }
 
 
-@pytest.mark.parametrize("resume", MALFORMED.values(), ids=list(MALFORMED))
-def test_malformed_resume_payload_is_caller_misuse(resume: Resume) -> None:
+@pytest.mark.parametrize(("resume", "got"), MALFORMED.values(), ids=list(MALFORMED))
+def test_malformed_resume_payload_is_caller_misuse_recorded_once(resume: Resume, got: str) -> None:
     loop = new_loop()
     plan(loop, delete("c1"))
-    with pytest.raises(CallerProtocolError, match="must be a dict with a bool 'approved'"):
+    with pytest.raises(CallerProtocolError) as raised:
         loop.send(resume)
+    assert str(raised.value) == (
+        f"Resume.payload for a 'approval' pause must be a dict with a bool 'approved', got {got}"
+    )
     finished = loop.log[-1]
     assert finished.type == "run.finished"
     assert finished.error is not None and finished.error.code == "CALLER_PROTOCOL_ERROR"
-    # the Resume was recorded (session.resume) before it was judged
-    assert loop.log[-3].type == "session.resume" and loop.log[-3].reply == resume
+    # Exactly one event records the reply: session.complete, not session.resume too.
+    assert "session.resume" not in types(loop) and loop.log[-2].reply == resume
+    assert finished.reply is None
+    assert replay(list(loop.log)).result == loop.result
     check_log(loop.log.events)
     with pytest.raises(CallerProtocolError):  # sticky
         loop.send(Resume({"approved": True}))
@@ -282,7 +291,7 @@ def test_cancel_at_an_approval_pause_ends_cancelled_with_reason_approval() -> No
     cancel = Cancel()
     result = finish(loop, cancel)
     assert (result.status, result.reason) == ("cancelled", "approval")
-    assert loop.log[-1].reply == cancel
+    assert loop.log[-2].reply == cancel
     # The plan is kept, its call gets no invented result (DESIGN §11).
     assert "tool.call" not in types(loop)
     assert close_dangling_calls(result.messages)[-1] == ToolResultMessage(
@@ -337,7 +346,7 @@ def test_pause_request_payload_must_be_plain_json() -> None:
     assert result.error is not None
     assert (result.error.code, result.error.message) == (
         HOOK_ERROR,
-        "before_tool_call PauseRequest.payload is not plain JSON",
+        "before_tool_call PauseRequest.payload.when: set is not a JSON value",
     )
 
 

@@ -236,7 +236,7 @@ def test_cancel_at_the_pause_ends_cancelled_with_the_pause_reason(scenario: Scen
         None,
     )
     assert trace[-3:] == ["[on_complete]", "session.complete", "run.finished"]
-    assert loop.log[-1].reply == cancel
+    assert loop.log[-2].reply == cancel
     assert loop.state is State.DONE
     # Only complete messages: calls of the batch that never started get no result
     # (DESIGN §11); the next run may close them on purpose.
@@ -517,5 +517,5 @@ def test_budget_defaults_to_unlimited_and_stores_seconds_as_float() -> None:
     assert Budget() == Budget(max_turns=None, max_tool_calls=None, max_wall_seconds=None)
     seconds = Budget(max_wall_seconds=5).max_wall_seconds
     assert seconds == 5.0 and type(seconds) is float
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^Extra positional arguments provided$"):
         Budget(5)  # type: ignore[misc]

@@ -246,7 +246,7 @@ def test_malformed_tags_in_tagged_events_are_rejected(tag: bytes) -> None:
 
 def test_unencodable_event_raises_type_error() -> None:
     event = ToolCallEvent(sequence=4, step=1, call=ToolCall("c1", "add", {"x": object()}))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^Encoding objects of type object is unsupported$"):
         encode_event(event)
 
 

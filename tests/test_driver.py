@@ -331,7 +331,7 @@ def test_cancelled_before_start_never_calls_the_model():
     result = run([USER], model=model, tools=[add], signal=token, log=log)
     assert (result.status, result.reason) == ("cancelled", "not today")
     assert model.call_count == 0
-    assert log[-1].reply == Cancel("not today", at=log[-1].reply.at)
+    assert log[-2].reply == Cancel("not today", at=log[-2].reply.at)
 
 
 def test_cancel_between_chunks_drops_the_partial_message():
@@ -572,3 +572,109 @@ def test_replies_are_stamped_even_if_the_model_set_at():
     run([USER], model=model, tools=[], log=log, clock=lambda: 9.0)
     draft = next(e for e in log if e.type == "plan.draft")
     assert draft.reply == ModelResponse("request-001", "r1", (TextBlock("x"),), "stop", at=9.0)
+
+
+# --------------------------------------------------------------------------- callbacks, streams
+
+
+def test_on_pause_raising_stop_iteration_is_a_runtime_error_not_the_result():
+    def on_pause(pause: Pause) -> Resume:
+        raise StopIteration("not a result")
+
+    log = EventLog()
+    with pytest.raises(RuntimeError, match=r"^on_pause raised StopIteration$") as raised:
+        run([USER], model=ScriptedModel(DELETE), tools=[delete], on_pause=on_pause, log=log)
+    assert type(raised.value.__cause__) is StopIteration
+    assert (log[-1].status, log[-1].reason) == (
+        "cancelled",
+        "RuntimeError: on_pause raised StopIteration",
+    )
+
+
+@pytest.mark.parametrize("when", [0, 1, 3], ids=["at the start", "first reply", "later"])
+def test_a_clock_raising_stop_iteration_is_a_runtime_error_not_the_result(when):
+    calls = iter(range(when))
+
+    def clock() -> float:
+        return float(next(calls))  # StopIteration after ``when`` readings
+
+    log = EventLog()
+    with pytest.raises(RuntimeError, match=r"^clock raised StopIteration$"):
+        run([USER], model=ScriptedModel(S1), tools=[add], clock=clock, log=log)
+    if when:  # the run had started: its log is finished
+        assert log[-1].type == "run.finished" and log[-1].status == "cancelled"
+    else:
+        assert len(log) == 0
+
+
+@tool
+def measure() -> dict[str, Any]:
+    """Returns a value JSON cannot hold."""
+    return {"ok": None, "values": [float("nan"), 1.0]}
+
+
+def test_a_tool_returning_nan_is_an_error_result_not_null():
+    model = ScriptedModel(
+        [
+            ScriptedResponse.tool_calls("r1", ToolCall("c1", "measure", {})),
+            ScriptedResponse.text("r2", "hm"),
+        ]
+    )
+    result = run([USER], model=model, tools=[measure])
+    message = result.messages[2]
+    assert type(message) is ToolResultMessage and message.is_error
+    assert message.content == (
+        "cannot encode the result as JSON: $.values[0]: nan is not a finite number"
+    )
+
+
+class ClosableStream:
+    """An SDK-style stream object: iterable, with close(), and no finalizer."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = iter(items)
+        self.closed = 0
+
+    def __iter__(self) -> ClosableStream:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self.items)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_run_closes_a_stream_object_it_leaves_open():
+    streams: list[ClosableStream] = []
+
+    class Model:
+        def stream(self, request: ModelRequest) -> ClosableStream:
+            # A chunk for another request ends the run while the stream is open.
+            stream = ClosableStream(
+                [ModelChunk("request-999", TextBlock("x")), ModelChunk(request.id, TextBlock("y"))]
+            )
+            streams.append(stream)
+            return stream
+
+    result = run([USER], model=Model(), tools=[])
+    assert result.error is not None and result.error.code == "MODEL_PROTOCOL_ERROR"
+    assert [stream.closed for stream in streams] == [1]
+
+
+def test_run_closes_a_stream_object_once_its_response_arrived():
+    streams: list[ClosableStream] = []
+
+    class Model:
+        def stream(self, request: ModelRequest) -> ClosableStream:
+            stream = ClosableStream(
+                [
+                    ModelChunk(request.id, TextBlock("done")),
+                    ModelResponse(request.id, "r1", (TextBlock("done"),), "stop"),
+                ]
+            )
+            streams.append(stream)
+            return stream
+
+    assert run([USER], model=Model(), tools=[]).final_text == "done"
+    assert [stream.closed for stream in streams] == [1]

@@ -30,6 +30,7 @@ from agentloop import (
     Pause,
     Resume,
     RunFinishedEvent,
+    SessionCompleteEvent,
     State,
     TextBlock,
     ThinkingBlock,
@@ -219,36 +220,57 @@ def test_sixty_four_steps_exactly() -> None:
 # --------------------------------------------------------------------------- options
 
 
+STEPS = "max_steps must be an int from 1 to MAX_AGENT_STEPS (64), got "
+START = "request_sequence_start must be a non-negative int, got "
+PAST = "go past MAX_AGENT_STEPS (64); lower max_steps or request_sequence_start"
+STARTED_AT = "started_at must be a finite number or None, got "
+
+
 @pytest.mark.parametrize(
-    "options",
+    ("options", "error", "message"),
     [
         # max_steps: not a positive int <= 64
-        {"max_steps": 0},
-        {"max_steps": -1},
-        {"max_steps": 65},
-        {"max_steps": 1.0},
-        {"max_steps": 2.5},
-        {"max_steps": True},
-        {"max_steps": None},
-        {"max_steps": "8"},
+        ({"max_steps": 0}, ValueError, STEPS + "0"),
+        ({"max_steps": -1}, ValueError, STEPS + "-1"),
+        ({"max_steps": 65}, ValueError, STEPS + "65"),
+        ({"max_steps": 1.0}, ValueError, STEPS + "1.0"),
+        ({"max_steps": 2.5}, ValueError, STEPS + "2.5"),
+        ({"max_steps": True}, ValueError, STEPS + "True"),
+        ({"max_steps": None}, ValueError, STEPS + "None"),
+        ({"max_steps": "8"}, ValueError, STEPS + "'8'"),
         # request_sequence_start: the whole range must stay within 64
-        {"max_steps": 5, "request_sequence_start": 60},
-        {"max_steps": 64, "request_sequence_start": 1},
-        {"request_sequence_start": -1},
-        {"request_sequence_start": 1.0},
-        {"request_sequence_start": False},
+        (
+            {"max_steps": 5, "request_sequence_start": 60},
+            ValueError,
+            f"request numbers 61..65 {PAST}",
+        ),
+        (
+            {"max_steps": 64, "request_sequence_start": 1},
+            ValueError,
+            f"request numbers 2..65 {PAST}",
+        ),
+        ({"request_sequence_start": -1}, ValueError, START + "-1"),
+        ({"request_sequence_start": 1.0}, ValueError, START + "1.0"),
+        ({"request_sequence_start": False}, ValueError, START + "False"),
         # shapes
-        {"system": 42},
-        {"budget": {"max_turns": 1}},
-        {"hooks": {"before_step": print}},
-        {"log": []},
-        {"started_at": math.nan},
-        {"started_at": "now"},
+        ({"system": 42}, TypeError, "system must be a str or None, got int"),
+        ({"budget": {"max_turns": 1}}, TypeError, "budget must be a Budget or None, got dict"),
+        (
+            {"hooks": {"before_step": print}},
+            TypeError,
+            "hooks must be a HookRegistry or None, got dict",
+        ),
+        ({"log": []}, TypeError, "log must be an EventLog or None, got list"),
+        ({"started_at": math.nan}, ValueError, STARTED_AT + "nan"),
+        ({"started_at": "now"}, ValueError, STARTED_AT + "'now'"),
     ],
 )
-def test_invalid_options_raise_before_any_generator_exists(options: dict[str, Any]) -> None:
-    with pytest.raises((ValueError, TypeError)):
+def test_invalid_options_raise_before_any_generator_exists(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as raised:
         agent_loop([USER], tools=[], **options)
+    assert str(raised.value) == message
 
 
 def test_range_at_the_ceiling_is_accepted() -> None:
@@ -257,13 +279,23 @@ def test_range_at_the_ceiling_is_accepted() -> None:
     assert type(request) is ModelRequest and request.id == "request-057"
 
 
+TOOLS_SHAPE = "tools must be a ToolRegistry or a list/tuple of ToolSpec or Tool, got "
+
+
 @pytest.mark.parametrize(
-    "tools",
-    [{"add": ADD}, "add", [ADD, ADD], [object()], None],
+    ("tools", "error", "message"),
+    [
+        ({"add": ADD}, TypeError, TOOLS_SHAPE + "dict"),
+        ("add", TypeError, TOOLS_SHAPE + "str"),
+        ([ADD, ADD], ValueError, "tools: duplicate tool name 'add'"),
+        ([42], TypeError, "tools[0] is not a ToolSpec or Tool: 42"),
+        (None, TypeError, TOOLS_SHAPE + "NoneType"),
+    ],
 )
-def test_invalid_tools_raise(tools: Any) -> None:
-    with pytest.raises((ValueError, TypeError)):
+def test_invalid_tools_raise(tools: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error) as raised:
         agent_loop([USER], tools=tools)
+    assert str(raised.value) == message
 
 
 def test_non_empty_log_is_rejected() -> None:
@@ -274,7 +306,7 @@ def test_non_empty_log_is_rejected() -> None:
 
 
 def test_messages_must_be_a_sequence() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^messages must be a sequence of messages, got str$"):
         agent_loop("hello", tools=[])  # type: ignore[arg-type]
 
 
@@ -475,7 +507,7 @@ def test_chunk_naming_another_request_is_a_protocol_error_and_is_recorded() -> N
     bad = ModelChunk("request-999", TextBlock("hi"))
     loop, result = protocol_error([bad])
     assert "request-999" in result.error.message
-    assert loop.log[-1].reply == bad
+    assert loop.log[-2].reply == bad
     assert "model.chunk" not in types(loop)
 
 
@@ -617,7 +649,7 @@ def test_argument_bound_at_the_limit_passes_and_one_past_fails(
     )
     assert "arguments" in result.error.message
     if streamed:
-        assert loop.log[-1].reply.block == bad_call
+        assert loop.log[-2].reply.block == bad_call
 
 
 def test_chunk_limit() -> None:
@@ -660,7 +692,7 @@ def test_cancel_before_the_first_request() -> None:
     assert (result.status, result.reason, result.steps) == ("cancelled", "user left", 1)
     assert result.messages == (USER,)
     assert types(loop)[-3:] == ["step.start", "session.complete", "run.finished"]
-    assert loop.log[-1].reply == Cancel("user left")
+    assert loop.log[-2].reply == Cancel("user left")
 
 
 def test_cancel_during_streaming_keeps_no_partial_message() -> None:
@@ -687,7 +719,7 @@ def test_close_counts_as_a_cancel() -> None:
     next(loop)
     loop.close()
     assert loop.result is not None and loop.result.reason == "closed"
-    assert loop.log[-1].reply == Cancel("closed")
+    assert loop.log[-2].reply == Cancel("closed")
     loop.close()  # idempotent
     with pytest.raises(StopIteration):
         next(loop)
@@ -744,9 +776,11 @@ def test_caller_misuse_raises_after_logging_a_failed_run(replies: list[Any]) -> 
     assert type(last) is RunFinishedEvent
     assert last.error is not None and last.error.code == "CALLER_PROTOCOL_ERROR"
     assert last.error.message == str(raised.value)
-    assert last.reply is not None
+    complete = loop.log[-2]
+    assert type(complete) is SessionCompleteEvent and complete.reply is not None
+    assert last.reply is None  # recorded once, in session.complete
     check_log(loop.log.events)
-    msgspec.json.encode(last)  # the log can always hold what ended the run
+    msgspec.json.encode(complete)  # the log can always hold what ended the run
     # sticky: the run is dead
     with pytest.raises(CallerProtocolError):
         loop.send(Cancel())
@@ -757,7 +791,7 @@ def test_malformed_reply_is_recorded_as_unrecognized() -> None:
     next(loop)
     with pytest.raises(CallerProtocolError, match="int"):
         loop.send(42)  # type: ignore[arg-type]
-    assert type(loop.log[-1].reply) is UnrecognizedReply  # type: ignore[union-attr]
+    assert type(loop.log[-2].reply) is UnrecognizedReply  # type: ignore[union-attr]
 
 
 def test_send_before_priming_is_misuse_without_events() -> None:
@@ -813,9 +847,9 @@ def test_budget_and_hooks_are_recorded_in_session_start() -> None:
 
 
 def test_toolspec_validates_its_name() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"characters of A-Z a-z 0-9 _ -, got 'has space'$"):
         ToolSpec("has space")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^ToolSpec.name must be 1-64 characters"):
         ToolSpec("x" * 65)
 
 
@@ -993,7 +1027,7 @@ def test_a_lone_surrogate_is_refused_where_it_enters_and_the_log_stays_encodable
     next(loop)
     with pytest.raises(CallerProtocolError, match="not valid Unicode: lone surrogate"):
         loop.send(reply)
-    assert type(loop.log[-1].reply) is UnrecognizedReply
+    assert type(loop.log[-2].reply) is UnrecognizedReply
     for event in loop.log:
         encode_event(event)
 
@@ -1096,7 +1130,7 @@ def test_a_hook_may_not_introduce_a_lone_surrogate(topic: str) -> None:
 
 
 def test_copy_json_copies_every_container_and_keeps_scalars() -> None:
-    from agentloop._engine import _copy_json
+    from agentloop._copy import copy_json as _copy_json
 
     assert _copy_json(5) == 5 and _copy_json("s") == "s"
     source: dict[str, Any] = {"a": ({"b": [1, (2, 3)]},)}

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import enum
+import uuid
 from typing import Any
 
 import pytest
@@ -9,6 +13,7 @@ import pytest
 from agentloop import (
     AssistantMessage,
     ModelRequest,
+    State,
     TextBlock,
     ToolCall,
     ToolResultMessage,
@@ -80,22 +85,37 @@ def test_close_before_priming_records_nothing() -> None:
 
 # --------------------------------------------------------------------------- initial messages
 
-# Messages whose fields have the wrong Python type take the checked path: msgspec
-# converts what it can (a list is a tuple) and names the field it cannot.
+# Messages whose fields have the wrong Python type take the checked path. Nothing
+# is converted on the way in (a list of blocks is already a sequence of blocks, so
+# it becomes the tuple the IR keeps); any other type names the field it is in.
 CONVERTED = {
     "assistant content as a list": (
         [USER, AssistantMessage("a1", [TextBlock("x")])],
         AssistantMessage("a1", (TextBlock("x"),)),
     ),
 }
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+class Word(str, enum.Enum):
+    HELLO = "hello"
+
+
 REFUSED = {
     "assistant text an int": (
         [USER, AssistantMessage("a1", (TextBlock(3),))],
-        "messages[1]: Expected `str`, got `int` - at `$.content[0].text`",
+        "messages[1].content[0].text must be a str",
     ),
     "assistant id an int": (
         [USER, AssistantMessage(5, (TextBlock("x"),))],
-        "messages[1]: Expected `str`, got `int` - at `$.id`",
+        "messages[1].id must be a str, got int",
+    ),
+    "assistant content a str": (
+        [USER, AssistantMessage("a1", "x")],
+        "messages[1].content must be a tuple of blocks, got str",
     ),
     "tool result content an int": (
         [
@@ -103,7 +123,7 @@ REFUSED = {
             AssistantMessage("a1", (call("add", "c1"),)),
             ToolResultMessage("t1", "c1", "add", 3),
         ],
-        "messages[2]: Expected `str`, got `int` - at `$.content`",
+        "messages[2].content must be a str, got int",
     ),
     "tool result is_error an int": (
         [
@@ -111,7 +131,65 @@ REFUSED = {
             AssistantMessage("a1", (call("add", "c1"),)),
             ToolResultMessage("t1", "c1", "add", "3", is_error=1),
         ],
-        "messages[2]: Expected `bool`, got `int` - at `$.is_error`",
+        "messages[2].is_error must be a bool, got int",
+    ),
+    # Values msgspec.to_builtins would have turned into strings or lists: refused.
+    "user content bytes": (
+        [UserMessage("u1", b"hi")],
+        "messages[0].content must be a str, got bytes",
+    ),
+    "user content a datetime": (
+        [UserMessage("u1", datetime.datetime(2024, 1, 2, 3, 4, 5))],
+        "messages[0].content must be a str, got datetime",
+    ),
+    "user id a Decimal": (
+        [UserMessage(decimal.Decimal("1.5"), "hi")],
+        "messages[0].id must be a str, got Decimal",
+    ),
+    "user id a UUID": (
+        [UserMessage(uuid.UUID(int=1), "hi")],
+        "messages[0].id must be a str, got UUID",
+    ),
+    "user content an Enum": (
+        [UserMessage("u1", Colour.RED)],
+        "messages[0].content must be a str, got Colour",
+    ),
+    "user content a str Enum": (
+        [UserMessage("u1", Word.HELLO)],
+        "messages[0].content must be a str, got Word",
+    ),
+    "assistant content a set": (
+        [USER, AssistantMessage("a1", {TextBlock("x")})],
+        "messages[1].content must be a tuple of blocks, got set",
+    ),
+    "tool arguments a set inside": (
+        [
+            USER,
+            AssistantMessage("a1", (ToolCall("c1", "add", {"xs": {1, 2}}),)),
+            ToolResultMessage("t1", "c1", "add", "3"),
+        ],
+        "messages[1].content[0]: ToolCall 'c1' $.xs: set is not a JSON value",
+    ),
+    "tool arguments a datetime inside": (
+        [
+            USER,
+            AssistantMessage("a1", (ToolCall("c1", "add", {"at": datetime.date(2024, 1, 2)}),)),
+            ToolResultMessage("t1", "c1", "add", "3"),
+        ],
+        "messages[1].content[0]: ToolCall 'c1' $.at: date is not a JSON value",
+    ),
+    "dict with bytes content": (
+        [{"role": "user", "id": "u1", "content": b"hi"}],
+        "messages[0]: Expected `str`, got `bytes` - at `$.content`",
+    ),
+    "dict with a str Enum content": (
+        [{"role": "user", "id": "u1", "content": Word.HELLO}],
+        "messages[0].content must be a str, got Word",
+    ),
+    "not a message": (
+        [USER, ("assistant", "a1", "hello")],
+        "messages[1] must be a UserMessage, AssistantMessage or ToolResultMessage (or a "
+        "dict of the same shape), got tuple",
     ),
 }
 
@@ -134,6 +212,8 @@ def test_mistyped_initial_messages_are_an_invalid_transcript(
     result = stop.value.value
     assert result.error.code == "INVALID_TRANSCRIPT"
     assert result.error.message == f"invalid transcript: {message}"
+    # The run is over: DONE, like any finished run (not IDLE, as if never started).
+    assert loop.state is State.DONE and loop.result == result and loop.pending is None
 
 
 # --------------------------------------------------------------------------- tool call ids

@@ -4,6 +4,7 @@ lines, wrong headers and versions, bounded lines, one session per file."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -104,8 +105,8 @@ def test_format_1_logs_read_replay_and_rewrite_as_format_2(path: Path, tmp_path:
     events = read_log(path)
     # Every line is format 1's canonical form of its event: all fields written.
     assert [_v1_line(event) for event in events] == data.splitlines()[1:]
-    # The same events as the format-2 fixture (which records rules revision 1; format
-    # 1 knew only revision 0), which replay the same way.
+    # The same events as the format-2 fixture (which records the newest rules
+    # revision; format 1 knew only revision 0), which replay the same way.
     current = read_log(FIXTURES / path.name)
     assert _encoded(events) == _encoded(under_rules(current, 0))
     assert _encoded(under_rules(events, RULES_REVISION)) == _encoded(current)
@@ -1002,8 +1003,10 @@ def test_empty_lines_are_refused_by_number(tmp_path: Path, where: int, number: i
 
 
 @pytest.mark.parametrize("depth", [600, 3000, 100_000])
-def test_deeply_nested_json_is_a_format_error_naming_the_line(tmp_path: Path, depth: int) -> None:
-    # The same answer on every interpreter (msgspec's own limit is the C stack's).
+def test_deeply_nested_json_is_read_at_any_depth(tmp_path: Path, depth: int) -> None:
+    # Values too deep for msgspec's recursive decoder are read all the same (a log
+    # holds what the loop recorded, however deep), the same way on every
+    # interpreter: here the edit is only found by replay, as any other edit of a value.
     deep = b"[" * depth + b"]" * depth
     path = tmp_path / "deep.jsonl"
     path.write_bytes(
@@ -1012,12 +1015,12 @@ def test_deeply_nested_json_is_a_format_error_naming_the_line(tmp_path: Path, de
             lambda b: [x.replace(b'"arguments":{"a":20', b'"arguments":{"a":' + deep) for x in b],
         )
     )
-    with pytest.raises(LogFormatError) as info:
-        read_log(path)
-    assert str(info.value) == (
-        f"{path}: line 6: not a valid agentloop event (nested more than 512 levels deep)"
-    )
-    assert info.value.line == 6
+    events = read_log(path)
+    value = events[6].reply.content[1].arguments["a"]  # type: ignore[union-attr]
+    levels = 1
+    while value:
+        value, levels = value[0], levels + 1
+    assert levels == depth
     # In the header: not an agentloop log.
     path.write_bytes(deep + b"\n" + BODY)
     with pytest.raises(LogFormatError, match="not an agentloop log"):
@@ -1274,16 +1277,129 @@ def test_the_stored_form_of_an_event_keeps_every_other_field() -> None:
     assert msgspec.json.encode(commit(sequence=1)) == b'{"type":"plan.commit","sequence":1}'
 
 
-def test_messages_too_deep_to_compare_are_written_in_full() -> None:
+def test_messages_too_deep_to_compare_by_recursion_are_compared_as_written() -> None:
     from replay._log import _same_message
 
-    def deep() -> Any:
-        value: Any = 1
+    def deep(leaf: Any) -> Any:
+        value: Any = leaf
         for _ in range(100_000):
             value = [value]
         return value
 
-    a = AssistantMessage("m", (ToolCall("c1", "add", {"a": deep()}),))
-    b = AssistantMessage("m", (ToolCall("c1", "add", {"a": deep()}),))
-    assert not _same_message(a, b)  # not compared: RecursionError, so not the same
+    def message(arguments: dict[str, Any]) -> AssistantMessage:
+        return AssistantMessage("m", (ToolCall("c1", "add", arguments),))
+
+    a = message({"a": deep(1)})
+    assert _same_message(a, message({"a": deep(1)}))  # so the line can say "="
     assert _same_message(a, a)
+    assert not _same_message(a, message({"a": deep(2)}))
+    assert not _same_message(a, message({"a": deep(1.0)}))  # equal, not written the same
+    assert not _same_message(a, message({"a": deep(math.nan)}))
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)  # (never recorded: the loop refuses cycles)
+    assert not _same_message(message({"a": deep(cyclic)}), message({"a": deep(cyclic)}))
+    unwritable = object()  # equal (the same object), but no log can hold it
+    assert not _same_message(message({"a": unwritable}), message({"a": unwritable}))
+
+
+# --------------------------------------------------------------------------- deep sessions
+
+
+def _deep(depth: int, leaf: Any = None) -> Any:
+    value: Any = {} if leaf is None else leaf
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def test_a_session_with_5000_deep_tool_arguments_writes_reads_verifies_replays_diffs_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentloop import ModelResponse, ToolCall, UserMessage, agent_loop
+    from replay.__main__ import main
+    from tests.helpers import ECHO
+
+    loop = agent_loop([UserMessage("u1", "hi")], tools=[ECHO], started_at=1000.0)
+    path = tmp_path / "deep.jsonl"
+    with LogWriter(path) as writer:
+        writer.follow(loop.log)
+        request = next(loop)
+        call = ToolCall("c1", "echo", _deep(5000))
+        with pytest.raises(StopIteration):
+            loop.send(ModelResponse(request.id, "r1", (call,), "tool_call", at=1001.0))
+    assert loop.result is not None and loop.result.status == "failed"  # too deep for the loop
+    events = read_log(path)
+    assert [encode_event(e) for e in events] == [encode_event(e) for e in loop.log]
+    assert replay(events).result == loop.result
+    copy = tmp_path / "copy.jsonl"
+    write_log(copy, events)
+    assert copy.read_bytes() == path.read_bytes()
+    for argv in (
+        ["verify", str(path)],
+        ["check", str(path)],
+        ["diff", str(path), str(copy)],
+        ["show", str(path)],
+    ):
+        assert main(argv) == 0, argv
+    out = capsys.readouterr().out
+    assert "plan.draft" in out
+    # The chain covers the deep line: an edit deep down is found.
+    edited = tmp_path / "edited.jsonl"
+    edited.write_bytes(path.read_bytes().replace(b"{}}", b'{"b":1}}', 1))
+    with pytest.raises(LogIntegrityError):
+        read_log(edited)
+
+
+def test_deep_messages_are_stored_once_and_read_back(tmp_path: Path) -> None:
+    # A plan.commit whose message is the draft's, however deep: the line says "=".
+    from agentloop import AssistantMessage, ModelResponse, PlanCommitEvent, PlanDraftEvent, ToolCall
+
+    content = (ToolCall("c1", "echo", _deep(5000)),)
+    draft = PlanDraftEvent(
+        sequence=0, step=1, reply=ModelResponse("request-001", "r1", content, "tool_call")
+    )
+    commit = PlanCommitEvent(
+        sequence=1,
+        step=1,
+        message=AssistantMessage("message-r1", (ToolCall("c1", "echo", _deep(5000)),)),
+    )
+    path = tmp_path / "deep.jsonl"
+    write_log(path, [draft, commit])
+    lines = bodies(path.read_bytes())
+    assert lines[2] == b'{"type":"plan.commit","sequence":1,"step":1,"=":"message"'
+    events = read_log(path)
+    assert [encode_event(e) for e in events] == [encode_event(e) for e in (draft, commit)]
+
+
+def test_a_deep_format_1_line_reads_and_is_checked_as_format_1_writes_it(tmp_path: Path) -> None:
+    from agentloop import ModelResponse, PlanDraftEvent, ToolCall
+
+    draft = PlanDraftEvent(
+        sequence=0,
+        step=1,
+        reply=ModelResponse("request-001", "r1", (ToolCall("c1", "echo", _deep(3000)),), "stop"),
+    )
+    header = fixture("plain_answer", version=1).split(b"\n", 1)[0]
+    path = tmp_path / "v1.jsonl"
+    path.write_bytes(header + b"\n" + _v1_line(draft) + b"\n")
+    assert [encode_event(e) for e in read_log(path)] == [encode_event(draft)]
+    path.write_bytes(header + b"\n" + _v1_line(draft).replace(b'"step":1', b'"step": 1') + b"\n")
+    with pytest.raises(LogFormatError, match="line 2: not in canonical form"):
+        read_log(path)
+
+
+def test_a_deep_unknown_field_on_a_line_that_leaves_its_message_out_is_named(
+    tmp_path: Path,
+) -> None:
+    deep = b"[" * 3000 + b"]" * 3000
+    path = tmp_path / "deep.jsonl"
+    path.write_bytes(
+        relinked(
+            fixture("plain_answer"),
+            lambda b: [
+                x.replace(b',"=":"message"', b',"x":' + deep + b',"=":"message"') for x in b
+            ],
+        )
+    )
+    with pytest.raises(LogFormatError, match="line 9: unknown field 'x'"):
+        read_log(path)

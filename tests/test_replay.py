@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import textwrap
 from collections.abc import Sequence
@@ -68,8 +64,8 @@ from replay import (
     state_at,
     write_log,
 )
+from tests.helpers import ROOT, sigkilled
 
-ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 FIXTURE_PATHS = sorted(FIXTURES.glob("**/*.jsonl"))
 
@@ -633,30 +629,10 @@ _CHILD = (
 
 def test_resume_after_sigkill_while_waiting_on_a_tool(tmp_path: Path) -> None:
     path = tmp_path / "session.jsonl"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-        env=env,
-    )
-    try:
+    with sigkilled(_CHILD, str(path)) as child:
         assert child.stdout is not None
         line = child.stdout.readline()
-        assert line.split() == [b"ToolRequest", b"c2"], child.stderr.read() if child.stderr else b""
-        os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=10) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:  # pragma: no cover - only when the test fails
-            child.kill()
-            child.wait()
-        for stream in (child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
+        assert line.split() == [b"ToolRequest", b"c2"]
 
     events = read_log(path)  # every event flushed before the kill; nothing torn
     assert events[-1].type == "tool.call"

@@ -51,6 +51,7 @@ from agentloop import (
     Usage,
     UserMessage,
     agent_loop,
+    encode_event,
 )
 from replay import (
     ReplayDivergence,
@@ -110,26 +111,38 @@ def test_a_log_missing_the_reply_the_loop_waits_for_names_the_effect(
         state_at(events, 9)
 
 
-def test_a_log_cut_after_its_initial_messages_resumes_at_the_first_request() -> None:
+def test_a_log_cut_after_its_initial_messages_resumes_only_with_them() -> None:
     events = TOOL_CALLS[:2]  # session.start, message.accepted
     assert [e.type for e in events] == ["session.start", "message.accepted"]
-    with pytest.raises(ReplayDivergence, match=r"more events than the log holds \(2\)"):
+    with pytest.raises(ReplayDivergence) as info:
         replay(events)
-    loop, effect = resume(events)
+    assert info.value.reason == (
+        "the loop emitted more events than the log holds (2): the log ends between two "
+        "events, as when its process died (resume() continues it)"
+    )
+    # The log cannot say whether that was every initial message: resume() needs them.
+    with pytest.raises(ReplayError) as refused:
+        resume(events)
+    assert str(refused.value) == (
+        "the log ends in the run's initial transcript (after 1 message.accepted event(s)): "
+        "its process died before the first step, and the log cannot tell whether every "
+        "initial message was recorded; pass the run's initial messages "
+        "(resume(events, messages=...)) or start it again"
+    )
+    with pytest.raises(ReplayError, match="initial transcript"):
+        fork(events, 1)
+    loop, effect = resume(events, messages=[events[1].message])  # type: ignore[union-attr]
     assert type(effect) is ModelRequest and effect.id == "request-001"
     assert [e.type for e in loop.log] == ["session.start", "message.accepted", "step.start"]
     loop.close()
 
 
-def test_resume_refuses_a_log_whose_last_reply_finishes_the_run() -> None:
+def test_a_run_that_finishes_while_resume_regenerates_it_completes() -> None:
     events = TOOL_CALLS[:-1]  # run.finished lost: the last reply still finishes the run
-    with pytest.raises(ReplayError) as info:
-        resume(events)
-    assert str(info.value) == (
-        "the run finishes (completed) after the log's last reply without asking for "
-        "another one; nothing to resume"
-    )
-    assert not isinstance(info.value, ReplayDivergence)
+    loop, effect = resume(events)
+    assert effect is None and loop.pending is None
+    assert loop.result == replay(TOOL_CALLS).result
+    assert [encode_event(e) for e in loop.log] == [encode_event(e) for e in TOOL_CALLS]
 
 
 def test_resume_refuses_a_log_that_goes_on_past_where_the_loop_waits() -> None:
@@ -479,3 +492,53 @@ def test_replay_divergence_str_lists_the_differences() -> None:
         "replay diverged at event #9: the regenerated event differs from the recorded one"
     )
     assert "    message.content: '41' -> '42'" in text
+
+
+# --------------------------------------------------------------------------- misuse, closing
+
+MISUSE = read_log(FIXTURES / "caller_misuse.jsonl")
+
+
+def test_a_misuse_log_that_goes_on_after_run_finished_says_so() -> None:
+    # The loop rejects the recorded reply as misuse, as the recorded run did; what
+    # is wrong is the event after run.finished.
+    extra = StepEndEvent(sequence=len(MISUSE), at=None, step=1)
+    with pytest.raises(ReplayDivergence) as info:
+        replay([*MISUSE, extra])
+    assert info.value.sequence == len(MISUSE) and info.value.expected == extra
+    assert info.value.reason == "the regenerated run finished (failed) but the log goes on"
+
+
+def _watched() -> tuple[HookRegistry, list[tuple[str, str]]]:
+    endings: list[tuple[str, str]] = []
+    hooks = HookRegistry()
+    hooks.on("on_complete", lambda payload: endings.append((payload["status"], payload["reason"])))
+    return hooks, endings
+
+
+def _tampered() -> tuple[list[Any], int]:
+    """TOOL_CALLS with its first step.end edited, and that event's position."""
+    tampered = list(TOOL_CALLS)
+    step_end = next(i for i, e in enumerate(tampered) if e.type == "step.end")
+    tampered[step_end] = StepEndEvent(sequence=step_end, at=0.5, step=1)
+    return tampered, step_end
+
+
+def test_replay_closes_the_rebuilt_loop_after_a_divergence() -> None:
+    tampered, _ = _tampered()
+    hooks, endings = _watched()
+    with pytest.raises(ReplayDivergence):
+        replay(tampered, hooks=hooks)
+    assert endings == [("cancelled", "closed")]  # closed at once, not by the collector
+
+
+def test_a_failed_fork_closes_the_rebuilt_loop() -> None:
+    tampered, step_end = _tampered()
+    hooks, endings = _watched()
+    with pytest.raises(ReplayDivergence):
+        fork(tampered, step_end + 2, hooks=hooks)
+    assert endings == [("cancelled", "closed")]
+    hooks, endings = _watched()
+    with pytest.raises(ReplayDivergence):
+        resume(tampered[: step_end + 2], hooks=hooks)
+    assert endings == [("cancelled", "closed")]

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import agentloop
 import replay
 from agentloop import (
+    RULES_REVISION,
     Budget,
     Cancel,
     Event,
@@ -44,7 +45,7 @@ from replay import (
 )
 from replay import __main__ as replay_cli
 from replay import _store as store_module
-from tests.logfiles import link
+from tests.logfiles import link, under_rules
 from tests.test_log_properties import _events as hand_built_events
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -204,7 +205,8 @@ def test_the_fixture_script_does_not_rewrite_a_released_store(fixture_script, ca
 
 def test_the_fixture_script_writes_the_store_it_describes(fixture_script, tmp_path, monkeypatch):
     # Recording it again gives the same sessions and events (only the library
-    # version in schema_version may differ).
+    # version in schema_version may differ, and the rules revision the sessions
+    # record: the golden store keeps the one it was recorded under).
     monkeypatch.setattr(fixture_script, "HERE", tmp_path)
     assert fixture_script.main() == 0
     fresh, golden = tmp_path / "fresh.db", tmp_path / "golden.db"
@@ -214,7 +216,7 @@ def test_the_fixture_script_writes_the_store_it_describes(fixture_script, tmp_pa
     with SQLiteStore(fresh) as a, SQLiteStore(golden) as b:
         assert a.sessions() == b.sessions()
         for info in a.sessions():
-            assert a.events(info.id) == b.events(info.id)
+            assert a.events(info.id) == under_rules(b.events(info.id), RULES_REVISION)
 
 
 @pytest.mark.parametrize("dump", schema_dumps(), ids=lambda p: p.name)

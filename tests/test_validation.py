@@ -95,6 +95,17 @@ MALFORMED: dict[str, tuple[list[Any], Any, str]] = {
         _text(3),
         "ModelResponse.content[0].text must be a str",
     ),
+    "first response block malformed, the next valid": (
+        [],
+        ModelResponse(REQUEST, "r1", (TextBlock(b"x"), TextBlock("ok")), "stop"),
+        "ModelResponse.content[0].text must be a str",
+    ),
+    "first response block not a block, the next valid": (
+        [],
+        ModelResponse(REQUEST, "r1", ("x", TextBlock("ok")), "stop"),
+        "ModelResponse.content[0] must be a TextBlock, ThinkingBlock, ToolCall or ProviderBlock, "
+        "got str",
+    ),
     "second response block malformed": (
         [],
         ModelResponse(REQUEST, "r1", (TextBlock("a"), ThinkingBlock(1)), "stop"),
@@ -182,8 +193,9 @@ def test_malformed_replies_are_misuse_that_says_what_and_where(
     assert type(last) is RunFinishedEvent and last.status == "failed"
     assert last.error is not None and last.error.code == "CALLER_PROTOCOL_ERROR"
     # The log cannot hold the malformed reply itself: it holds what was wrong with it.
-    assert last.reply == UnrecognizedReply(message)
-    msgspec.json.encode(last)
+    complete = loop.log[-2]
+    assert complete.reply == UnrecognizedReply(message)  # type: ignore[union-attr]
+    msgspec.json.encode(complete)
     check_log(loop.log.events)
 
 
@@ -192,7 +204,7 @@ def test_an_unrecognized_reply_sent_live_is_misuse_in_its_own_words() -> None:
     next(loop)
     with pytest.raises(CallerProtocolError, match=r"^a set, not a reply$"):
         loop.send(UnrecognizedReply("a set, not a reply", at=4.0))
-    assert loop.log[-1].reply == UnrecognizedReply("a set, not a reply", at=4.0)
+    assert loop.log[-2].reply == UnrecognizedReply("a set, not a reply", at=4.0)
 
 
 # --------------------------------------------------------------------------- model's fault

@@ -48,6 +48,7 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
+from .._deep import parse as parse_deep
 from .._errors import MODEL_PROTOCOL_ERROR, ModelError
 from .._limits import MAX_CHUNKS_PER_STEP
 from .._messages import Block, ProviderBlock, TextBlock, ThinkingBlock, ToolCall
@@ -355,7 +356,10 @@ def decode_arguments(raw: str, where: str) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        value = msgspec.json.decode(text)
+        try:
+            value = msgspec.json.decode(text)
+        except RecursionError:  # deeper than msgspec's recursive decoder goes
+            value = parse_deep(text)
     except msgspec.DecodeError as exc:
         raise MalformedOutput(
             f"{where}: the arguments are not valid JSON ({exc}): {_preview(raw)}"

@@ -283,7 +283,7 @@ def test_cancel_during_a_model_call(temporal: Temporal) -> None:
     assert "not waiting for an answer" in str(refused.cause)
     assert result.status == "cancelled"
     assert result.reason == "user pressed stop"
-    assert log[-1].reply.reason == "user pressed stop"
+    assert log[-2].reply.reason == "user pressed stop"
     replay.replay(log)
 
 

@@ -1,0 +1,176 @@
+"""The run's transcript: the caller's initial messages snapshotted, and a view of it.
+
+:func:`snapshot_transcript` copies the initial messages through the IR (rebuilding
+dicts and suspicious values with the IR constructors, keeping well-typed messages
+as they are) and reports the first problem; :class:`TranscriptView` is the O(1),
+fixed-length, read-only view that every ``ModelRequest.messages`` is.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
+from typing import overload
+
+import msgspec
+
+from ._copy import copy_block
+from ._json import SURROGATE
+from ._limits import MAX_INITIAL_MESSAGES
+from ._messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    validate_transcript,
+)
+from ._validation import arguments_problems, block_problem, message_problem
+
+__all__ = ["TranscriptView", "snapshot_transcript"]
+
+
+class TranscriptView(Sequence[Message]):
+    """A read-only, fixed-length view of the run's append-only transcript.
+
+    Creating one is O(1): it shares the loop's list and remembers its length, so a
+    request made at step 3 keeps showing the transcript as it was at step 3 even
+    after the loop appends more. Slicing returns a tuple. Compares equal to any
+    sequence with the same messages.
+    """
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: list[Message], length: int) -> None:
+        self._items = items
+        self._length = length
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(index, slice):
+            items = self._items
+            return tuple(items[i] for i in range(self._length)[index])
+        length = self._length
+        if index < 0:
+            index += length
+        if not 0 <= index < length:
+            raise IndexError("transcript index out of range")
+        return self._items[index]
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[Message]:
+        return itertools.islice(self._items, self._length)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(other) == self._length and all(a == b for a, b in zip(self, other, strict=False))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TranscriptView({list(self)!r})"
+
+
+def snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
+    """Copy the caller's messages through the IR; return them and the first problem.
+
+    Messages must be the IR's Structs or dicts of the same shape, with fields of
+    exactly the IR's types: nothing is converted on the way in (bytes are not
+    text, a datetime is not a string), so the transcript the loop records is the
+    one the caller gave. At most ``MAX_INITIAL_MESSAGES + 1`` items are taken
+    from ``messages``, so an endless iterable fails the limit instead of filling
+    memory.
+    """
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        raise TypeError(f"messages must be a sequence of messages, got {type(messages).__name__}")
+    items = list(itertools.islice(messages, MAX_INITIAL_MESSAGES + 1))
+    if len(items) > MAX_INITIAL_MESSAGES:
+        count = f"{len(messages)}" if isinstance(messages, Sized) else "more than"
+        return [], (
+            f"{count} initial messages exceed MAX_INITIAL_MESSAGES ({MAX_INITIAL_MESSAGES})"
+        )
+    rebuilt: list[Message] = []
+    for index, item in enumerate(items):
+        message = _reuse(item)
+        if message is None:
+            where = f"messages[{index}]"
+            kind = type(item)
+            if kind is UserMessage or kind is ToolResultMessage or kind is AssistantMessage:
+                problem = message_problem(item, where)
+                if problem is not None:
+                    return [], problem
+                # Only an assistant message whose content is a list gets here (the
+                # fast path keeps every other well-typed message): a tuple of copies.
+                message = AssistantMessage(
+                    item.id,
+                    tuple(copy_block(block) for block in item.content),
+                )
+            elif isinstance(item, dict):
+                try:
+                    message = msgspec.convert(item, Message)
+                except (msgspec.ValidationError, TypeError) as exc:
+                    return [], f"{where}: {exc}"
+                problem = message_problem(message, where)
+                if problem is not None:
+                    return [], problem
+            else:
+                return [], (
+                    f"{where} must be a UserMessage, AssistantMessage or ToolResultMessage "
+                    f"(or a dict of the same shape), got {kind.__name__}"
+                )
+        if type(message) is AssistantMessage:
+            for block in message.content:
+                if type(block) is ToolCall:
+                    structural, semantic = arguments_problems(block.arguments)
+                    if structural or semantic:
+                        return (
+                            [],
+                            f"messages[{index}]: tool call {block.id!r}: {structural or semantic}",
+                        )
+        rebuilt.append(message)
+    try:
+        validate_transcript(rebuilt)
+    except ValueError as exc:
+        return [], str(exc)
+    return rebuilt, None
+
+
+def _reuse(item: object) -> Message | None:
+    """The fast path of the snapshot: a well-typed message kept or cheaply rebuilt.
+
+    Messages are frozen and their fields immutable, except tool-call argument dicts,
+    which are copied. Anything else returns ``None`` and takes the checked path.
+    """
+    kind = type(item)
+    if kind is UserMessage:
+        if _plain_str(item.id) and _plain_str(item.content):  # type: ignore[attr-defined]
+            return item  # type: ignore[return-value]
+    elif kind is ToolResultMessage:
+        if (
+            _plain_str(item.id)  # type: ignore[attr-defined]
+            and _plain_str(item.tool_call_id)  # type: ignore[attr-defined]
+            and _plain_str(item.tool_name)  # type: ignore[attr-defined]
+            and _plain_str(item.content)  # type: ignore[attr-defined]
+            and type(item.is_error) is bool  # type: ignore[attr-defined]
+        ):
+            return item  # type: ignore[return-value]
+    elif kind is AssistantMessage:
+        content = item.content  # type: ignore[attr-defined]
+        if (
+            _plain_str(item.id)  # type: ignore[attr-defined]
+            and type(content) is tuple
+            and all(block_problem(block, "") is None for block in content)
+        ):
+            return AssistantMessage(item.id, tuple(copy_block(block) for block in content))  # type: ignore[attr-defined]
+    return None
+
+
+def _plain_str(value: object) -> bool:
+    """A ``str`` the log can hold (no lone surrogates); ASCII answers at C speed."""
+    return type(value) is str and (value.isascii() or SURROGATE.search(value) is None)
