@@ -22,6 +22,7 @@ from typing import Any, overload
 
 import msgspec
 
+from ._idempotency import _keyed
 from ._messages import ToolCall
 from ._toolspec import ToolSpec
 
@@ -113,7 +114,8 @@ class Tool:
         values = msgspec.structs.asdict(arguments)
         args = [values.pop(name) for name in self._positional]
         try:
-            value = self.fn(*args, **values)
+            with _keyed(call.id):  # idempotency_key() inside the function
+                value = self.fn(*args, **values)
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}", True
         if type(value) is str:
