@@ -67,9 +67,9 @@ def test_agentloop_run_inside_a_named_session_gives_tools_their_keys():
 
 @pytest.mark.parametrize("bad", ["", None, 7])
 def test_a_session_id_is_a_non_empty_str(bad):
+    session = agentloop.idempotency_session(bad)
     with pytest.raises(ValueError, match="session_id must be a non-empty str"):
-        with agentloop.idempotency_session(bad):
-            pass  # pragma: no cover - never reached
+        session.__enter__()
 
 
 # --------------------------------------------------------------------------- the file tier
