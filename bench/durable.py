@@ -228,7 +228,7 @@ def d5_file_tier(directory: Path, rounds: int, sessions: int, plain_ns: float) -
     real_fsync = os.fsync
     fsyncs = [0]
 
-    def counting(fd: int) -> None:
+    def counting(fd: Any) -> None:
         fsyncs[0] += 1
         real_fsync(fd)
 
