@@ -48,6 +48,7 @@ from ._events import (
 )
 from ._function_model import FunctionModel
 from ._hooks import HOOK_TOPICS, SKIP, HookAbort, HookRegistry, PauseRequest
+from ._idempotency import idempotency_key, idempotency_session
 from ._limits import (
     MAX_AGENT_STEPS,
     MAX_ARGUMENT_DEPTH,
@@ -192,6 +193,8 @@ __all__ = [
     "close_dangling_calls",
     "decode_event",
     "encode_event",
+    "idempotency_key",
+    "idempotency_session",
     "run",
     "text_from_assistant",
     "tool",

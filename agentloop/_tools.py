@@ -22,6 +22,7 @@ from typing import Any, overload
 
 import msgspec
 
+from ._idempotency import _keyed
 from ._json import non_finite_path
 from ._messages import ToolCall
 from ._text import exception_text
@@ -115,7 +116,8 @@ class Tool:
         values = msgspec.structs.asdict(arguments)
         args = [values.pop(name) for name in self._positional]
         try:
-            value = self.fn(*args, **values)
+            with _keyed(call.id):  # idempotency_key() inside the function
+                value = self.fn(*args, **values)
         except Exception as exc:
             return exception_text(exc), True
         if type(value) is str:

@@ -19,6 +19,10 @@ Prints, never asserts (timing is not a test):
   file (the file tier).
 - D4 resume: ``run_durable`` of a stored 50-step session stopped before its last
   model call (replays the log, then one step).
+- D5 the file tier: the D1 session with ``run`` and a ``LogWriter`` following its
+  log, without and with ``fsync=True``: µs per step, the overhead over ``run``, and
+  fsyncs per step (counted by wrapping ``os.fsync``), next to what syncing every
+  line (the rule before side-effect boundaries) would cost: one per line.
 
 Each timing is the best of several rounds (the garbage collector runs before each).
 """
@@ -216,6 +220,47 @@ def d4_resume(directory: Path, rounds: int) -> dict[str, Any]:
     return {"stored_events": events, "ms": wall / 1e6, "cpu_ms": cpu / 1e6}
 
 
+def d5_file_tier(directory: Path, rounds: int, sessions: int, plain_ns: float) -> dict[str, Any]:
+    """``run`` + ``LogWriter`` (the file tier), with and without ``fsync=True``."""
+    model = FunctionModel(answer(STEPS))
+    per_step = sessions * STEPS * 1000
+    names = Counter("d5")
+    real_fsync = os.fsync
+    fsyncs = [0]
+
+    def counting(fd: Any) -> None:
+        fsyncs[0] += 1
+        real_fsync(fd)
+
+    out: dict[str, Any] = {}
+    for fsync in (False, True):
+
+        def logged(fsync: bool = fsync) -> None:
+            for _ in range(sessions):
+                log = agentloop.EventLog()
+                with replay.LogWriter(directory / f"{names()}.jsonl", fsync=fsync) as writer:
+                    writer.follow(log)
+                    agentloop.run(QUESTION, model=model, tools=[add], max_steps=STEPS, log=log)
+
+        fsyncs[0] = 0
+        os.fsync = counting
+        try:
+            wall, cpu = best_ns(logged, rounds)
+        finally:
+            os.fsync = real_fsync
+        out["fsync" if fsync else "flush"] = {
+            "us_per_step": wall / per_step,
+            "cpu_us_per_step": cpu / per_step,
+            "overhead_us_per_step": (wall - plain_ns) / per_step,
+            "fsyncs_per_step": fsyncs[0] / (rounds * sessions * STEPS),
+        }
+    lines = len(replay.read_log(directory / "d5-1.jsonl")) + 1  # and the header
+    # Before: one fsync per line written, and the new file's directory once.
+    out["per_line_fsyncs_per_step"] = (lines + 1) / STEPS
+    out["lines_per_step"] = lines / STEPS
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smoke run, few iterations")
@@ -228,6 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         d2 = d2_sessions_per_second(directory, count)
         d3 = d3_bytes_per_step(directory)
         d4 = d4_resume(directory, 3 if args.quick else 5)
+        plain_ns = d1["plain"]["us_per_step"] * sessions * STEPS * 1000
+        d5 = d5_file_tier(directory, rounds, sessions, plain_ns)
     print(f"durable sessions: agentloop {agentloop.__version__}, SQLite {_sqlite_version()}")
     print(f"D1 per step, {STEPS}-step session (49 tool calls, then the answer), wall (CPU):")
     plain = d1["plain"]
@@ -258,6 +305,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"D4 resume of a stored session ({d4['stored_events']} events) + its last step: "
         f"{d4['ms']:.2f} ({d4['cpu_ms']:.2f}) ms"
     )
+    print("D5 file tier, run() + LogWriter, same session, wall (CPU):")
+    for key, label in (("flush", "flush per event    "), ("fsync", "fsync=True         ")):
+        row = d5[key]
+        print(
+            f"  LogWriter, {label}           {row['us_per_step']:8.1f} "
+            f"({row['cpu_us_per_step']:6.1f}) µs/step, overhead "
+            f"{row['overhead_us_per_step']:8.1f} µs/step, {row['fsyncs_per_step']:.2f} fsyncs/step"
+        )
+    print(
+        f"  fsyncs per step at side-effect boundaries: {d5['fsync']['fsyncs_per_step']:.2f}; "
+        f"one per line (the rule before): {d5['per_line_fsyncs_per_step']:.2f} "
+        f"({d5['lines_per_step']:.2f} lines/step)"
+    )
     normal = d1["NORMAL"]
     print("targets (measured, not asserted)")
     for label, value, met in (
@@ -274,7 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         print(f"  {label}: {value}  {'met' if met else 'MISSED'}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"D1": d1, "D2": d2, "D3": d3, "D4": d4}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"D1": d1, "D2": d2, "D3": d3, "D4": d4, "D5": d5}, indent=2)
+        )
     return 0
 
 

@@ -22,7 +22,7 @@ _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time see __getattr__
     from ._diff import diff_events, summarize
-    from ._durable import Parked, answer, idempotency_key, run_durable
+    from ._durable import Parked, answer, run_durable
     from ._log import (
         LOG_FORMAT,
         LOG_FORMAT_VERSION,
@@ -93,7 +93,7 @@ _LAZY = {
         ),
         "._replay",
     ),
-    **dict.fromkeys(("Parked", "answer", "idempotency_key", "run_durable"), "._durable"),
+    **dict.fromkeys(("Parked", "answer", "run_durable"), "._durable"),
     **dict.fromkeys(
         (
             "SCHEMA_VERSION",
@@ -151,7 +151,6 @@ __all__ = [
     "answer",
     "diff_events",
     "fork",
-    "idempotency_key",
     "read_log",
     "recorded_replies",
     "replay",

@@ -9,12 +9,23 @@ Commands::
     python -m replay view LOG [-o FILE] [--check | --diff B]   one self-contained HTML page
     python -m replay otel LOG [-o FILE]                 OpenTelemetry spans, OTLP/JSON
     python -m replay verify LOG [--json]                the hash chain and every line
+    python -m replay sessions DB [--status S] [--json]  the sessions of a store
+    python -m replay export DB --session ID -o FILE     a stored session as a log file
     python -m replay --version
+
+``show``, ``check``, ``stats`` and ``verify`` read a session of a store
+(:class:`replay.SQLiteStore`) as well as a log file: ``LOG`` is then the store and
+``--session ID`` names the session (``python -m replay show sessions.db --session
+ticket-42``). ``diff`` compares two sessions (``diff DB --session A --session B``,
+or two stores), or a session and a file (``diff DB run.jsonl --session A``): each
+store among its arguments takes the next ``--session``, in order. A store is
+recognized by its content (the SQLite header), not by its name.
 
 Exit codes: 0 ok (logs identical, replay matched, log verified); 1 a divergence, a
 difference, a log that does not verify (or a format-1 log, which has no chain to
 verify), or a log with no events to check; 2 a usage error or a file that cannot
-be read as a log. Errors are one line on stderr, never a traceback.
+be read as a log (or a store or session that cannot be read: no such session, a
+store of a newer schema). Errors are one line on stderr, never a traceback.
 
 Everything printed for people has its control characters escaped (``\\x1b``
 becomes the four characters ``\\x1b``): a log holds what a model sent, and a
@@ -39,9 +50,12 @@ register them with :func:`command` (see the commands below).
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timezone
 from typing import Any, NamedTuple, NoReturn, TextIO
 
 import msgspec
@@ -77,6 +91,7 @@ from ._log import (
     read_log,
 )
 from ._replay import ReplayDivergence, replay
+from ._store import SESSION_STATUSES, SessionNotFound, SQLiteStore, StoreError, StoreVersionError
 
 __all__ = ["COMMANDS", "Command", "command", "main"]
 
@@ -89,8 +104,10 @@ exit codes:
   0  ok: the replay matched, the logs are identical, the log verified
   1  not ok: a divergence, a difference, a log that does not verify (or has
      no hash chain: format 1), a log with no events to check
-  2  a usage error, or a file that cannot be read as an agentloop log
+  2  a usage error, a file that cannot be read as an agentloop log, or a store
+     or session that cannot be read (no such session, a newer schema)
 
+LOG is a log file, or a session store with --session ID.
 --json prints one JSON object (a stable shape; see docs/log-format.md)."""
 
 
@@ -214,13 +231,98 @@ def _answer(args: argparse.Namespace, report: dict[str, Any], text: str, ok: boo
     return EXIT_OK if ok else EXIT_DIFFERENT
 
 
+def _log_error(exc: LogError, path: str) -> _Fail:
+    message = str(exc)
+    if "not an agentloop log" in message and exc.line == 1:
+        message += "; nor a session store (a store is an SQLite file)"
+    return _Fail(message, path=path, line=exc.line)
+
+
 def _read(path: str) -> list[Event]:
     try:
         return read_log(path)
     except LogError as exc:
-        raise _Fail(str(exc), path=path, line=exc.line) from None
+        raise _log_error(exc, path) from None
     except OSError as exc:
         raise _Fail(f"{path}: cannot read: {exc.strerror or exc}", path=path) from None
+
+
+# --------------------------------------------------------------------------- stores
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _is_store(path: str) -> bool:
+    """Whether ``path`` is an SQLite file (by its header; a store or not, its name
+    does not matter). An unreadable path is not: reading it as a log says why."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def _session_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--session", metavar="ID", help="LOG is a session store: read this session of it"
+    )
+
+
+def _label(path: str, session: str | None) -> str:
+    return path if session is None else f"{path}, session {session!r}"
+
+
+def _open_store(path: str) -> SQLiteStore:
+    try:
+        return SQLiteStore(path)
+    except StoreError as exc:
+        raise _Fail(str(exc), path=path) from None
+
+
+def _missing(path: str, store: SQLiteStore, session: str) -> _Fail:
+    """No ``session`` in the store: name the closest ids (or some ids)."""
+    ids = [info.id for info in store.sessions()]
+    if not ids:
+        hint = "the store holds no sessions"
+    else:
+        close = difflib.get_close_matches(session, ids, n=5, cutoff=0.6)
+        if close:
+            hint = "closest: " + ", ".join(map(repr, close))
+        else:
+            more = f", ... ({len(ids)} in all)" if len(ids) > 5 else ""
+            hint = "its sessions: " + ", ".join(map(repr, ids[:5])) + more
+    return _Fail(f"{path}: no session {session!r} in the store; {hint}", path=path)
+
+
+def _no_session(path: str) -> _Fail:
+    with _open_store(path) as store:
+        count = len(store.sessions())
+    return _Fail(
+        f"{path} is a session store ({count} sessions): name one with --session ID "
+        f"(python -m replay sessions {path} lists them)",
+        path=path,
+    )
+
+
+def _events(path: str, session: str | None) -> list[Event]:
+    """The events of the log file ``path``, or of ``session`` in the store ``path``."""
+    if not _is_store(path):
+        if session is not None and os.path.isfile(path):
+            raise _Fail(
+                f"{path} is not a session store (no SQLite header): --session {session!r} "
+                "names a session of a store; drop it to read the file as a log",
+                path=path,
+            )
+        return _read(path)
+    if session is None:
+        raise _no_session(path)
+    with _open_store(path) as store:
+        try:
+            return store.events(session)
+        except SessionNotFound:
+            raise _missing(path, store, session) from None
+        except StoreError as exc:
+            raise _Fail(str(exc), path=path) from None
 
 
 def _event(event: Event | None) -> dict[str, Any] | None:
@@ -280,6 +382,7 @@ def _timeline(events: Sequence[Event], out: TextIO, color: bool) -> None:
 
 def _show_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log")
+    _session_argument(parser)
     color = parser.add_mutually_exclusive_group()
     color.add_argument("--color", dest="color", action="store_true", default=None)
     color.add_argument("--no-color", dest="color", action="store_false")
@@ -290,6 +393,9 @@ def _show(args: argparse.Namespace) -> int:
     path, color = args.log, args.color
     if color is None:
         color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    if args.session is not None or _is_store(path):
+        _timeline(_events(path, args.session), sys.stdout, color)
+        return EXIT_OK
     try:
         events = read_log(path)
     except TornLogError as exc:
@@ -306,15 +412,17 @@ def _show(args: argparse.Namespace) -> int:
 
 def _log_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log")
+    _session_argument(parser)
     _json_flag(parser)
 
 
 @command("check", "replay a log and report ok or the divergence", _log_argument)
 def _check(args: argparse.Namespace) -> int:
-    path = args.log
-    events = _read(path)
+    events = _events(args.log, args.session)
+    path = _label(args.log, args.session)
     report: dict[str, Any] = {
-        "path": path,
+        "path": args.log,
+        "session": args.session,
         "ok": False,
         "events": len(events),
         "result": None,
@@ -364,16 +472,47 @@ def _check(args: argparse.Namespace) -> int:
 
 def _diff_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a")
-    parser.add_argument("b")
+    parser.add_argument("b", nargs="?", help="(omit it for two sessions of the store A)")
+    parser.add_argument(
+        "--session",
+        metavar="ID",
+        action="append",
+        default=[],
+        help="the session of the next store among A and B (give two for DB alone)",
+    )
     _json_flag(parser)
 
 
-@command("diff", "the first differing event of two logs", _diff_arguments)
+def _diff_sources(args: argparse.Namespace) -> list[tuple[str, str | None]]:
+    """``[(path, session), (path, session)]``: what ``diff`` compares."""
+    sessions: list[str] = args.session
+    if args.b is None:
+        if _is_store(args.a) and len(sessions) == 2:
+            return [(args.a, sessions[0]), (args.a, sessions[1])]
+        raise _Fail(
+            "diff compares two logs: A B, or two sessions of one store: DB --session ID "
+            "--session ID (see python -m replay diff --help)"
+        )
+    paths = [args.a, args.b]
+    stores = [path for path in paths if _is_store(path)]
+    if len(sessions) != len(stores):
+        which = f"the store(s) {', '.join(stores)}" if stores else "no store"
+        raise _Fail(
+            f"diff: A and B include {which}; give one --session ID per store, in the "
+            f"order of A and B ({len(sessions)} given)"
+        )
+    given = iter(sessions)
+    return [(path, next(given) if path in stores else None) for path in paths]
+
+
+@command("diff", "the first differing event of two logs or sessions", _diff_arguments)
 def _diff(args: argparse.Namespace) -> int:
-    a, b = _read(args.a), _read(args.b)
+    (path_a, session_a), (path_b, session_b) = _diff_sources(args)
+    a, b = _events(path_a, session_a), _events(path_b, session_b)
     report: dict[str, Any] = {
-        "a": args.a,
-        "b": args.b,
+        "a": path_a,
+        "b": path_b,
+        "sessions": {"a": session_a, "b": session_b},
         "identical": False,
         "events": {"a": len(a), "b": len(b)},
         "first_difference": None,
@@ -485,8 +624,8 @@ def _tokens(stats: dict[str, Any]) -> str:
 
 @command("stats", "steps, tool calls, tokens, errors, duration", _log_argument)
 def _print_stats(args: argparse.Namespace) -> int:
-    path = args.log
-    stats = _stats(_read(path))
+    path = _label(args.log, args.session)
+    stats = _stats(_events(args.log, args.session))
     if args.json:
         _print_json(stats)
         return EXIT_OK
@@ -531,7 +670,43 @@ def _scan(path: str, scan: _Scan) -> Iterator[Event]:
 
 @command("verify", "check the hash chain and every line of a log", _log_argument)
 def _verify(args: argparse.Namespace) -> int:
-    path = args.log
+    path, session = args.log, args.session
+    if session is None and not _is_store(path):
+        return _verify_file(args, path, path)
+    if session is None:
+        raise _no_session(path)
+    if not _is_store(path):
+        _events(path, session)  # raises: not a store
+    # A stored session is checked as the file it exports to: the same lines and links.
+    with _open_store(path) as store, tempfile.TemporaryDirectory() as directory:
+        exported = os.path.join(directory, "session.jsonl")
+        try:
+            store.export(session, exported)
+        except SessionNotFound:
+            raise _missing(path, store, session) from None
+        except StoreVersionError as exc:
+            raise _Fail(str(exc), path=path) from None
+        except StoreError as exc:  # a damaged row: its chain does not hold
+            report: dict[str, Any] = {
+                "path": path,
+                "session": session,
+                "ok": False,
+                "format_version": None,
+                "events": None,
+                "chain": "broken",
+                "complete": False,
+                "last_link": None,
+                "problem": {"line": None, "message": str(exc)},
+            }
+            text = f"{_label(path, session)}: NOT verified: {exc}"
+            return _answer(args, report, text, False)
+        return _verify_file(args, exported, _label(path, session), session=session)
+
+
+def _verify_file(
+    args: argparse.Namespace, path: str, label: str, *, session: str | None = None
+) -> int:
+    """``verify`` the log file ``path``, reported as ``label``."""
     scan = _Scan()
     last: Event | None = None
     problem: dict[str, Any] | None = None
@@ -547,11 +722,12 @@ def _verify(args: argparse.Namespace) -> int:
         if isinstance(exc, LogVersionError) or not (
             isinstance(exc, LogIntegrityError) or (exc.line or 1) > 1
         ):
-            raise _Fail(str(exc), path=path, line=exc.line) from None  # not a log at all
+            raise _log_error(exc, path) from None  # not a log at all
         problem = {"line": exc.line, "message": str(exc)}
     chain = scan.version >= 2
     report: dict[str, Any] = {
-        "path": path,
+        "path": args.log,
+        "session": session,
         "ok": problem is None and chain,
         "format_version": scan.version,
         "events": scan.count,
@@ -563,10 +739,10 @@ def _verify(args: argparse.Namespace) -> int:
     if scan.format2 is not None and problem is None:
         report["last_link"] = scan.format2.link.decode()
     if problem is not None:
-        text = f"{path}: NOT verified: {problem['message'].removeprefix(f'{path}: ')}"
+        text = f"{label}: NOT verified: {problem['message'].removeprefix(f'{path}: ')}"
     elif not chain:
         text = (
-            f"{path}: not verified: log format {scan.version} has no hash chain ({scan.count} "
+            f"{label}: not verified: log format {scan.version} has no hash chain ({scan.count} "
             "events, every line canonical); rewrite it as format 2 to protect it: "
             "replay.write_log(path, replay.read_log(path))"
         )
@@ -578,10 +754,116 @@ def _verify(args: argparse.Namespace) -> int:
         else:
             end = f"unfinished (ends at #{last.sequence} {last.type})"
         text = (
-            f"{path}: verified: log format {scan.version}, {scan.count} events, hash chain "
+            f"{label}: verified: log format {scan.version}, {scan.count} events, hash chain "
             f"intact (last link {report['last_link']}); {end}"
         )
     return _answer(args, report, text, report["ok"])
+
+
+# --------------------------------------------------------------------------- sessions, export
+
+
+def _sessions_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("db", metavar="DB")
+    parser.add_argument("--status", choices=SESSION_STATUSES, help="only sessions with it")
+    _json_flag(parser)
+
+
+_STORE_EPILOG = """\
+exit codes:
+  0  ok
+  2  a usage error, or a file that is not a session store (or a store of a
+     newer schema; no such session)"""
+
+
+def _when(seconds: float) -> str:
+    """A time of the store's clock, readable (UTC)."""
+    try:
+        return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):  # a test's clock, say
+        return repr(seconds)
+
+
+def _store_at(path: str) -> SQLiteStore:
+    """The store at ``path`` (which must exist and be one)."""
+    if not _is_store(path):
+        if not os.path.exists(path):
+            raise _Fail(f"{path}: no such file", path=path)
+        raise _Fail(
+            f"{path}: not a session store (no SQLite header); a log file is read by "
+            "show, check, stats, verify and diff",
+            path=path,
+        )
+    return _open_store(path)
+
+
+@command(
+    "sessions",
+    "the sessions of a store: id, status, steps, events, updated",
+    _sessions_arguments,
+    epilog=_STORE_EPILOG,
+)
+def _sessions(args: argparse.Namespace) -> int:
+    with _store_at(args.db) as store:
+        infos = store.sessions(status=args.status)
+    if args.json:
+        rows = [
+            {
+                "id": info.id,
+                "status": info.status,
+                "steps": info.steps,
+                "events": info.events,
+                "created": info.created,
+                "updated": info.updated,
+                "answered": info.answered,
+                "lease_owner": info.lease_owner,
+                "lease_expires": info.lease_expires,
+            }
+            for info in infos
+        ]
+        _print_json({"path": args.db, "sessions": rows})
+        return EXIT_OK
+    if not infos:
+        _say("(no sessions)")
+        return EXIT_OK
+    width = max(len("ID"), *(len(_safe(info.id)) for info in infos))
+    lines = [f"{'ID':<{width}}  {'STATUS':<18} {'STEPS':>5} {'EVENTS':>6}  UPDATED"]
+    for info in infos:
+        status = _safe(info.status) + (" (answered)" if info.answered else "")
+        lines.append(
+            f"{_safe(info.id):<{width}}  {status:<18} {info.steps:>5} {info.events:>6}  "
+            f"{_when(info.updated)}"
+        )
+    sys.stdout.write("\n".join(lines) + "\n")
+    return EXIT_OK
+
+
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("db", metavar="DB")
+    parser.add_argument("--session", metavar="ID", required=True, help="the session to export")
+    parser.add_argument("-o", "--output", metavar="FILE", required=True, help="the log file")
+
+
+@command(
+    "export",
+    "write a stored session to a JSONL log file (what LogWriter writes)",
+    _export_arguments,
+    epilog=_STORE_EPILOG,
+)
+def _export(args: argparse.Namespace) -> int:
+    with _store_at(args.db) as store:
+        try:
+            count = store.export(args.session, args.output)
+        except SessionNotFound:
+            raise _missing(args.db, store, args.session) from None
+        except StoreError as exc:
+            raise _Fail(str(exc), path=args.db) from None
+        except OSError as exc:
+            raise _Fail(
+                f"{args.output}: cannot write: {exc.strerror or exc}", path=args.output
+            ) from None
+    _say(f"{args.output}: {count} events of session {args.session!r} ({args.db})")
+    return EXIT_OK
 
 
 # --------------------------------------------------------------------------- view, otel

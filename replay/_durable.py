@@ -20,7 +20,7 @@ way :func:`agentloop.run` does, with three differences:
    cancelled: the stored log still ends at the last boundary, and the next
    ``run_durable`` for the session resumes there. The effect that was in flight
    runs again (at-least-once); a tool can recognise a repeat by its
-   :func:`idempotency_key` (``"<session id>:<call id>"``).
+   :func:`agentloop.idempotency_key` (``"<session id>:<call id>"``).
 3. **Parking.** A ``Pause`` with no ``on_pause`` *parks* the session: its events
    are committed with status ``paused``, the lease is released and
    :func:`run_durable` returns :class:`Parked`; the process may exit.
@@ -58,7 +58,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from contextvars import ContextVar
 from typing import Any, Final
 
 import msgspec
@@ -83,10 +82,10 @@ from agentloop import (
     SessionStartEvent,
     Tool,
     ToolRegistry,
-    ToolRequest,
     ToolSpec,
     agent_loop,
     encode_event,
+    idempotency_session,
 )
 from agentloop._driver import _Driver  # the seam until drive(loop, ...) lands
 
@@ -94,26 +93,7 @@ from ._diff import diff_events
 from ._replay import replay, resume
 from ._store import SessionNotFound, SQLiteStore, StoreError
 
-__all__ = ["Parked", "answer", "idempotency_key", "run_durable"]
-
-_KEY: Final[ContextVar[str | None]] = ContextVar("agentloop_idempotency_key", default=None)
-
-
-def idempotency_key() -> str | None:
-    """The idempotency key of the tool call being run by :func:`run_durable`.
-
-    ``"<session id>:<call id>"``: the same for every attempt of that call (after a
-    crash, the call in flight runs again with the same key), different for every
-    other call of every session. Call it from inside a tool; outside a durable run
-    it returns ``None``. It is a context variable, so it follows the call into
-    ``contextvars.copy_context()`` (threads started that way, ``asyncio.to_thread``)::
-
-        @tool
-        def send_invoice(customer: str, amount: int) -> str:
-            key = replay.idempotency_key()  # e.g. "order-42:call_7"
-            return billing.create(customer, amount, idempotency_key=key)
-    """
-    return _KEY.get()
+__all__ = ["Parked", "answer", "run_durable"]
 
 
 class Parked(msgspec.Struct, frozen=True, kw_only=True):
@@ -183,7 +163,7 @@ def run_durable(
             configuration is used and those options are ignored.
         model, tools, hooks, signal, clock: as for :func:`agentloop.run`. The
             tools must offer every tool the session was started with, with the
-            same parameters. Tools can read :func:`idempotency_key`.
+            same parameters. Tools can read :func:`agentloop.idempotency_key`.
         system, max_steps, budget, started_at: as for :func:`agentloop.run`, for a
             new session.
         on_event: called with each new event as the loop emits it (before it is
@@ -332,7 +312,8 @@ class _Runner:
                 for event in loop.log.since(self.committed):
                     self.on_event(event)
                 loop.log.subscribe(self.on_event)
-            return self.drive(effect, driver)
+            with idempotency_session(self.session_id):  # the tools' idempotency_key()
+                return self.drive(effect, driver)
         finally:
             driver.close_stream()
             if self.renewal is not None:
@@ -357,14 +338,7 @@ class _Runner:
                         reply = driver.reply_to(effect)
                 else:
                     self.before(effect)
-                    token = None
-                    if type(effect) is ToolRequest:
-                        token = _KEY.set(f"{self.session_id}:{effect.call.id}")
-                    try:
-                        reply = driver.reply_to(effect)
-                    finally:
-                        if token is not None:
-                            _KEY.reset(token)
+                    reply = driver.reply_to(effect)
                 effect = loop.send(reply)
         except StopIteration:
             pass

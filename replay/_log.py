@@ -1116,6 +1116,12 @@ def _write_lines(path: StrPath, lines: Iterable[bytes]) -> None:
     _fsync_directory(directory)
 
 
+#: The events after which ``LogWriter(fsync=True)`` syncs: the last event before
+#: the loop asks for an effect (a model call, a tool call, a pause's answer), and
+#: the run's end.
+_SYNC_AFTER: Final = frozenset({"step.start", "tool.call", "session.pause", "run.finished"})
+
+
 class LogWriter:
     """Append events to a log file as they happen: one line per event, flushed.
 
@@ -1126,8 +1132,15 @@ class LogWriter:
             file. A torn existing log raises :class:`TornLogError`: repair it
             explicitly first. A format-1 log is not appended to (``ValueError``):
             rewrite it as format 2 first with ``write_log(path, read_log(path))``.
-        fsync: also ``os.fsync`` after every event (durable against power loss,
-            much slower). Flushing alone survives a killed process.
+        fsync: also ``os.fsync`` the file at each *side-effect boundary*, the
+            store's write-ahead rule (durable against power loss too): after the
+            event that precedes an effect (``step.start`` before a model call,
+            ``tool.call`` before a tool call, ``session.pause``) and after
+            ``run.finished``, so an effect's events are on disk before it runs and
+            a reply's before the next effect; the chunks of a stream are not synced
+            one by one. :meth:`sync` syncs at any other point, and :meth:`close`
+            syncs what is left. Flushing alone (every event, always) survives a
+            killed process.
 
     Use it as a context manager, and let it :meth:`follow` the loop's log::
 
@@ -1176,11 +1189,13 @@ class LogWriter:
             self._format2 = scan.format2
             self._next = scan.count
         self._file: IO[bytes] | None = open(name, "ab", buffering=0)  # noqa: SIM115
+        self._unsynced = False
         if fresh:
             self._write_line(_header_line(self._format2))
         # The header's link: where the chain of the file's events starts.
         self._start = self._format2.link if self._next == 0 else scan.start
         if created and fsync:
+            self.sync()  # the header, then the name that leads to it
             _fsync_directory(os.path.dirname(os.path.abspath(name)))
 
     @property
@@ -1213,6 +1228,15 @@ class LogWriter:
         format2.link = link  # only once the line is written
         format2.advance(event)
         self._next += 1
+        if self._fsync and event.type in _SYNC_AFTER:
+            self.sync()
+
+    def sync(self) -> None:
+        """``os.fsync`` what was written since the last sync (with ``fsync=True``,
+        the writer does this itself at side-effect boundaries)."""
+        if self._file is not None and self._unsynced:
+            os.fsync(self._file.fileno())
+            self._unsynced = False
 
     def follow(self, log: EventLog) -> Callable[[], None]:
         """Write ``log``'s events from :attr:`next_sequence` on, then subscribe to it.
@@ -1256,8 +1280,7 @@ class LogWriter:
         while view:
             written = file.write(view)
             view = view[written or 0 :]
-        if self._fsync:
-            os.fsync(file.fileno())
+        self._unsynced = True
 
     def close(self) -> None:
         """Unsubscribe from the logs :meth:`follow` subscribed to and close the file
@@ -1266,6 +1289,8 @@ class LogWriter:
         for unsubscribe in subscriptions:
             unsubscribe()
         if self._file is not None:
+            if self._fsync:
+                self.sync()
             self._file.close()
             self._file = None
 

@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import agentloop
 import replay
 from agentloop import (
     FunctionModel,
@@ -66,7 +67,7 @@ def _append(path: str, line: str) -> None:
 
 
 def _effect(name: str, value: int) -> dict[str, Any]:
-    key = replay.idempotency_key() or "(not durable)"
+    key = agentloop.idempotency_key() or "(not durable)"
     point(f"tool:before:{name}")
     _append(PATHS["journal"], f"start\t{key}")
     if name == "keyed_effect":

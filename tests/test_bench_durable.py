@@ -32,3 +32,9 @@ def test_quick_run_prints_and_writes_every_number(tmp_path):
     assert data["D1"]["NORMAL"]["commits_per_step"] == data["D1"]["FULL"]["commits_per_step"] == 2
     assert data["D2"]["commits_per_session"] == 4
     assert data["D3"]["event_bytes_per_step"] > 0 and data["D4"]["stored_events"] > 300
+    # LogWriter(fsync=True): the header and its directory, before each of the 50 model
+    # calls and 49 tool calls, at the end; none without fsync.
+    assert data["D5"]["fsync"]["fsyncs_per_step"] == (2 + 50 + 49 + 1) / 50
+    assert data["D5"]["flush"]["fsyncs_per_step"] == 0
+    assert data["D5"]["per_line_fsyncs_per_step"] > 7
+    assert "D5 file tier" in done.stdout

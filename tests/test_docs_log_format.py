@@ -13,8 +13,8 @@ import msgspec
 import pytest
 
 import replay.__main__ as cli
-from agentloop import RunFinishedEvent
-from replay import read_log, write_log
+from agentloop import FunctionModel, RunFinishedEvent, ScriptedResponse, UserMessage
+from replay import SQLiteStore, read_log, run_durable, write_log
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs" / "log-format.md").read_text(encoding="utf-8")
@@ -43,7 +43,9 @@ def test_the_commands_are_the_cli_s() -> None:
     for line in commands.splitlines():
         assert line in cli.__doc__
     assert {
-        line.split()[3] for line in commands.splitlines() if "LOG" in line or "A B" in line
+        line.split()[3]
+        for line in commands.splitlines()
+        if "LOG" in line or "A B" in line or "DB" in line
     } == (set(cli.COMMANDS))
 
 
@@ -75,6 +77,7 @@ def test_the_json_shapes_are_what_the_cli_prints(
         _run(capsys, "diff", "--json", fixtures / "tool_calls.jsonl", tampered),
         _run(capsys, "stats", "--json", fixtures / "tool_calls.jsonl"),
         _run(capsys, "verify", "--json", fixtures / "tool_calls.jsonl"),
+        _run(capsys, "sessions", "--json", _store(tmp_path / "s.db")),
         _run(capsys, "check", "--json", tmp_path / "x.jsonl"),
     ]
     documented = [json.loads(block) for block in _blocks("json")]
@@ -82,4 +85,12 @@ def test_the_json_shapes_are_what_the_cli_prints(
     # The stats and verify examples are that fixture's, exactly.
     assert documented[2] == printed[2]
     assert documented[3] == {**printed[3], "path": "s.jsonl"}
-    assert os.path.basename(printed[4]["error"]["path"]) == "x.jsonl"
+    assert os.path.basename(printed[5]["error"]["path"]) == "x.jsonl"
+
+
+def _store(path: Path) -> Path:
+    """A store with one finished session."""
+    with SQLiteStore(path) as store:
+        model = FunctionModel(lambda request: ScriptedResponse.text("r1", "Hi."))
+        run_durable(store, "ticket-42", [UserMessage("u1", "Hello?")], model=model, tools=[])
+    return path

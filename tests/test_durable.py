@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import agentloop
 import replay
 from agentloop import (
     Budget,
@@ -117,7 +118,7 @@ def test_the_write_ahead_rule(store):
     def watched_add(left: int, right: int) -> dict[str, int]:
         """Add two integers."""
         last = store.events("s")[-1]
-        seen.append((f"tool {replay.idempotency_key()}", f"{last.type} {last.call.id}"))
+        seen.append((f"tool {agentloop.idempotency_key()}", f"{last.type} {last.call.id}"))
         return {"sum": left + right}
 
     replay.run_durable(store, "s", QUESTION, model=FunctionModel(model_fn), tools=[watched_add])
@@ -147,17 +148,19 @@ def test_tools_read_their_idempotency_key(store):
     @tool(name="add")
     def keyed_add(left: int, right: int) -> dict[str, int]:
         """Add two integers."""
-        keys.append(replay.idempotency_key())
+        keys.append(agentloop.idempotency_key())
         # The key follows the context into threads started with it.
         context = contextvars.copy_context()
-        thread = threading.Thread(target=lambda: keys.append(context.run(replay.idempotency_key)))
+        thread = threading.Thread(
+            target=lambda: keys.append(context.run(agentloop.idempotency_key))
+        )
         thread.start()
         thread.join()
         return {"sum": left + right}
 
     replay.run_durable(store, "order-7", QUESTION, model=FunctionModel(answer), tools=[keyed_add])
     assert keys == ["order-7:c1", "order-7:c1", "order-7:c2", "order-7:c2"]
-    assert replay.idempotency_key() is None  # outside a durable tool call
+    assert agentloop.idempotency_key() is None  # outside a durable tool call
     plain(tools=[keyed_add])
     assert keys[-2:] == [None, None]
 
@@ -239,7 +242,7 @@ def test_an_exception_out_of_a_tool_is_not_a_cancel_and_the_same_call_finishes(s
     @tool(name="add")
     def fragile_add(left: int, right: int) -> dict[str, int]:
         """Add two integers."""
-        attempts.append(replay.idempotency_key())
+        attempts.append(agentloop.idempotency_key())
         if left == 42 and crash[0]:
             crash[0] = False
             raise Interrupted

@@ -1170,7 +1170,7 @@ def test_log_writer_with_fsync_fsyncs_the_directory_of_a_file_it_creates(
     path = tmp_path / "run.jsonl"
     with LogWriter(path, fsync=True) as writer:
         writer.write(StepEndEvent(sequence=0, step=1))
-    assert synced == ["file", "dir", "file"]  # the header, the new name, the event
+    assert synced == ["file", "dir", "file"]  # the header, the new name, the rest at close
     synced.clear()
     with LogWriter(path, fsync=True) as writer:  # an existing file: its name is durable
         writer.write(StepEndEvent(sequence=1, step=1))

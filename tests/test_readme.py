@@ -30,7 +30,10 @@ def test_ci_runs_the_readmes_commands(line: int) -> None:
 
 
 @pytest.mark.parametrize("index", range(len(blocks("python"))))
-def test_readme_python_examples_run(index: int, capsys: pytest.CaptureFixture[str]) -> None:
+def test_readme_python_examples_run(
+    index: int, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # examples may write files (sessions.db)
     code = blocks("python")[index]
     if "openai.OpenAI()" in code:
         pytest.skip("needs a real provider and an API key")

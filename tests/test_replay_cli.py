@@ -398,6 +398,7 @@ def test_verify_a_format_2_log() -> None:
     report = json.loads(waiting.stdout)
     assert report == {
         "path": str(FIXTURES / "waiting_on_tool.jsonl"),
+        "session": None,
         "ok": True,
         "format_version": 2,
         "events": 7,
@@ -494,7 +495,7 @@ def test_dev_zero_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> Non
     # Defect 16: no unbounded read, no "internal error".
     expected = (
         'replay: error: /dev/zero: not an agentloop log (line 1 is not an {"format": '
-        '"agentloop-log", ...} header)'
+        '"agentloop-log", ...} header); nor a session store (a store is an SQLite file)'
     )
     assert _one_line_error(cli("check", "/dev/zero")) == expected
     for command in ("verify", "show", "stats"):
@@ -509,6 +510,7 @@ def test_check_json(tampered: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 0
     assert json.loads(out) == {
         "path": str(FIXTURES / "waiting_on_tool.jsonl"),
+        "session": None,
         "ok": True,
         "events": 7,
         "result": None,
@@ -560,6 +562,7 @@ def test_diff_json(tampered: Path, tmp_path: Path, capsys: pytest.CaptureFixture
         {
             "a": str(same[0]),
             "b": str(same[1]),
+            "sessions": {"a": None, "b": None},
             "identical": True,
             "events": {"a": 22, "b": 22},
             "first_difference": None,

@@ -10,7 +10,8 @@ never imports this package (nor ``temporalio``).
   with your model and tools (all three, or any part: see docs/durable.md).
 - :func:`start_session`, :func:`get_session`, :class:`AgentSession`: the client
   side, with typed payloads.
-- :func:`idempotency_key`: inside a tool, ``<workflow id>:<call id>``.
+- Tools read their idempotency key, ``<workflow id>:<call id>``, with
+  :func:`agentloop.idempotency_key`, as in every tier.
 
 Everything travels as msgspec JSON (``json/plain`` payloads): no data converter
 to configure. See docs/durable.md ("Temporal").
@@ -23,7 +24,7 @@ except ImportError as exc:  # tested in a subprocess that hides temporalio
         'agentloop.temporal needs temporalio: pip install "agentloop-replay[temporal]"'
     ) from exc
 
-from ._activities import RETRIED_KINDS, SessionActivities, idempotency_key
+from ._activities import RETRIED_KINDS, SessionActivities
 from ._client import AgentSession, get_session, start_session
 from ._wire import (
     DEFAULT_MODEL_ACTIVITY,
@@ -48,7 +49,6 @@ __all__ = [
     "SessionActivities",
     "SessionInput",
     "get_session",
-    "idempotency_key",
     "sandbox_runner",
     "start_session",
     "worker",

@@ -29,7 +29,7 @@ the loop a ``ModelFailure`` with the message ``run`` would record.
 
 ``agentloop.tool`` runs one call through a :class:`~agentloop.ToolRegistry` in a
 worker thread, heartbeating while it runs. The tool can read its idempotency key
-(``<workflow id>:<call id>``) with :func:`idempotency_key`: Temporal runs an
+(``<workflow id>:<call id>``) with :func:`agentloop.idempotency_key`: Temporal runs an
 activity at least once, so the call that was running when a worker died runs
 again on another worker, with the same key.
 """
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import math
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final, NamedTuple, TypeVar
@@ -61,6 +60,7 @@ from agentloop import (
     Tool,
     ToolRegistry,
     ToolSpec,
+    idempotency_session,
 )
 
 from ._wire import (
@@ -78,7 +78,7 @@ from ._wire import (
 )
 from ._workflow import MODEL_ACTIVITY, PENDING_QUERY, TOOL_ACTIVITY
 
-__all__ = ["RETRIED_KINDS", "SessionActivities", "idempotency_key"]
+__all__ = ["RETRIED_KINDS", "SessionActivities"]
 
 T = TypeVar("T")
 
@@ -89,28 +89,7 @@ RETRIED_KINDS: Final = frozenset({"rate_limit", "connection", "server"})
 #: ever read, so the activity stops there (and its result stays bounded).
 _CHUNK_CAP: Final = MAX_CHUNKS_PER_STEP + 1
 
-_KEY: contextvars.ContextVar[str] = contextvars.ContextVar("agentloop.temporal.idempotency_key")
 _REPLY_TYPES: Final = (ModelChunk, ModelResponse, ModelFailure)
-
-
-def idempotency_key() -> str:
-    """The idempotency key of the tool call running now: ``<workflow id>:<call id>``.
-
-    Temporal runs each tool call at least once: when a worker dies during a call,
-    the call runs again elsewhere with the same key. A tool with side effects
-    records the key with its effect (a unique column, an ``Idempotency-Key``
-    header, a file named after it) and, seeing it again, returns what it did
-    instead of doing it twice.
-
-    Raises:
-        RuntimeError: not called from a tool run by an ``agentloop.temporal`` worker.
-    """
-    try:
-        return _KEY.get()
-    except LookupError:
-        raise RuntimeError(
-            "idempotency_key() is only available inside a tool run by an agentloop.temporal worker"
-        ) from None
 
 
 def _valid_unicode(text: str) -> str:
@@ -345,16 +324,13 @@ class SessionActivities:
 
     @activity.defn(name=TOOL_ACTIVITY)
     async def tool(self, call: RawValue) -> RawValue:
-        """Run one tool call; the tool can read :func:`idempotency_key`."""
+        """Run one tool call; the tool can read :func:`agentloop.idempotency_key`."""
         value = decode(call, ToolInput, "tool call")
         registry = self._registry
         assert registry is not None
-        token = _KEY.set(f"{value.session}:{value.call.id}")
-        try:
+        with idempotency_session(value.session):
             # to_thread copies this context: the tool sees the key.
             content, is_error = await _heartbeating(asyncio.to_thread(registry.execute, value.call))
-        finally:
-            _KEY.reset(token)
         return raw(encode(ToolOutput(_valid_unicode(content), is_error)))
 
 

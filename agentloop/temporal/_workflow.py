@@ -19,7 +19,7 @@ Each effect becomes something Temporal records:
   never seen by the loop. The activity receives only the messages that are new
   since the previous request (``_wire.ModelCall``): history grows linearly.
 - ``ToolRequest`` -> one ``agentloop.tool`` activity (idempotency key
-  ``<workflow id>:<call id>``, see :func:`agentloop.temporal.idempotency_key`).
+  ``<workflow id>:<call id>``, see :func:`agentloop.idempotency_key`).
 - ``Pause`` -> wait for the ``resume`` update (or signal).
 
 Time: the engine reads no clock; every reply that enters the loop is stamped with

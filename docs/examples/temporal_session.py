@@ -31,9 +31,10 @@ from agentloop import (
     ToolCall,
     ToolResultMessage,
     UserMessage,
+    idempotency_key,
     tool,
 )
-from agentloop.temporal import idempotency_key, start_session, worker
+from agentloop.temporal import start_session, worker
 from replay import summarize
 
 

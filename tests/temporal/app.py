@@ -28,9 +28,10 @@ from agentloop import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    idempotency_key,
     tool,
 )
-from agentloop.temporal import AgentLoopWorkflow, idempotency_key
+from agentloop.temporal import AgentLoopWorkflow
 
 #: Where ``slow_note`` writes its side effect (one file per idempotency key).
 NOTES_DIR = "AGENTLOOP_TEST_NOTES"

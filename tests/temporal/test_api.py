@@ -14,7 +14,6 @@ from agentloop.temporal import (
     ActivityOptions,
     SessionActivities,
     SessionInput,
-    idempotency_key,
     worker,
 )
 from agentloop.temporal._wire import decode, raw
@@ -82,9 +81,10 @@ def test_a_payload_that_does_not_decode_names_what_and_where() -> None:
         decode(raw(b'{"messages":[],"steps":8}'), SessionInput, "session input")
 
 
-def test_idempotency_key_outside_a_tool_activity_says_so() -> None:
-    with pytest.raises(RuntimeError, match="only available inside a tool run by"):
-        idempotency_key()
+def test_idempotency_key_outside_a_tool_call_is_none() -> None:
+    # One key for every tier: agentloop.idempotency_key(), None outside a tool call.
+    assert agentloop.idempotency_key() is None
+    assert not hasattr(agentloop.temporal, "idempotency_key")
 
 
 def test_worker_options_are_checked() -> None:

@@ -168,7 +168,7 @@ def test_an_async_model_streams_through_astream(temporal: Temporal) -> None:
 
 
 def test_tools_see_their_idempotency_key_and_odd_text_is_kept(temporal: Temporal) -> None:
-    from agentloop.temporal import idempotency_key
+    from agentloop import idempotency_key
 
     @tool
     def add(left: int, right: int) -> str:

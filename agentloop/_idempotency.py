@@ -1,0 +1,76 @@
+"""Idempotency keys: one per tool call of a session, the same in every tier.
+
+A durable session runs the tool call that was in flight at a crash again (at least
+once). A tool with a side effect tells a repeat from a new call by its key,
+``"<session id>:<call id>"``, read with :func:`idempotency_key`. Whoever runs the
+session names it with :func:`idempotency_session` (``replay.run_durable`` and
+``agentloop.temporal`` do it themselves; with a log file, wrap your driving code),
+and :meth:`agentloop.Tool.execute` sets the key while the tool's function runs.
+Both are context variables: they follow the call into ``contextvars.copy_context()``
+and ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Final
+
+__all__ = ["idempotency_key", "idempotency_session"]
+
+_SESSION: Final[ContextVar[str | None]] = ContextVar("agentloop_session", default=None)
+_KEY: Final[ContextVar[str | None]] = ContextVar("agentloop_idempotency_key", default=None)
+
+
+def idempotency_key() -> str | None:
+    """The idempotency key of the tool call running now, ``"<session id>:<call id>"``.
+
+    The same for every attempt of that call (after a crash, the call in flight runs
+    again with the same key), different for every other call of every session. Call
+    it from inside a tool; it is ``None`` outside a tool call, or when no session
+    is named (see :func:`idempotency_session`)::
+
+        @tool
+        def send_invoice(customer: str, amount: int) -> str:
+            key = idempotency_key()  # e.g. "order-42:call_7"
+            return billing.create(customer, amount, idempotency_key=key)
+    """
+    return _KEY.get()
+
+
+@contextmanager
+def idempotency_session(session_id: str) -> Iterator[None]:
+    """Tool calls run inside the block get keys ``"<session_id>:<call id>"``.
+
+    ``replay.run_durable`` and the ``agentloop.temporal`` workers do this for you
+    (with the session id, the workflow id). With a log file, name the session
+    yourself::
+
+        with idempotency_session("ticket-42"):
+            result = agentloop.run(messages, model=model, tools=tools, log=log)
+
+    Raises:
+        ValueError: ``session_id`` is not a non-empty str.
+    """
+    if type(session_id) is not str or not session_id:
+        raise ValueError(f"session_id must be a non-empty str, got {session_id!r}")
+    token = _SESSION.set(session_id)
+    try:
+        yield
+    finally:
+        _SESSION.reset(token)
+
+
+@contextmanager
+def _keyed(call_id: str) -> Iterator[None]:
+    """Set the key of call ``call_id`` while a tool runs (if a session is named)."""
+    session = _SESSION.get()
+    if session is None:
+        yield
+        return
+    token = _KEY.set(f"{session}:{call_id}")
+    try:
+        yield
+    finally:
+        _KEY.reset(token)
