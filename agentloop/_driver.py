@@ -54,7 +54,7 @@ from typing_extensions import Self
 from ._budget import Budget
 from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
-from ._events import Event, EventLog
+from ._events import Event, EventLog, ModelChunkEvent
 from ._hooks import HookRegistry
 from ._json import SURROGATE
 from ._logging import follow, run_finished
@@ -361,7 +361,7 @@ def run_stream(
         for item in run_stream(messages, model=model, tools=tools):
             if isinstance(item, RunResult):
                 print("\\n", item.status)
-            elif item.type == "model.chunk" and type(item.chunk.block) is TextBlock:
+            elif type(item) is ModelChunkEvent and type(item.chunk.block) is TextBlock:
                 print(item.chunk.block.text, end="", flush=True)
 
     Options are checked at once (before the first item), as :func:`run` checks them.
@@ -532,6 +532,25 @@ def tools_problem(registry: ToolRegistry, recorded: Sequence[ToolSpec]) -> str |
     return None
 
 
+def _check_not_mid_stream(loop: AgentLoop) -> None:
+    """Refuse a loop left in the middle of a model stream (its process died while the
+    model streamed): a new stream cannot continue the chunks already recorded."""
+    pending = loop.pending
+    log = loop.log
+    if type(pending) is not ModelRequest or not len(log):
+        return
+    last = log[-1]
+    if type(last) is ModelChunkEvent and last.chunk.request_id == pending.id:
+        first = len(log) - 1
+        while type(log[first - 1]) is ModelChunkEvent:
+            first -= 1
+        raise ValueError(
+            f"the loop waits in the middle of {pending.id}'s stream ({len(log) - first} "
+            "chunks recorded): a new model stream cannot continue it. Branch the log "
+            f"just before its first chunk instead: replay.fork(events, {first - 1})"
+        )
+
+
 def execute_tool(registry: ToolRegistry, call: Any) -> tuple[str, bool]:
     """Run one tool call for a sync driver: ``(content, is_error)``.
 
@@ -620,6 +639,7 @@ class _Rules:
         if inbox is not None and not isinstance(inbox, Inbox):
             raise TypeError(f"inbox must be an Inbox or None, got {inbox!r}")
         clock = _check_clock(clock)
+        _check_not_mid_stream(loop)
         registry = ToolRegistry(tools)
         problem = tools_problem(registry, loop.tools)
         if problem is not None:
