@@ -27,7 +27,7 @@ programs.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ._budget import Budget
@@ -163,7 +163,7 @@ def arun_stream(
     started_at: float | None = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
-) -> AsyncIterator[Event | RunResult]:
+) -> AsyncGenerator[Event | RunResult, None]:
     """:func:`arun`, as an async iterator of its events as they happen, then its result.
 
     The items are :func:`agentloop.run_stream`'s: each event once recorded (text

@@ -45,7 +45,7 @@ import collections
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import msgspec
@@ -349,7 +349,7 @@ def run_stream(
     started_at: float | None = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
-) -> Iterator[Event | RunResult]:
+) -> Generator[Event | RunResult, None, None]:
     """:func:`run`, as an iterator of its events as they happen, then its result.
 
     Every event the loop records is yielded once it is recorded (the model's text
@@ -399,7 +399,9 @@ def _steps(loop: AgentLoop, driver: _Driver) -> Generator[None, None, None]:
         unfollow()
 
 
-def _events(loop: AgentLoop, steps: Generator[None, None, None]) -> Iterator[Event | RunResult]:
+def _events(
+    loop: AgentLoop, steps: Generator[None, None, None]
+) -> Generator[Event | RunResult, None, None]:
     """The events ``steps`` make ``loop`` record, as they are recorded, then the result."""
     seen = len(loop.log)
     try:

@@ -28,6 +28,7 @@ from agentloop import (
     ScriptedModel,
     ScriptedResponse,
     TextBlock,
+    Tool,
     ToolCall,
     ToolCallEvent,
     ToolResultMessage,
@@ -273,7 +274,7 @@ def test_arun_refuses_a_sync_only_model():
 # --------------------------------------------------------------------------- pauses, cancel
 
 
-APPROVED = tool(add.fn, requires_approval=True)
+APPROVED = Tool(add.fn, requires_approval=True)
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])

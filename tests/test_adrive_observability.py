@@ -42,7 +42,7 @@ def script() -> list[ScriptedResponse]:
     ]
 
 
-def spans(drive: str) -> list[tuple[str, Any]]:
+def spans(drive: str) -> list[tuple[Any, ...]]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))

@@ -29,6 +29,7 @@ from agentloop import (
     ScriptedResponse,
     SessionPauseEvent,
     TextBlock,
+    Tool,
     ToolCall,
     ToolCallEvent,
     ToolRegistry,
@@ -117,7 +118,7 @@ def test_drive_continues_a_loop_driven_by_hand():
 @pytest.mark.parametrize("cut", ["after the tool call", "on the pause"])
 def test_drive_finishes_a_resumed_log_like_the_uninterrupted_run(cut):
     on_pause = (lambda pause: Resume({"approved": True})) if cut == "on the pause" else None
-    approved = ToolRegistry([tool(add.fn, requires_approval=cut == "on the pause")])
+    approved = ToolRegistry([Tool(add.fn, requires_approval=cut == "on the pause")])
     full = EventLog()
     expected = run(
         [USER],
@@ -196,7 +197,7 @@ def other_add(left: int, right: str) -> str:
     [
         ([], "the loop offers tool 'add', and the tools given have none"),
         (
-            [tool(other_add.fn, name="add")],
+            [Tool(other_add.fn, name="add")],
             r"tool 'add' takes other parameters than the loop recorded",
         ),
         ([add, other_add], r"tool 'other_add' is not one of the loop's tools \('add'\)"),
@@ -316,7 +317,7 @@ def test_leaving_run_stream_early_cancels_the_run_and_finishes_the_log():
     for item in items:
         if item.type == "tool.call":
             break
-    items.close()  # type: ignore[attr-defined]
+    items.close()
     assert log[-1].type == "run.finished" and log[-1].status == "cancelled"
     assert log[-1].reason == "closed"
 
@@ -353,7 +354,11 @@ def test_inbox_cancel_from_another_thread_while_a_tool_runs():
         threading.Event().wait(0.05)
         return "done"
 
-    canceller = threading.Thread(target=lambda: (started.wait(5), inbox.cancel("stop")))
+    def cancel_once_started() -> None:
+        started.wait(5)
+        inbox.cancel("stop")
+
+    canceller = threading.Thread(target=cancel_once_started)
     canceller.start()
     model = ScriptedModel(
         [
@@ -413,7 +418,7 @@ def test_inbox_reply_mid_stream_closes_the_stream():
 
 def test_a_cancel_sent_while_on_pause_answers_comes_before_the_tool():
     inbox = Inbox()
-    approved = tool(add.fn, requires_approval=True)
+    approved = Tool(add.fn, requires_approval=True)
 
     def on_pause(pause: Pause) -> Resume:
         inbox.cancel("changed my mind")
