@@ -9,9 +9,10 @@ be replayed without a model (see the ``replay`` package). :func:`run` is the
 batteries-included sync driver.
 """
 
+from ._adriver import AsyncModel, adrive, arun, arun_stream
 from ._budget import BUDGET_LIMITS, Budget, BudgetUsage
 from ._codec import decode_event, encode_event
-from ._driver import CancelToken, Model, run
+from ._driver import ANYTIME_REPLIES, CancelToken, Inbox, Model, drive, run, run_stream
 from ._engine import AgentLoop, TranscriptView, agent_loop
 from ._errors import (
     CALLER_PROTOCOL_ERROR,
@@ -102,6 +103,7 @@ from ._toolspec import ToolSpec
 from ._version import __version__
 
 __all__ = [
+    "ANYTIME_REPLIES",
     "BUDGET_LIMITS",
     "CALLER_PROTOCOL_ERROR",
     "ERROR_CODES",
@@ -129,6 +131,7 @@ __all__ = [
     "AgentLoop",
     "AgentLoopError",
     "AssistantMessage",
+    "AsyncModel",
     "Block",
     "Budget",
     "BudgetUsage",
@@ -143,6 +146,7 @@ __all__ = [
     "HookAbort",
     "HookRegistry",
     "IllegalTransition",
+    "Inbox",
     "Message",
     "MessageAcceptedEvent",
     "Model",
@@ -189,13 +193,18 @@ __all__ = [
     "Usage",
     "UserMessage",
     "__version__",
+    "adrive",
     "agent_loop",
+    "arun",
+    "arun_stream",
     "close_dangling_calls",
     "decode_event",
+    "drive",
     "encode_event",
     "idempotency_key",
     "idempotency_session",
     "run",
+    "run_stream",
     "text_from_assistant",
     "tool",
     "validate_transcript",

@@ -1,12 +1,17 @@
-"""The sync driver: :func:`run` owns every side effect the engine asks for.
+"""The sync driver (:func:`drive`, :func:`run`, :func:`run_stream`) and the rules every
+driver shares.
 
 Theory of operation
 -------------------
 :func:`agentloop.agent_loop` does no I/O; it yields effects and waits for replies.
-:func:`run` is the loop around it, shaped like httpx's ``_send_handling_auth``:
-prime the generator with ``next()``, answer each effect with ``send()``, take the
-``RunResult`` from ``StopIteration.value``, and ``close()`` it in ``finally`` so an
+A driver is the loop around it, shaped like httpx's ``_send_handling_auth``: take
+the pending effect (priming a fresh loop with ``next()``), answer each effect with
+``send()``, stop when the loop finishes, and ``close()`` it in ``finally`` so an
 exception anywhere (even ``KeyboardInterrupt``) still leaves a finished log.
+:func:`drive` continues ANY :class:`~agentloop.AgentLoop` this way -- a fresh one,
+one ``replay.resume`` rebuilt from a log, one ``replay.fork`` branched -- and
+:func:`run` is ``drive(agent_loop(...))``. The asyncio drivers
+(``agentloop/_adriver.py``) are the same loop with ``await`` where the I/O is.
 
 - ``ModelRequest``: pull the model's stream one item at a time and send each item,
   stamped with the clock. The engine yields the same request again after every
@@ -15,29 +20,41 @@ exception anywhere (even ``KeyboardInterrupt``) still leaves a finished log.
   ``ModelFailure``: the run ends ``failed`` with the message in the log, never an
   exception out of ``run``.
 - ``ToolRequest``: execute through the :class:`~agentloop.ToolRegistry` (argument
-  conversion and exceptions become error results there).
+  conversion and exceptions become error results there): :func:`execute_tool`, the
+  one place a sync driver runs a tool.
 - ``Pause``: ask ``on_pause``; without one, a pause cancels the run.
 
-The :class:`CancelToken` is checked before opening a model stream, after each item
-pulled from it, before each tool, and before and after each pause callback; a
-cancel becomes ``Cancel(reason=token.reason)``. A call blocked inside the model or
-a tool is not interrupted: cancellation is cooperative. A tool that finished is
-never thrown away: its result is recorded and the cancel takes effect right after.
+What a reply *is* -- validating what the model streamed, stamping ``at``, turning
+an exception into a ``ModelFailure``, the cancel checks -- is decided by
+:class:`_Rules`, shared by the sync and the async driver; only the calls that do
+I/O (open a stream, pull from it, run a tool, ask ``on_pause``) differ.
+
+Cancelling: the :class:`CancelToken` is checked before opening a model stream,
+after each item pulled from it, before each tool, and before and after each pause
+callback; a cancel becomes ``Cancel(reason=token.reason)``. An :class:`Inbox` is
+read at every yield, before the driver computes its own reply: what another thread
+sent there (a ``Cancel`` today; any reply the engine accepts at any yield) goes to
+the loop first. A call blocked inside the model or a tool is not interrupted:
+cancellation is cooperative. A tool that finished is never thrown away: its
+result is recorded and the cancel takes effect right after.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import msgspec
+from typing_extensions import Self
 
 from ._budget import Budget
-from ._engine import agent_loop
+from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
-from ._events import EventLog
+from ._events import Event, EventLog, ModelChunkEvent
 from ._hooks import HookRegistry
 from ._logging import follow, run_finished
 from ._protocol import (
@@ -60,7 +77,16 @@ from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
 from ._validation import reply_problem
 
-__all__ = ["CancelToken", "Model", "run"]
+__all__ = [
+    "ANYTIME_REPLIES",
+    "CancelToken",
+    "Inbox",
+    "Model",
+    "drive",
+    "execute_tool",
+    "run",
+    "run_stream",
+]
 
 
 @runtime_checkable
@@ -72,6 +98,13 @@ class Model(Protocol):
     request.id``. It may raise instead: :func:`run` turns the exception into a
     ``ModelFailure`` (raise :class:`~agentloop.ModelError` for provider errors).
     The driver stamps ``at`` itself; leave it ``None``.
+
+    A model for :func:`agentloop.arun` has ``astream(request)`` instead (or as
+    well): an async iterable of the same items (see :class:`~agentloop.AsyncModel`).
+    A model that serves only one kind of driver may say so with an
+    ``asynchronous`` attribute (``True``: only ``arun``/``adrive``; ``False``: only
+    ``run``/``drive``), as the provider adapters do for the client they were given;
+    the other drivers then refuse it with a ``TypeError`` before anything runs.
     """
 
     def stream(
@@ -123,8 +156,70 @@ class CancelToken:
         return f"<CancelToken {state}>"
 
 
+#: The replies the engine accepts at ANY yield, whatever effect is pending: what
+#: an :class:`Inbox` carries. (Steering and follow-up replies join this tuple.)
+ANYTIME_REPLIES: tuple[type[Reply], ...] = (Cancel,)
+
+
+class Inbox:
+    """Replies for a running driver, sent from any thread or task.
+
+    Pass it to :func:`run`/:func:`drive` (or ``arun``/``adrive``) as ``inbox=``;
+    at every yield the driver sends what is waiting here to the loop, in the order
+    it was sent, before computing its own reply. Use it to stop a run from a UI
+    thread or a web handler::
+
+        inbox = Inbox()
+        threading.Timer(5.0, inbox.cancel, ["too slow"]).start()
+        result = run(messages, model=model, tools=tools, inbox=inbox)
+
+    A reply is taken when the run reaches its next yield: one sent while a tool
+    or a model call is running waits for it to finish (nothing that happened is
+    lost). Replies still waiting when the run ends stay here (:func:`len`).
+    """
+
+    __slots__ = ("_lock", "_queue")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: collections.deque[Reply] = collections.deque()
+
+    def send(self, reply: Reply) -> None:
+        """Queue ``reply`` for the loop (one of :data:`ANYTIME_REPLIES`).
+
+        Its ``at`` is stamped by the driver's clock when it is sent to the loop,
+        unless it has one.
+
+        Raises:
+            TypeError: ``reply`` is not a reply the loop accepts at any yield.
+        """
+        if type(reply) not in ANYTIME_REPLIES:
+            accepted = ", ".join(kind.__name__ for kind in ANYTIME_REPLIES)
+            raise TypeError(f"an Inbox carries {accepted} replies, got {reply!r}")
+        with self._lock:
+            self._queue.append(reply)
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop the run: queue ``Cancel(reason)``."""
+        self.send(Cancel(reason=reason))
+
+    def take(self) -> Reply | None:
+        """Remove and return the oldest waiting reply, or ``None`` (what drivers call)."""
+        if not self._queue:  # the common case, without the lock
+            return None
+        with self._lock:
+            return self._queue.popleft() if self._queue else None
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def __repr__(self) -> str:
+        return f"<Inbox {len(self._queue)} waiting>"
+
+
 Clock = Callable[[], float]
 OnPause = Callable[[Pause], "Resume | Cancel"]
+OnEvent = Callable[[Event], object]
 
 
 def run(
@@ -141,8 +236,12 @@ def run(
     on_pause: OnPause | None = None,
     clock: Clock | None = None,
     started_at: float | None = None,
+    on_event: OnEvent | None = None,
+    inbox: Inbox | None = None,
 ) -> RunResult:
     """Run the agent loop to the end, calling the model and the tools.
+
+    ``run(messages, ...)`` is ``drive(agent_loop(messages, ...), ...)``.
 
     Args:
         messages: the initial transcript (Message structs or dicts of the IR shape).
@@ -159,13 +258,17 @@ def run(
             pause ends the run cancelled with the pause's reason.
         clock: returns the time stamped on every reply (default ``time.time``).
         started_at: the time of ``session.start`` (default: ``clock()`` now).
+        on_event: called with each event as the loop records it (text deltas are
+            ``model.chunk`` events), in the driver's thread.
+        inbox: an :class:`Inbox` other threads send replies (``Cancel``) through.
 
     Returns:
         The :class:`RunResult`. Model errors, tool errors and cancellation are
         outcomes in it, not exceptions.
 
     Raises:
-        TypeError, ValueError: bad options (raised before anything runs).
+        TypeError, ValueError: bad options (raised before anything runs), an
+            async tool or an async-only model (use ``agentloop.arun``).
         CallerProtocolError: ``on_pause`` returned something that is not a
             ``Resume`` or ``Cancel`` (a bug in the callback; the log records it).
         BaseException: an exception from ``on_pause``, ``clock`` or a tool's
@@ -175,17 +278,184 @@ def run(
             from ``on_pause`` or ``clock`` becomes ``RuntimeError`` (as PEP 479
             does for generators): it would otherwise read as the run's end.
     """
-    if not callable(getattr(model, "stream", None)):
-        raise TypeError(f"model must have a stream(request) method, got {model!r}")
-    if signal is not None and not isinstance(signal, CancelToken):
-        raise TypeError(f"signal must be a CancelToken or None, got {signal!r}")
-    if on_pause is not None and not callable(on_pause):
-        raise TypeError(f"on_pause must be callable or None, got {on_pause!r}")
-    if clock is None:
-        clock = time.time
-    elif not callable(clock):
-        raise TypeError(f"clock must be callable or None, got {clock!r}")
-    registry = ToolRegistry(tools)
+    loop, tools, clock = _new_loop(
+        messages, tools, system, max_steps, budget, hooks, log, clock, started_at
+    )
+    return drive(
+        loop,
+        model=model,
+        tools=tools,
+        clock=clock,
+        signal=signal,
+        on_pause=on_pause,
+        on_event=on_event,
+        inbox=inbox,
+    )
+
+
+def drive(
+    loop: AgentLoop,
+    *,
+    model: Model,
+    tools: ToolRegistry | Iterable[Tool | ToolSpec],
+    clock: Clock | None = None,
+    signal: CancelToken | None = None,
+    on_pause: OnPause | None = None,
+    on_event: OnEvent | None = None,
+    inbox: Inbox | None = None,
+) -> RunResult:
+    """Continue ``loop`` from its pending effect to its :class:`RunResult`.
+
+    ``loop`` may be fresh (from :func:`agent_loop`, not primed yet), rebuilt from a
+    log (``replay.resume``), branched (``replay.fork``) or driven by hand for a
+    while: the driver answers whatever it waits for next. A loop that already
+    finished returns its result at once. To resume a session in another process::
+
+        loop, _ = replay.resume(replay.read_log("session.jsonl"))
+        replay.LogWriter("session.jsonl", append=True).follow(loop.log)
+        result = drive(loop, model=model, tools=[add])
+
+    Args:
+        loop: the :class:`~agentloop.AgentLoop` to continue.
+        model, tools, clock, signal, on_pause, on_event, inbox: as for :func:`run`.
+            ``tools`` must be the tools the loop was started with: the same names,
+            each with the same parameters schema as ``loop.tools`` recorded.
+            ``on_event`` sees the events recorded from now on.
+
+    Returns:
+        The :class:`RunResult` (see :func:`run`).
+
+    Raises:
+        ValueError: ``tools`` differ from the loop's (the message names the tool).
+        TypeError, CallerProtocolError, BaseException: as for :func:`run`.
+    """
+    driver = _Driver.checked(loop, model, tools, signal, on_pause, clock, on_event, inbox)
+    for _ in _steps(loop, driver):
+        pass
+    return _result(loop)
+
+
+def run_stream(
+    messages: Sequence[Any],
+    *,
+    model: Model,
+    tools: ToolRegistry | Iterable[Tool | ToolSpec],
+    system: str | None = None,
+    max_steps: int = 8,
+    budget: Budget | None = None,
+    hooks: HookRegistry | None = None,
+    log: EventLog | None = None,
+    signal: CancelToken | None = None,
+    on_pause: OnPause | None = None,
+    clock: Clock | None = None,
+    started_at: float | None = None,
+    on_event: OnEvent | None = None,
+    inbox: Inbox | None = None,
+) -> Generator[Event | RunResult, None, None]:
+    """:func:`run`, as an iterator of its events as they happen, then its result.
+
+    Every event the loop records is yielded once it is recorded (the model's text
+    deltas are ``model.chunk`` events whose ``chunk.block`` is a ``TextBlock``);
+    the last item is the :class:`RunResult`. The run advances only while you
+    iterate, in your thread; stopping early (``break``, ``close()``) cancels it
+    (reason ``closed``) and finishes its log::
+
+        for item in run_stream(messages, model=model, tools=tools):
+            if isinstance(item, RunResult):
+                print("\\n", item.status)
+            elif type(item) is ModelChunkEvent and type(item.chunk.block) is TextBlock:
+                print(item.chunk.block.text, end="", flush=True)
+
+    Options are checked at once (before the first item), as :func:`run` checks them.
+    Arguments and exceptions: as for :func:`run`.
+    """
+    loop, tools, clock = _new_loop(
+        messages, tools, system, max_steps, budget, hooks, log, clock, started_at
+    )
+    driver = _Driver.checked(loop, model, tools, signal, on_pause, clock, on_event, inbox)
+    return _events(loop, _steps(loop, driver))
+
+
+# --------------------------------------------------------------------------- the send loop
+
+
+def _steps(loop: AgentLoop, driver: _Driver) -> Generator[None, None, None]:
+    """Drive ``loop`` to its end, pausing after each ``send`` (for :func:`_events`)."""
+    unfollow = driver.watch(loop)
+    try:
+        effect = first_effect(loop)
+        while effect is not None:
+            reply = driver.queued()
+            if reply is None:
+                try:
+                    reply = driver.reply_to(effect)
+                except BaseException as exc:
+                    abandon(loop, exc)
+            effect = loop.send(reply)
+            yield
+    except StopIteration:
+        pass
+    finally:
+        driver.close_stream()
+        loop.close()
+        unfollow()
+
+
+def _events(
+    loop: AgentLoop, steps: Generator[None, None, None]
+) -> Generator[Event | RunResult, None, None]:
+    """The events ``steps`` make ``loop`` record, as they are recorded, then the result."""
+    seen = len(loop.log)
+    try:
+        for _ in steps:
+            events = loop.log.since(seen)
+            seen += len(events)
+            yield from events
+    finally:
+        steps.close()  # stopped early: the run is cancelled (closed) and its log finished
+    yield from loop.log.since(seen)
+    yield _result(loop)
+
+
+def first_effect(loop: AgentLoop) -> Effect | None:
+    """What ``loop`` waits for: its pending effect, the first one of a fresh loop
+    (primed here), or ``None`` when it already finished.
+
+    Raises:
+        StopIteration: priming finished the run (an invalid transcript).
+    """
+    if loop.result is not None:
+        return None
+    pending = loop.pending
+    return pending if pending is not None else next(loop)
+
+
+def abandon(loop: AgentLoop, exc: BaseException, cancel: Cancel | None = None) -> NoReturn:
+    """End ``loop`` because the driver stopped on ``exc``, then raise ``exc``.
+
+    Recorded as ``cancel``, by default ``Cancel("<ExcType>: <message>")``: the log
+    says why the run stopped.
+    """
+    if cancel is None:
+        loop.throw(exc)  # records the cancel, then raises exc
+    with contextlib.suppress(StopIteration):
+        loop.send(cancel)
+    raise exc
+
+
+def _new_loop(
+    messages: Sequence[Any],
+    tools: ToolRegistry | Iterable[Tool | ToolSpec],
+    system: str | None,
+    max_steps: int,
+    budget: Budget | None,
+    hooks: HookRegistry | None,
+    log: EventLog | None,
+    clock: Clock | None,
+    started_at: float | None,
+) -> tuple[AgentLoop, ToolRegistry, Clock]:
+    clock = _check_clock(clock)
+    registry = ToolRegistry(tools)  # once: ``tools`` may be an iterator
     loop = agent_loop(
         messages,
         tools=registry,
@@ -196,26 +466,103 @@ def run(
         log=log,
         started_at=_read_clock(clock) if started_at is None else started_at,
     )
-    follow(loop.log)  # DEBUG per event, only if enabled now: free otherwise
-    driver = _Driver(model, registry, signal, on_pause, clock)
-    try:
-        effect = next(loop)
-        while True:
-            try:
-                reply = driver.reply_to(effect)
-            except BaseException as exc:
-                # Recorded as Cancel("<ExcType>: <message>") in the log, then
-                # re-raised by the generator: the log says why the run stopped.
-                loop.throw(exc)
-                raise  # pragma: no cover - throw() re-raises exc
-            effect = loop.send(reply)
-    except StopIteration as stop:
-        result: RunResult = stop.value
-        return result
-    finally:
-        driver.close_stream()
-        loop.close()
-        run_finished(loop.result)  # INFO
+    return loop, registry, clock
+
+
+def _result(loop: AgentLoop) -> RunResult:
+    result = loop.result
+    assert result is not None  # the loop was driven to its end
+    return result
+
+
+# --------------------------------------------------------------------------- shared checks
+
+
+def _check_clock(clock: Clock | None) -> Clock:
+    if clock is None:
+        return time.time
+    if not callable(clock):
+        raise TypeError(f"clock must be callable or None, got {clock!r}")
+    return clock
+
+
+def model_method(model: object, asynchronous: bool) -> Callable[[ModelRequest], Any]:
+    """The method a driver calls on ``model``: ``stream`` (sync) or ``astream`` (async).
+
+    Raises:
+        TypeError: the model cannot serve this kind of driver, saying what to use.
+    """
+    name = "astream" if asynchronous else "stream"
+    method = getattr(model, name, None)
+    declared = getattr(model, "asynchronous", None)
+    if callable(method) and declared is not (not asynchronous):
+        return method  # type: ignore[no-any-return]
+    if asynchronous:
+        raise TypeError(
+            f"model {model!r} has no astream(request), so arun/adrive cannot await it: "
+            "run it with agentloop.run/drive, or for a provider adapter pass the SDK's "
+            "async client (openai.AsyncOpenAI, anthropic.AsyncAnthropic, a google-genai "
+            "client's .aio)"
+        )
+    if callable(getattr(model, "astream", None)):
+        raise TypeError(
+            f"model {model!r} is asynchronous (it has astream(request) and no usable "
+            "stream(request)): run it with agentloop.arun/adrive, or for a provider "
+            "adapter pass the SDK's sync client (openai.OpenAI, anthropic.Anthropic, "
+            "a google-genai Client)"
+        )
+    raise TypeError(f"model must have a stream(request) method, got {model!r}")
+
+
+def tools_problem(registry: ToolRegistry, recorded: Sequence[ToolSpec]) -> str | None:
+    """How ``registry`` differs from the tool specs a loop recorded (names and
+    parameter schemas), or ``None`` when it can serve that loop."""
+    given = {spec.name: spec for spec in registry.specs()}
+    for spec in recorded:
+        mine = given.pop(spec.name, None)
+        if mine is None:
+            return f"the loop offers tool {spec.name!r}, and the tools given have none"
+        if mine.parameters != spec.parameters:
+            return (
+                f"tool {spec.name!r} takes other parameters than the loop recorded: "
+                f"{mine.parameters!r} instead of {spec.parameters!r}"
+            )
+    if given:
+        names = ", ".join(repr(spec.name) for spec in recorded) or "none"
+        return (
+            f"tool {next(iter(given))!r} is not one of the loop's tools ({names}); "
+            "the model was never offered it"
+        )
+    return None
+
+
+def _check_not_mid_stream(loop: AgentLoop) -> None:
+    """Refuse a loop left in the middle of a model stream (its process died while the
+    model streamed): a new stream cannot continue the chunks already recorded."""
+    pending = loop.pending
+    log = loop.log
+    if type(pending) is not ModelRequest or not len(log):
+        return
+    last = log[-1]
+    if type(last) is ModelChunkEvent and last.chunk.request_id == pending.id:
+        first = len(log) - 1
+        while type(log[first - 1]) is ModelChunkEvent:
+            first -= 1
+        raise ValueError(
+            f"the loop waits in the middle of {pending.id}'s stream ({len(log) - first} "
+            "chunks recorded): a new model stream cannot continue it. Branch the log "
+            f"just before its first chunk instead: replay.fork(events, {first - 1})"
+        )
+
+
+def execute_tool(registry: ToolRegistry, call: Any) -> tuple[str, bool]:
+    """Run one tool call for a sync driver: ``(content, is_error)``.
+
+    The one place :func:`run`/:func:`drive` execute a tool (see
+    :meth:`ToolRegistry.execute`); a driver that runs several at once calls it
+    from its workers.
+    """
+    return registry.execute(call)
 
 
 def _read_clock(clock: Clock) -> float:
@@ -232,67 +579,131 @@ def _stop_iteration(callback: str) -> RuntimeError:
     return RuntimeError(f"{callback} raised StopIteration")
 
 
-class _Driver:
-    """Computes the reply to each effect; holds the open model stream between sends."""
+# --------------------------------------------------------------------------- the rules
 
-    __slots__ = ("_clock", "_model", "_on_pause", "_registry", "_signal", "_stream", "_stream_id")
+
+class _Rules:
+    """What each reply is, given what the model, a tool or ``on_pause`` did.
+
+    Shared by the sync and the async driver: no I/O happens here, only decisions
+    (validation, stamping, cancel checks). The subclasses hold the open model
+    stream between sends and do the calls.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_inbox",
+        "_model",
+        "_on_event",
+        "_on_pause",
+        "_registry",
+        "_signal",
+        "_stream",
+        "_stream_id",
+    )
+
+    asynchronous = False
 
     def __init__(
         self,
-        model: Model,
+        model: Any,
         registry: ToolRegistry,
         signal: CancelToken | None,
-        on_pause: OnPause | None,
+        on_pause: Callable[[Pause], Any] | None,
         clock: Clock,
+        inbox: Inbox | None = None,
+        on_event: OnEvent | None = None,
     ) -> None:
         self._model = model
         self._registry = registry
         self._signal = signal
         self._on_pause = on_pause
         self._clock = clock
-        self._stream: Iterator[Any] | None = None
+        self._inbox = inbox
+        self._on_event = on_event
+        self._stream: Any = None
         self._stream_id: str | None = None
 
-    def reply_to(self, effect: Effect) -> Reply | Any:
-        kind = type(effect)
-        if kind is ModelRequest:
-            return self._model_reply(effect)  # type: ignore[arg-type]
-        self.close_stream()
-        if kind is ToolRequest:
-            return self._tool_reply(effect)  # type: ignore[arg-type]
-        if kind is Pause:
-            return self._pause_reply(effect)  # type: ignore[arg-type]
-        raise TypeError(f"agent_loop yielded an unknown effect: {effect!r}")  # pragma: no cover
+    @classmethod
+    def checked(
+        cls,
+        loop: AgentLoop,
+        model: Any,
+        tools: ToolRegistry | Iterable[Tool | ToolSpec],
+        signal: CancelToken | None,
+        on_pause: Callable[[Pause], Any] | None,
+        clock: Clock | None,
+        on_event: OnEvent | None,
+        inbox: Inbox | None,
+    ) -> Self:
+        """A driver for ``loop``, after checking every option (nothing runs before)."""
+        if not isinstance(loop, AgentLoop):
+            raise TypeError(f"loop must be an AgentLoop (from agent_loop or replay), got {loop!r}")
+        model_method(model, cls.asynchronous)
+        if signal is not None and not isinstance(signal, CancelToken):
+            raise TypeError(f"signal must be a CancelToken or None, got {signal!r}")
+        if on_pause is not None and not callable(on_pause):
+            raise TypeError(f"on_pause must be callable or None, got {on_pause!r}")
+        if on_event is not None and not callable(on_event):
+            raise TypeError(f"on_event must be callable or None, got {on_event!r}")
+        if inbox is not None and not isinstance(inbox, Inbox):
+            raise TypeError(f"inbox must be an Inbox or None, got {inbox!r}")
+        clock = _check_clock(clock)
+        _check_not_mid_stream(loop)
+        registry = ToolRegistry(tools)
+        problem = tools_problem(registry, loop.tools)
+        if problem is not None:
+            raise ValueError(f"the tools do not match the loop's: {problem}")
+        if not cls.asynchronous:
+            for entry in registry:
+                if isinstance(entry, Tool) and entry.is_async:
+                    raise TypeError(
+                        f"tool {entry.name!r} is an async function: run it with "
+                        "agentloop.arun/adrive, or make it a plain (sync) function"
+                    )
+        return cls(model, registry, signal, on_pause, clock, inbox, on_event)
 
-    def _now(self) -> float:
+    def watch(self, loop: AgentLoop) -> Callable[[], None]:
+        """Subscribe ``on_event`` and the DEBUG logger to ``loop.log``; the returned
+        function unsubscribes them and logs the result (call it after the end)."""
+        log = loop.log
+        unsubscribe = log.subscribe(self._on_event) if self._on_event is not None else None
+        unfollow = follow(log)  # DEBUG per event, only if enabled now: free otherwise
+
+        def done() -> None:
+            if unsubscribe is not None:
+                unsubscribe()
+            if unfollow is not None:
+                unfollow()
+            run_finished(loop.result)  # INFO
+
+        return done
+
+    def now(self) -> float:
         return _read_clock(self._clock)
+
+    def queued(self) -> Reply | None:
+        """The oldest reply waiting in the inbox, stamped; ``None`` when there is none."""
+        inbox = self._inbox
+        reply = inbox.take() if inbox is not None else None
+        if reply is None or reply.at is not None:
+            return reply
+        return msgspec.structs.replace(reply, at=self.now())
 
     def _cancel(self) -> Cancel | None:
         signal = self._signal
         if signal is not None and signal.cancelled:
-            return Cancel(reason=signal.reason, at=self._now())
+            return Cancel(reason=signal.reason, at=self.now())
         return None
 
-    def _model_reply(self, request: ModelRequest) -> Reply:
-        if self._stream_id != request.id:
-            # A new request (the previous stream, if any, was fully answered).
-            self.close_stream()
-            cancel = self._cancel()
-            if cancel is not None:
-                return cancel
-            self._stream_id = request.id
-            try:
-                self._stream = iter(self._model.stream(request))
-            except Exception as exc:
-                return self._failure(request, exc)
-        assert self._stream is not None
-        try:
-            item = next(self._stream)
-        except StopIteration:
-            self.close_stream()
-            return ModelFailure(request.id, "model stream ended without a response", at=self._now())
-        except Exception as exc:
-            return self._failure(request, exc)
+    def _opening(self, request: ModelRequest) -> bool:
+        """Whether ``request`` needs a new stream (the previous one, if any, was
+        fully answered)."""
+        return self._stream_id != request.id
+
+    def _item_reply(self, request: ModelRequest, item: Any) -> Reply:
+        """The reply for an item pulled from the model's stream; after a response
+        or a failure the stream is done (:meth:`_done`)."""
         cancel = self._cancel()
         if cancel is not None:
             return cancel
@@ -306,22 +717,19 @@ class _Driver:
             # model's fault: a failed run, not a CallerProtocolError out of run().
             problem = reply_problem(item)
         if problem is not None:
-            self.close_stream()
             return ModelFailure(
                 request.id,
                 f"the model's output was malformed: {problem}",
                 code=MODEL_PROTOCOL_ERROR,
-                at=self._now(),
+                at=self.now(),
             )
-        reply: ModelChunk | ModelResponse | ModelFailure = msgspec.structs.replace(
-            item, at=self._now()
-        )
-        if kind is not ModelChunk:
-            self.close_stream()
+        reply: Reply = msgspec.structs.replace(item, at=self.now())
         return reply
 
+    def _ended(self, request: ModelRequest) -> ModelFailure:
+        return ModelFailure(request.id, "model stream ended without a response", at=self.now())
+
     def _failure(self, request: ModelRequest, exc: Exception) -> ModelFailure:
-        self.close_stream()
         message = (
             escape_surrogates(exc.message) if isinstance(exc, ModelError) else exception_text(exc)
         )
@@ -334,34 +742,86 @@ class _Driver:
         if isinstance(exc, ModelError):  # what the provider billed, and models tried before
             usage = exc.usage if type(exc.usage) is Usage else None
             attempts = exc.attempts if type(exc.attempts) is tuple else None
-        failure = ModelFailure(request.id, message, code=code, at=self._now(), usage=usage)
+        failure = ModelFailure(request.id, message, code=code, at=self.now(), usage=usage)
         return msgspec.structs.replace(failure, attempts=attempts) if attempts else failure
 
-    def _tool_reply(self, request: ToolRequest) -> ToolResult | Cancel:
-        cancel = self._cancel()
-        if cancel is not None:
-            return cancel
-        content, is_error = self._registry.execute(request.call)
+    def _tool_result(self, request: ToolRequest, outcome: tuple[str, bool]) -> ToolResult:
         # The tool ran: its result is recorded even if a cancel arrived meanwhile
         # (nothing that happened is lost); the cancel takes effect right after.
-        return ToolResult(request.call.id, escape_surrogates(content), is_error, at=self._now())
+        content, is_error = outcome
+        return ToolResult(request.call.id, escape_surrogates(content), is_error, at=self.now())
 
-    def _pause_reply(self, pause: Pause) -> Any:
+    def _unasked(self, pause: Pause) -> Cancel | None:
+        """The reply to ``pause`` when ``on_pause`` is not asked: a cancel, or no
+        callback (a pause then cancels the run with its reason)."""
         cancel = self._cancel()
-        if cancel is not None:
+        if cancel is not None or self._on_pause is not None:
             return cancel
-        if self._on_pause is None:
-            return Cancel(reason=pause.reason, at=self._now())
+        return Cancel(reason=pause.reason, at=self.now())
+
+    def _ask(self, pause: Pause) -> Any:
+        """``on_pause``'s answer to ``pause`` (an awaitable, for the async driver)."""
+        assert self._on_pause is not None
         try:
-            reply = self._on_pause(pause)
+            return self._on_pause(pause)
         except StopIteration as exc:
             raise _stop_iteration("on_pause") from exc
+
+    def _answered(self, reply: Any) -> Any:
         cancel = self._cancel()
         if cancel is not None:
             return cancel
         if type(reply) is Resume or type(reply) is Cancel:
-            return msgspec.structs.replace(reply, at=self._now())
+            return msgspec.structs.replace(reply, at=self.now())
         # Not a reply: the engine records it and raises CallerProtocolError.
+        return reply
+
+
+class _Driver(_Rules):
+    """The sync driver: computes the reply to each effect, doing the I/O it needs."""
+
+    __slots__ = ()
+
+    def reply_to(self, effect: Effect) -> Reply | Any:
+        kind = type(effect)
+        if kind is ModelRequest:
+            return self._model_reply(effect)  # type: ignore[arg-type]
+        self.close_stream()
+        if kind is ToolRequest:
+            cancel = self._cancel()
+            if cancel is not None:
+                return cancel
+            return self._tool_result(effect, execute_tool(self._registry, effect.call))  # type: ignore[arg-type, union-attr]
+        if kind is Pause:
+            unasked = self._unasked(effect)  # type: ignore[arg-type]
+            if unasked is not None or self._on_pause is None:
+                return unasked
+            return self._answered(self._ask(effect))  # type: ignore[arg-type]
+        raise TypeError(f"agent_loop yielded an unknown effect: {effect!r}")  # pragma: no cover
+
+    def _model_reply(self, request: ModelRequest) -> Reply:
+        if self._opening(request):
+            self.close_stream()
+            cancel = self._cancel()
+            if cancel is not None:
+                return cancel
+            self._stream_id = request.id
+            try:
+                self._stream = iter(self._model.stream(request))
+            except Exception as exc:
+                self.close_stream()
+                return self._failure(request, exc)
+        try:
+            item = next(self._stream)
+        except StopIteration:
+            reply: Reply = self._ended(request)
+        except Exception as exc:
+            reply = self._failure(request, exc)
+        else:
+            reply = self._item_reply(request, item)
+            if type(reply) is ModelChunk:
+                return reply
+        self.close_stream()
         return reply
 
     def close_stream(self) -> None:

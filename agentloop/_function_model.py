@@ -19,7 +19,8 @@ one: each text block as a few deltas, other blocks as one chunk each.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from ._protocol import ModelChunk, ModelFailure, ModelRequest, ModelResponse
@@ -60,7 +61,7 @@ class FunctionModel:
     """
 
     def __init__(self, fn: Callable[[ModelRequest], Any]) -> None:
-        """Wrap ``fn``.
+        """Wrap ``fn`` (a plain function, or an ``async def`` for the asyncio drivers).
 
         Raises:
             TypeError: ``fn`` is not callable.
@@ -70,6 +71,9 @@ class FunctionModel:
         self.fn = fn
         self.requests: list[ModelRequest] = []
         self.call_count = 0
+        #: ``True`` when ``fn`` is an ``async def``: only ``arun``/``adrive`` can
+        #: await it (``run`` refuses the model); ``None``: either driver.
+        self.asynchronous: bool | None = True if inspect.iscoroutinefunction(fn) else None
 
     def stream(self, request: ModelRequest) -> Iterator[ModelChunk | ModelResponse | ModelFailure]:
         """Record ``request``, call ``fn`` and stream its answer.
@@ -77,12 +81,34 @@ class FunctionModel:
         ``fn`` is called here, not lazily when the stream is consumed.
 
         Raises:
-            TypeError: ``fn`` returned something that is none of the accepted kinds.
+            TypeError: ``fn`` returned something that is none of the accepted kinds,
+                or is an ``async def`` (use :meth:`astream`, as ``arun`` does).
             Exception: whatever ``fn`` raises.
         """
+        if self.asynchronous:
+            raise TypeError(
+                f"FunctionModel: {self._name()} is an async function; drive this model "
+                "with agentloop.arun/adrive (astream), or pass a plain function"
+            )
+        self.requests.append(request)
+        self.call_count += 1
+        return self._items(request, self.fn(request))
+
+    async def astream(
+        self, request: ModelRequest
+    ) -> AsyncIterator[ModelChunk | ModelResponse | ModelFailure]:
+        """:meth:`stream` for the asyncio drivers; ``fn`` may be an ``async def``."""
         self.requests.append(request)
         self.call_count += 1
         answer = self.fn(request)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        for item in self._items(request, answer):
+            yield item
+
+    def _items(
+        self, request: ModelRequest, answer: Any
+    ) -> Iterator[ModelChunk | ModelResponse | ModelFailure]:
         kind = type(answer)
         if kind is ModelFailure:
             return iter((ModelFailure(request.id, answer.message, answer.code),))
@@ -106,9 +132,11 @@ class FunctionModel:
             )
         return ScriptedModel([scripted]).stream(request)
 
+    def _name(self) -> str:
+        return getattr(self.fn, "__qualname__", None) or repr(self.fn)
+
     def __repr__(self) -> str:
-        name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
-        return f"<FunctionModel {name} called {self.call_count}x>"
+        return f"<FunctionModel {self._name()} called {self.call_count}x>"
 
 
 def _looks_like_response(answer: object) -> bool:

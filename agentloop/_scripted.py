@@ -9,7 +9,8 @@ same tools give the same event log every time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from typing import TypeVar
 
 import msgspec
 
@@ -18,6 +19,8 @@ from ._messages import Block, TextBlock, ToolCall
 from ._protocol import ModelChunk, ModelRequest, ModelResponse, Usage
 
 __all__ = ["ScriptedModel", "ScriptedResponse"]
+
+_Item = TypeVar("_Item")
 
 #: Most pieces one text block is streamed in.
 _TEXT_PIECES = 3
@@ -129,6 +132,11 @@ class ScriptedModel:
         )
         return iter(items)
 
+    def astream(self, request: ModelRequest) -> AsyncIterator[ModelChunk | ModelResponse]:
+        """:meth:`stream` for the asyncio drivers (:func:`agentloop.arun`): the same
+        items, as an async iterator (the request is recorded at once, as there)."""
+        return _async_items(self.stream(request))
+
     def assert_complete(self) -> None:
         """Check that every scripted response was used.
 
@@ -144,6 +152,12 @@ class ScriptedModel:
 
     def __repr__(self) -> str:
         return f"<ScriptedModel {self._next}/{len(self._responses)} used>"
+
+
+async def _async_items(items: Iterable[_Item]) -> AsyncIterator[_Item]:
+    """``items`` as an async iterator (what the models here stream is already known)."""
+    for item in items:
+        yield item
 
 
 def _stream_blocks(content: tuple[Block, ...]) -> list[Block]:

@@ -57,21 +57,26 @@ class Tool:
         """Inspect ``fn`` and build its spec and argument type.
 
         Args:
-            fn: a synchronous function whose parameters are all annotated.
+            fn: a function (``def`` or ``async def``) whose parameters are all
+                annotated. An ``async def`` tool runs under ``agentloop.arun``;
+                ``run`` refuses it.
             name: the tool name; defaults to ``fn.__name__``.
             description: defaults to ``fn``'s docstring, cleaned with ``inspect.cleandoc``.
             requires_approval: the loop pauses (reason ``approval``) before each call.
 
         Raises:
-            TypeError: ``fn`` is not a plain synchronous callable, takes ``*args`` or
+            TypeError: ``fn`` is not callable (or an async generator), takes ``*args`` or
                 ``**kwargs``, has an unannotated parameter, or an annotation or default
                 that msgspec cannot describe as JSON Schema.
             ValueError: the name is not a valid tool name (see :class:`ToolSpec`).
         """
         if not callable(fn):
             raise TypeError(f"@tool needs a function, got {fn!r}")
-        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-            raise TypeError(f"@tool {_qualname(fn)}: async functions are not supported")
+        if inspect.isasyncgenfunction(fn):
+            raise TypeError(
+                f"@tool {_qualname(fn)}: async generator functions are not supported; "
+                "a tool returns one value (make it an async def that returns it)"
+            )
         tool_name = fn.__name__ if name is None else name
         if description is None:
             description = inspect.cleandoc(fn.__doc__) if fn.__doc__ else ""
@@ -95,6 +100,11 @@ class Tool:
     def __repr__(self) -> str:
         return f"<Tool {self.spec.name!r} -> {_qualname(self.fn)}>"
 
+    @property
+    def is_async(self) -> bool:
+        """Whether the function is an ``async def`` (only async drivers can run it)."""
+        return inspect.iscoroutinefunction(self.fn)
+
     def execute(self, call: ToolCall) -> tuple[str, bool]:
         """Run the function for ``call`` and return ``(content, is_error)``.
 
@@ -108,30 +118,71 @@ class Tool:
             else encoded as compact JSON. ``(message, True)`` when the arguments do
             not convert (``invalid arguments: ...``), the function raises
             (``"<ExcType>: <message>"``) or its return value cannot be encoded.
+
+        Raises:
+            TypeError: the function is ``async def``: await :meth:`aexecute` instead.
         """
+        if self.is_async:
+            raise TypeError(
+                f"tool {self.name!r} is an async function: await its aexecute() "
+                "(agentloop.arun does), or make it a plain function"
+            )
+        prepared = self._prepare(call)
+        if isinstance(prepared, str):
+            return prepared, True
+        args, kwargs = prepared
+        try:
+            with _keyed(call.id):  # idempotency_key() inside the function
+                value = self.fn(*args, **kwargs)
+        except Exception as exc:
+            return exception_text(exc), True
+        return _content(value)
+
+    async def aexecute(self, call: ToolCall) -> tuple[str, bool]:
+        """:meth:`execute` for async drivers: an ``async def`` tool is awaited, a sync
+        one runs in a worker thread (``asyncio.to_thread``, which carries context
+        variables along), so it never blocks the event loop."""
+        import asyncio  # on first use: ``import agentloop`` stays free of asyncio
+
+        prepared = self._prepare(call)
+        if isinstance(prepared, str):
+            return prepared, True
+        args, kwargs = prepared
+        try:
+            with _keyed(call.id):  # idempotency_key(): to_thread copies the context
+                if self.is_async:
+                    value = await self.fn(*args, **kwargs)
+                else:
+                    value = await asyncio.to_thread(self.fn, *args, **kwargs)
+        except Exception as exc:
+            return exception_text(exc), True
+        return _content(value)
+
+    def _prepare(self, call: ToolCall) -> tuple[list[Any], dict[str, Any]] | str:
+        """The call's arguments converted for ``fn`` (positional, keyword), or the
+        error message when they do not convert."""
         try:
             arguments = msgspec.convert(call.arguments, type=self._arguments)
         except msgspec.ValidationError as exc:
-            return f"invalid arguments: {exc}", True
+            return f"invalid arguments: {exc}"
         values = msgspec.structs.asdict(arguments)
-        args = [values.pop(name) for name in self._positional]
-        try:
-            with _keyed(call.id):  # idempotency_key() inside the function
-                value = self.fn(*args, **values)
-        except Exception as exc:
-            return exception_text(exc), True
-        if type(value) is str:
-            return value, False
-        try:
-            data = msgspec.json.encode(value)
-            # msgspec writes NaN and infinities as null: a tool's NaN would reach the
-            # model (and the log) as "null", silently. Only null holds a look.
-            where = non_finite_path(msgspec.to_builtins(value)) if b"null" in data else None
-        except Exception as exc:
-            return f"cannot encode the result as JSON: {exception_text(exc)}", True
-        if where is not None:
-            return f"cannot encode the result as JSON: {where} is not a finite number", True
-        return data.decode(), False
+        return [values.pop(name) for name in self._positional], values
+
+
+def _content(value: Any) -> tuple[str, bool]:
+    """A tool's return value as result content: a ``str`` as is, else compact JSON."""
+    if type(value) is str:
+        return value, False
+    try:
+        data = msgspec.json.encode(value)
+        # msgspec writes NaN and infinities as null: a tool's NaN would reach the
+        # model (and the log) as "null", silently. Only null holds a look.
+        where = non_finite_path(msgspec.to_builtins(value)) if b"null" in data else None
+    except Exception as exc:
+        return f"cannot encode the result as JSON: {exception_text(exc)}", True
+    if where is not None:
+        return f"cannot encode the result as JSON: {where} is not a finite number", True
+    return data.decode(), False
 
 
 @overload
@@ -236,12 +287,22 @@ class ToolRegistry:
             ``(content, is_error)``; an unknown name or a spec without an
             implementation is an error result, not an exception.
         """
+        entry = self._runnable(call)
+        return entry if type(entry) is tuple else entry.execute(call)  # type: ignore[union-attr]
+
+    async def aexecute(self, call: ToolCall) -> tuple[str, bool]:
+        """:meth:`execute` for async drivers (see :meth:`Tool.aexecute`)."""
+        entry = self._runnable(call)
+        return entry if type(entry) is tuple else await entry.aexecute(call)  # type: ignore[union-attr]
+
+    def _runnable(self, call: ToolCall) -> Tool | tuple[str, bool]:
+        """The tool that runs ``call``, or the error result when none can."""
         entry = self._tools.get(call.name)
         if entry is None:
             return f"unknown tool {call.name!r}", True
         if isinstance(entry, ToolSpec):
             return f"tool {call.name!r} has no implementation", True
-        return entry.execute(call)
+        return entry
 
     def __len__(self) -> int:
         return len(self._tools)

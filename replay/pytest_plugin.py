@@ -65,7 +65,7 @@ _REMOVED: Final = pytest.StashKey[list[Path]]()
 _CLAIMED: Final = pytest.StashKey[dict[tuple[Path, str], str]]()
 _CASSETTE: Final = pytest.StashKey["AgentCassette"]()
 # run() options that only the driver uses; a replay has nothing to do with them.
-_DRIVER_ONLY: Final = frozenset(("signal", "on_pause", "clock", "started_at"))
+_DRIVER_ONLY: Final = frozenset(("signal", "on_pause", "clock", "started_at", "on_event", "inbox"))
 # run() options that shape the session's start, compared on replay.
 _CONFIG: Final = frozenset(("system", "max_steps", "budget"))
 _UNSAFE: Final = re.compile(r'[\x00-\x1f\\/:*?"<>|]')
@@ -236,9 +236,10 @@ class AgentCassette:
         Takes the arguments of :func:`agentloop.run` (except ``log``: read
         :attr:`events` instead). When recording, they all go to ``run``. When
         replaying, ``model`` is not used (it may be ``None``), no tool is called,
-        and ``signal``, ``on_pause``, ``clock`` and ``started_at`` are ignored (the
-        cassette holds the replies they led to); ``messages``, the tool specs,
-        ``system``, ``max_steps`` and ``budget`` must still be what was recorded,
+        and ``signal``, ``on_pause``, ``clock``, ``started_at``, ``on_event`` and
+        ``inbox`` are ignored (the cassette holds the replies they led to);
+        ``messages``, the tool specs, ``system``, ``max_steps`` and ``budget``
+        must still be what was recorded,
         and ``hooks`` run again.
 
         Returns:

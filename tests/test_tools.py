@@ -115,7 +115,7 @@ def test_tool_is_still_callable_directly():
         ("def f(a: 'Undefined') -> None: ...", "cannot resolve its annotations"),
         # Types and defaults msgspec cannot describe.
         ("def f(a: object = object()) -> None: ...", "cannot describe its parameters"),
-        ("async def f(a: int) -> None: ...", "async functions are not supported"),
+        ("async def f(a: int):\n    yield a", "async generator functions are not supported"),
     ],
 )
 def test_bad_functions_raise_type_error_at_decoration(source, message):

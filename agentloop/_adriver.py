@@ -1,0 +1,291 @@
+"""The asyncio drivers: :func:`adrive`, :func:`arun`, :func:`arun_stream`.
+
+Theory of operation
+-------------------
+The engine is the same synchronous generator under every driver: nothing async
+happens inside it, and a log written under ``arun`` is the log ``run`` writes for
+the same replies, byte for byte. These drivers are the sync driver's send loop
+(``agentloop/_driver.py``) with ``await`` where the I/O is -- the way httpx's
+``async_auth_flow`` adapts the sync one. Every decision about a reply (what a
+model's item becomes, stamping, the cancel token, the inbox) is made by the rules
+the sync driver uses (``_Rules``).
+
+- ``ModelRequest``: ``model.astream(request)`` is an async iterable of chunks
+  then the response (an ``async def`` returning one is awaited first);
+- ``ToolRequest``: :meth:`ToolRegistry.aexecute`: an ``async def`` tool is
+  awaited, a sync one runs in a worker thread (``asyncio.to_thread``);
+- ``Pause``: ``on_pause`` may be a plain function or an ``async def``.
+
+Cancelling the task that awaits the driver (``task.cancel()``, a timeout, a
+closed web request) sends ``Cancel("task cancelled")`` to the loop, so the log is
+finished, then lets ``CancelledError`` go on.
+
+``asyncio`` is imported on first use, so ``import agentloop`` stays light for sync
+programs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ._budget import Budget
+from ._driver import (
+    CancelToken,
+    Clock,
+    Inbox,
+    OnEvent,
+    _new_loop,
+    _result,
+    _Rules,
+    abandon,
+    first_effect,
+)
+from ._engine import AgentLoop
+from ._events import Event, EventLog
+from ._hooks import HookRegistry
+from ._protocol import (
+    Cancel,
+    Effect,
+    ModelChunk,
+    ModelFailure,
+    ModelRequest,
+    ModelResponse,
+    Pause,
+    Reply,
+    RunResult,
+    ToolRequest,
+)
+from ._tools import Tool, ToolRegistry
+from ._toolspec import ToolSpec
+
+__all__ = ["AsyncModel", "adrive", "arun", "arun_stream"]
+
+#: The reason recorded when the task awaiting a driver is cancelled.
+TASK_CANCELLED = "task cancelled"
+
+
+@runtime_checkable
+class AsyncModel(Protocol):
+    """A model for the asyncio drivers: ``astream(request)`` returns an async
+    iterable of zero or more ``ModelChunk`` then one ``ModelResponse`` (or one
+    ``ModelFailure``), as :class:`~agentloop.Model`'s ``stream`` does. Exceptions
+    become a ``ModelFailure``, as under :func:`agentloop.run`."""
+
+    def astream(
+        self, request: ModelRequest
+    ) -> AsyncIterable[ModelChunk | ModelResponse | ModelFailure]: ...
+
+
+async def arun(
+    messages: Sequence[Any],
+    *,
+    model: AsyncModel,
+    tools: ToolRegistry | Iterable[Tool | ToolSpec],
+    system: str | None = None,
+    max_steps: int = 8,
+    budget: Budget | None = None,
+    hooks: HookRegistry | None = None,
+    log: EventLog | None = None,
+    signal: CancelToken | None = None,
+    on_pause: Any = None,
+    clock: Clock | None = None,
+    started_at: float | None = None,
+    on_event: OnEvent | None = None,
+    inbox: Inbox | None = None,
+) -> RunResult:
+    """:func:`agentloop.run` for asyncio: ``await arun(messages, model=..., tools=...)``.
+
+    ``arun(messages, ...)`` is ``adrive(agent_loop(messages, ...), ...)``. The
+    arguments are :func:`agentloop.run`'s, with async in three places: the model
+    needs ``astream`` (:class:`AsyncModel`; ``ScriptedModel`` and ``FunctionModel``
+    have it, and so do the provider adapters given an async SDK client), tools may
+    be ``async def`` (sync tools run in a worker thread), and ``on_pause`` may be
+    ``async def``.
+
+    Raises:
+        TypeError, ValueError: bad options (before anything runs), a model without
+            ``astream``.
+        asyncio.CancelledError: the awaiting task was cancelled: the run was first
+            ended with ``Cancel("task cancelled")`` in its log.
+        CallerProtocolError, BaseException: as for :func:`agentloop.run`.
+    """
+    loop, tools, clock = _new_loop(
+        messages, tools, system, max_steps, budget, hooks, log, clock, started_at
+    )
+    return await adrive(
+        loop,
+        model=model,
+        tools=tools,
+        clock=clock,
+        signal=signal,
+        on_pause=on_pause,
+        on_event=on_event,
+        inbox=inbox,
+    )
+
+
+async def adrive(
+    loop: AgentLoop,
+    *,
+    model: AsyncModel,
+    tools: ToolRegistry | Iterable[Tool | ToolSpec],
+    clock: Clock | None = None,
+    signal: CancelToken | None = None,
+    on_pause: Any = None,
+    on_event: OnEvent | None = None,
+    inbox: Inbox | None = None,
+) -> RunResult:
+    """:func:`agentloop.drive` for asyncio: continue ANY loop to its result.
+
+    Arguments, checks and exceptions: as for :func:`agentloop.drive` and :func:`arun`.
+    """
+    driver = _AsyncDriver.checked(loop, model, tools, signal, on_pause, clock, on_event, inbox)
+    async for _ in _asteps(loop, driver):
+        pass
+    return _result(loop)
+
+
+def arun_stream(
+    messages: Sequence[Any],
+    *,
+    model: AsyncModel,
+    tools: ToolRegistry | Iterable[Tool | ToolSpec],
+    system: str | None = None,
+    max_steps: int = 8,
+    budget: Budget | None = None,
+    hooks: HookRegistry | None = None,
+    log: EventLog | None = None,
+    signal: CancelToken | None = None,
+    on_pause: Any = None,
+    clock: Clock | None = None,
+    started_at: float | None = None,
+    on_event: OnEvent | None = None,
+    inbox: Inbox | None = None,
+) -> AsyncGenerator[Event | RunResult, None]:
+    """:func:`arun`, as an async iterator of its events as they happen, then its result.
+
+    The items are :func:`agentloop.run_stream`'s: each event once recorded (text
+    deltas are ``model.chunk`` events), the :class:`RunResult` last. The run
+    advances while you iterate; leaving early cancels it (reason ``closed``) when
+    the iterator is closed -- use ``contextlib.aclosing`` so that happens at once::
+
+        async with contextlib.aclosing(arun_stream(messages, model=m, tools=t)) as items:
+            async for item in items:
+                ...
+
+    Options are checked at once, before the first item.
+    """
+    loop, tools, clock = _new_loop(
+        messages, tools, system, max_steps, budget, hooks, log, clock, started_at
+    )
+    driver = _AsyncDriver.checked(loop, model, tools, signal, on_pause, clock, on_event, inbox)
+    return _aevents(loop, _asteps(loop, driver))
+
+
+async def _asteps(loop: AgentLoop, driver: _AsyncDriver) -> AsyncGenerator[None, None]:
+    """Drive ``loop`` to its end, pausing after each ``send`` (the sync ``_steps``)."""
+    import asyncio
+
+    unfollow = driver.watch(loop)
+    try:
+        effect = first_effect(loop)
+        while effect is not None:
+            reply = driver.queued()
+            if reply is None:
+                try:
+                    reply = await driver.reply_to(effect)
+                except asyncio.CancelledError as exc:
+                    abandon(loop, exc, Cancel(TASK_CANCELLED, at=driver.now()))
+                except BaseException as exc:
+                    abandon(loop, exc)
+            effect = loop.send(reply)
+            yield
+    except StopIteration:
+        pass
+    finally:
+        await driver.close_stream()
+        loop.close()
+        unfollow()
+
+
+async def _aevents(
+    loop: AgentLoop, steps: AsyncGenerator[None, None]
+) -> AsyncGenerator[Event | RunResult, None]:
+    """The events ``steps`` make ``loop`` record, as they are recorded, then the result."""
+    seen = len(loop.log)
+    try:
+        async for _ in steps:
+            events = loop.log.since(seen)
+            seen += len(events)
+            for event in events:
+                yield event
+    finally:
+        await steps.aclose()
+    for event in loop.log.since(seen):
+        yield event
+    yield _result(loop)
+
+
+class _AsyncDriver(_Rules):
+    """The async driver: the sync driver's replies, awaiting the I/O."""
+
+    __slots__ = ()
+
+    asynchronous = True
+
+    async def reply_to(self, effect: Effect) -> Reply | Any:
+        kind = type(effect)
+        if kind is ModelRequest:
+            return await self._model_reply(effect)  # type: ignore[arg-type]
+        await self.close_stream()
+        if kind is ToolRequest:
+            cancel = self._cancel()
+            if cancel is not None:
+                return cancel
+            outcome = await self._registry.aexecute(effect.call)  # type: ignore[union-attr]
+            return self._tool_result(effect, outcome)  # type: ignore[arg-type]
+        if kind is Pause:
+            unasked = self._unasked(effect)  # type: ignore[arg-type]
+            if unasked is not None or self._on_pause is None:
+                return unasked
+            answer = self._ask(effect)  # type: ignore[arg-type]
+            if inspect.isawaitable(answer):
+                answer = await answer
+            return self._answered(answer)
+        raise TypeError(f"agent_loop yielded an unknown effect: {effect!r}")  # pragma: no cover
+
+    async def _model_reply(self, request: ModelRequest) -> Reply:
+        if self._opening(request):
+            await self.close_stream()
+            cancel = self._cancel()
+            if cancel is not None:
+                return cancel
+            self._stream_id = request.id
+            try:
+                items = self._model.astream(request)
+                if inspect.isawaitable(items):  # an ``async def`` returning the iterable
+                    items = await items
+                self._stream = aiter(items)
+            except Exception as exc:
+                await self.close_stream()
+                return self._failure(request, exc)
+        try:
+            item = await anext(self._stream)
+        except StopAsyncIteration:
+            reply: Reply = self._ended(request)
+        except Exception as exc:
+            reply = self._failure(request, exc)
+        else:
+            reply = self._item_reply(request, item)
+            if type(reply) is ModelChunk:
+                return reply
+        await self.close_stream()
+        return reply
+
+    async def close_stream(self) -> None:
+        stream, self._stream, self._stream_id = self._stream, None, None
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()

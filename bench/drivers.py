@@ -1,0 +1,179 @@
+"""The asyncio driver on this machine: ``arun`` vs ``run``, and many sessions at once.
+
+Run from a checkout::
+
+    python bench/drivers.py          # about 20 s
+    python bench/drivers.py --quick  # smoke run (numbers mean nothing)
+
+Prints, never asserts (timing is not a test):
+
+- A1 per-step cost: a 50-step session (49 ``add`` calls one after the other, then
+  the answer; ``ScriptedModel``) with ``run`` and with ``arun`` (one
+  ``asyncio.run`` per session, the tool a sync function run in a worker thread, as
+  ``arun`` runs sync tools; and with the tool an ``async def``), µs per step and
+  the ratio to ``run`` (goal: at most 2x).
+- A2 concurrency: 1,000 ``arun`` sessions in one event loop, each a tool call then
+  the answer, with a scripted model that awaits 10 ms per call: total wall time
+  (ideal: about 20 ms, two model calls) and peak RSS of the process.
+
+Each timing is the best of several rounds (the garbage collector runs before each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import resource
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+
+from agentloop import (
+    ModelChunk,
+    ModelRequest,
+    ModelResponse,
+    ScriptedModel,
+    ScriptedResponse,
+    ToolCall,
+    UserMessage,
+    arun,
+    run,
+    tool,
+)
+
+STEPS = 50
+
+
+@tool
+def add(left: int, right: int) -> dict[str, int]:
+    """Add two integers."""
+    return {"sum": left + right}
+
+
+@tool(name="add")
+async def async_add(left: int, right: int) -> dict[str, int]:
+    """Add two integers."""
+    return {"sum": left + right}
+
+
+def script(steps: int) -> list[ScriptedResponse]:
+    calls = [
+        ScriptedResponse.tool_calls(f"r{n}", ToolCall(f"c{n}", "add", {"left": n, "right": 1}))
+        for n in range(1, steps)
+    ]
+    return [*calls, ScriptedResponse.text(f"r{steps}", "done")]
+
+
+USER = [UserMessage("u1", "Count.")]
+
+
+def best_per_step(session: Callable[[], Any], rounds: int, steps: int) -> float:
+    """Best mean µs per step of ``session()`` over ``rounds`` rounds."""
+    best = float("inf")
+    for _ in range(rounds):
+        gc.collect()
+        start = time.perf_counter_ns()
+        session()
+        best = min(best, (time.perf_counter_ns() - start) / 1000 / steps)
+    return best
+
+
+def per_step(rounds: int) -> dict[str, float]:
+    responses = script(STEPS)
+
+    def sync() -> None:
+        result = run(USER, model=ScriptedModel(responses), tools=[add], max_steps=STEPS)
+        assert result.steps == STEPS
+
+    def asynchronous(tools: list[Any]) -> Callable[[], None]:
+        def session() -> None:
+            coroutine = arun(USER, model=ScriptedModel(responses), tools=tools, max_steps=STEPS)
+            assert asyncio.run(coroutine).steps == STEPS
+
+        return session
+
+    sessions = {
+        "run": sync,
+        "arun (sync tool, to_thread)": asynchronous([add]),
+        "arun (async tool)": asynchronous([async_add]),
+    }
+    for session in sessions.values():  # warm up
+        session()
+    return {name: best_per_step(session, rounds, STEPS) for name, session in sessions.items()}
+
+
+class SlowScripted:
+    """An async model that awaits ``delay`` seconds per call, then streams its answer."""
+
+    def __init__(self, responses: Sequence[ScriptedResponse], delay: float) -> None:
+        self.model = ScriptedModel(responses)
+        self.delay = delay
+
+    async def astream(self, request: ModelRequest) -> AsyncIterator[ModelChunk | ModelResponse]:
+        await asyncio.sleep(self.delay)
+        for item in self.model.stream(request):
+            yield item
+
+
+async def concurrent(sessions: int, delay: float) -> float:
+    responses = script(2)
+    start = time.perf_counter()
+    results = await asyncio.gather(
+        *(
+            arun(USER, model=SlowScripted(responses, delay), tools=[async_add])
+            for _ in range(sessions)
+        )
+    )
+    wall = time.perf_counter() - start
+    assert all(result.final_text == "done" for result in results)
+    return wall
+
+
+def peak_rss_mib() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="smoke run: few rounds")
+    parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    options = parser.parse_args(argv)
+    rounds = 2 if options.quick else 15
+    sessions = 50 if options.quick else 1000
+
+    costs = per_step(rounds)
+    base = costs["run"]
+    print(f"A1 per step, {STEPS}-step session (best of {rounds}):")
+    for name, cost in costs.items():
+        print(f"  {name:<30} {cost:8.1f} µs/step  {cost / base:5.2f}x run")
+    ratio = costs["arun (sync tool, to_thread)"] / base
+    verdict = "met" if ratio <= 2 else "NOT met"
+    print(f"  arun vs run (sync tools), goal <= 2x: {ratio:.2f}x  {verdict}")
+    ratio_async = costs["arun (async tool)"] / base
+    print(f"  arun vs run (async tools), goal <= 2x: {ratio_async:.2f}x")
+
+    before = peak_rss_mib()
+    wall = min(asyncio.run(concurrent(sessions, 0.010)) for _ in range(1 if options.quick else 3))
+    after = peak_rss_mib()
+    print(
+        f"A2 {sessions} concurrent arun sessions (model awaits 10 ms per call, 2 calls each): "
+        f"{wall * 1000:.0f} ms wall, peak RSS {after:.1f} MiB (before: {before:.1f} MiB)"
+    )
+    if options.json:
+        data = {
+            "A1": {"us_per_step": costs, "ratio": ratio, "ratio_async_tool": ratio_async},
+            "A2": {"sessions": sessions, "wall_ms": wall * 1000, "peak_rss_mib": after},
+        }
+        Path(options.json).write_text(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""Smoke test of ``bench/drivers.py``: the quick mode runs and reports every number
+(no timing assertions: timing is not a test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quick_run_prints_and_writes_every_number(tmp_path: Path) -> None:
+    out = tmp_path / "drivers.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "drivers.py"), "--quick", "--json", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for needle in ("A1 per step", "arun vs run (sync tools), goal <= 2x", "A2 50 concurrent"):
+        assert needle in done.stdout, done.stdout
+    data = json.loads(out.read_text())
+    assert set(data["A1"]["us_per_step"]) == {
+        "run",
+        "arun (sync tool, to_thread)",
+        "arun (async tool)",
+    }
+    assert data["A2"]["sessions"] == 50 and data["A2"]["peak_rss_mib"] > 0
