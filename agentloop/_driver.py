@@ -16,6 +16,9 @@ exception anywhere (even ``KeyboardInterrupt``) still leaves a finished log.
   exception out of ``run``.
 - ``ToolRequest``: execute through the :class:`~agentloop.ToolRegistry` (argument
   conversion and exceptions become error results there).
+- ``ToolBatch`` (``parallel_tools=True``): run the calls on a thread pool
+  (``tool_workers`` threads, see ``_batch.py``) and send the results in completion
+  order.
 - ``Pause``: ask ``on_pause``; without one, a pause cancels the run.
 
 The :class:`CancelToken` is checked before opening a model stream, after each item
@@ -34,6 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
+from ._batch import ThreadPoolBatches
 from ._budget import Budget
 from ._engine import agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
@@ -52,6 +56,7 @@ from ._protocol import (
     Reply,
     Resume,
     RunResult,
+    ToolBatch,
     ToolRequest,
     ToolResult,
     Usage,
@@ -141,6 +146,8 @@ def run(
     on_pause: OnPause | None = None,
     clock: Clock | None = None,
     started_at: float | None = None,
+    parallel_tools: bool = False,
+    tool_workers: int | None = None,
 ) -> RunResult:
     """Run the agent loop to the end, calling the model and the tools.
 
@@ -159,6 +166,9 @@ def run(
             pause ends the run cancelled with the pause's reason.
         clock: returns the time stamped on every reply (default ``time.time``).
         started_at: the time of ``session.start`` (default: ``clock()`` now).
+        parallel_tools: run the calls of a step together on a thread pool (see
+            :func:`agent_loop`; tools marked ``sequential`` still run alone).
+        tool_workers: the pool's size (default: up to 32 threads, started as needed).
 
     Returns:
         The :class:`RunResult`. Model errors, tool errors and cancellation are
@@ -183,6 +193,8 @@ def run(
         clock = time.time
     elif not callable(clock):
         raise TypeError(f"clock must be callable or None, got {clock!r}")
+    if tool_workers is not None and (type(tool_workers) is not int or tool_workers < 1):
+        raise ValueError(f"tool_workers must be a positive int or None, got {tool_workers!r}")
     registry = ToolRegistry(tools)
     loop = agent_loop(
         messages,
@@ -193,9 +205,11 @@ def run(
         hooks=hooks,
         log=log,
         started_at=float(clock()) if started_at is None else started_at,
+        parallel_tools=parallel_tools,
     )
     follow(loop.log)  # DEBUG per event, only if enabled now: free otherwise
     driver = _Driver(model, registry, signal, on_pause, clock)
+    driver.batches = ThreadPoolBatches(registry.execute, tool_workers)
     try:
         effect = next(loop)
         while True:
@@ -212,6 +226,7 @@ def run(
         return result
     finally:
         driver.close_stream()
+        driver.batches.close()
         loop.close()
         run_finished(loop.result)  # INFO
 
@@ -227,7 +242,16 @@ def _valid_unicode(text: str) -> str:
 class _Driver:
     """Computes the reply to each effect; holds the open model stream between sends."""
 
-    __slots__ = ("_clock", "_model", "_on_pause", "_registry", "_signal", "_stream", "_stream_id")
+    __slots__ = (
+        "_clock",
+        "_model",
+        "_on_pause",
+        "_registry",
+        "_signal",
+        "_stream",
+        "_stream_id",
+        "batches",
+    )
 
     def __init__(
         self,
@@ -244,6 +268,7 @@ class _Driver:
         self._clock = clock
         self._stream: Iterator[Any] | None = None
         self._stream_id: str | None = None
+        self.batches: ThreadPoolBatches
 
     def reply_to(self, effect: Effect) -> Reply | Any:
         kind = type(effect)
@@ -252,6 +277,8 @@ class _Driver:
         self.close_stream()
         if kind is ToolRequest:
             return self._tool_reply(effect)  # type: ignore[arg-type]
+        if kind is ToolBatch:
+            return self._batch_reply(effect)  # type: ignore[arg-type]
         if kind is Pause:
             return self._pause_reply(effect)  # type: ignore[arg-type]
         raise TypeError(f"agent_loop yielded an unknown effect: {effect!r}")  # pragma: no cover
@@ -337,6 +364,16 @@ class _Driver:
         return ToolResult(
             request.call.id, _valid_unicode(content), is_error, at=float(self._clock())
         )
+
+    def _batch_reply(self, batch: ToolBatch) -> ToolResult | Cancel:
+        signal = self._signal
+        done = self.batches.next_result(batch, signal is not None and signal.cancelled)
+        if done is None:  # cancelled: every call that started has been reported
+            cancel = self._cancel()
+            assert cancel is not None
+            return cancel
+        call_id, content, is_error = done
+        return ToolResult(call_id, _valid_unicode(content), is_error, at=float(self._clock()))
 
     def _pause_reply(self, pause: Pause) -> Any:
         cancel = self._cancel()
