@@ -86,7 +86,8 @@ def measure(rounds: int) -> dict[str, Any]:
 
 def report(numbers: dict[str, Any]) -> str:
     lines = [
-        f"B1 {numbers['calls']} tool calls of {numbers['call_ms']:.0f} ms each, wall time of run():",
+        f"B1 {numbers['calls']} tool calls of {numbers['call_ms']:.0f} ms each,"
+        " wall time of run():",
         f"  sequential                 {numbers['sequential_ms']:8.1f} ms",
         f"  parallel_tools=True        {numbers['parallel_ms']:8.1f} ms"
         f"   ({numbers['speedup']:.1f}x faster)",
