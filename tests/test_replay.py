@@ -693,7 +693,7 @@ def _fits(effect: Any, reply: Reply) -> bool:
         return True
     if type(effect) is ModelRequest:
         return type(reply) in (ModelChunk, ModelResponse, ModelFailure)
-    if type(effect) is ToolRequest:
+    if type(effect) is ToolRequest or type(effect) is ToolBatch:
         return type(reply) is ToolResult
     return type(effect) is Pause and type(reply) is Resume
 
