@@ -1,8 +1,8 @@
 """agentloop: a sans-IO agent loop you drive with ``next()``/``send()``, and replay.
 
 The loop (:func:`agent_loop`) is a synchronous generator. It yields effects
-(:class:`ModelRequest`, :class:`ToolRequest`, :class:`Pause`), receives replies
-(:class:`ModelChunk`, :class:`ModelResponse`, :class:`ModelFailure`,
+(:class:`ModelRequest`, :class:`ToolRequest`, :class:`ToolBatch`, :class:`Pause`),
+receives replies (:class:`ModelChunk`, :class:`ModelResponse`, :class:`ModelFailure`,
 :class:`ToolResult`, :class:`Resume`, :class:`Cancel`) and returns a
 :class:`RunResult`. Every reply is recorded in the :class:`EventLog`, so a log can
 be replayed without a model (see the ``replay`` package). :func:`run` is the
@@ -90,6 +90,7 @@ from ._protocol import (
     Resume,
     RunError,
     RunResult,
+    ToolBatch,
     ToolRequest,
     ToolResult,
     UnrecognizedReply,
@@ -179,6 +180,7 @@ __all__ = [
     "TextBlock",
     "ThinkingBlock",
     "Tool",
+    "ToolBatch",
     "ToolCall",
     "ToolCallEvent",
     "ToolErrorEvent",

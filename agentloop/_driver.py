@@ -20,8 +20,10 @@ one ``replay.resume`` rebuilt from a log, one ``replay.fork`` branched -- and
   ``ModelFailure``: the run ends ``failed`` with the message in the log, never an
   exception out of ``run``.
 - ``ToolRequest``: execute through the :class:`~agentloop.ToolRegistry` (argument
-  conversion and exceptions become error results there): :func:`execute_tool`, the
-  one place a sync driver runs a tool.
+  conversion and exceptions become error results there).
+- ``ToolBatch`` (``parallel_tools=True``): run the calls on a thread pool
+  (``tool_workers`` threads, see ``_batch.py``) and send the results in completion
+  order.
 - ``Pause``: ask ``on_pause``; without one, a pause cancels the run.
 
 What a reply *is* -- validating what the model streamed, stamping ``at``, turning
@@ -51,6 +53,7 @@ from typing import Any, NoReturn, Protocol, runtime_checkable
 import msgspec
 from typing_extensions import Self
 
+from ._batch import ThreadPoolBatches
 from ._budget import Budget
 from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
@@ -68,6 +71,7 @@ from ._protocol import (
     Reply,
     Resume,
     RunResult,
+    ToolBatch,
     ToolRequest,
     ToolResult,
     Usage,
@@ -238,6 +242,8 @@ def run(
     started_at: float | None = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
+    parallel_tools: bool = False,
+    tool_workers: int | None = None,
 ) -> RunResult:
     """Run the agent loop to the end, calling the model and the tools.
 
@@ -261,6 +267,9 @@ def run(
         on_event: called with each event as the loop records it (text deltas are
             ``model.chunk`` events), in the driver's thread.
         inbox: an :class:`Inbox` other threads send replies (``Cancel``) through.
+        parallel_tools: run the calls of a step together on a thread pool (see
+            :func:`agent_loop`; tools marked ``sequential`` still run alone).
+        tool_workers: the pool's size (default: up to 32 threads, started as needed).
 
     Returns:
         The :class:`RunResult`. Model errors, tool errors and cancellation are
@@ -279,7 +288,7 @@ def run(
             does for generators): it would otherwise read as the run's end.
     """
     loop, tools, clock = _new_loop(
-        messages, tools, system, max_steps, budget, hooks, log, clock, started_at
+        messages, tools, system, max_steps, budget, hooks, log, clock, started_at, parallel_tools
     )
     return drive(
         loop,
@@ -290,6 +299,7 @@ def run(
         on_pause=on_pause,
         on_event=on_event,
         inbox=inbox,
+        tool_workers=tool_workers,
     )
 
 
@@ -303,6 +313,7 @@ def drive(
     on_pause: OnPause | None = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
+    tool_workers: int | None = None,
 ) -> RunResult:
     """Continue ``loop`` from its pending effect to its :class:`RunResult`.
 
@@ -317,7 +328,9 @@ def drive(
 
     Args:
         loop: the :class:`~agentloop.AgentLoop` to continue.
-        model, tools, clock, signal, on_pause, on_event, inbox: as for :func:`run`.
+        model, tools, clock, signal, on_pause, on_event, inbox, tool_workers: as
+            for :func:`run` (``tool_workers`` matters for a loop made with
+            ``parallel_tools=True``).
             ``tools`` must be the tools the loop was started with: the same names,
             each with the same parameters schema as ``loop.tools`` recorded.
             ``on_event`` sees the events recorded from now on.
@@ -329,7 +342,9 @@ def drive(
         ValueError: ``tools`` differ from the loop's (the message names the tool).
         TypeError, CallerProtocolError, BaseException: as for :func:`run`.
     """
-    driver = _Driver.checked(loop, model, tools, signal, on_pause, clock, on_event, inbox)
+    driver = _Driver.checked(
+        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
+    )
     for _ in _steps(loop, driver):
         pass
     return _result(loop)
@@ -351,6 +366,8 @@ def run_stream(
     started_at: float | None = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
+    parallel_tools: bool = False,
+    tool_workers: int | None = None,
 ) -> Generator[Event | RunResult, None, None]:
     """:func:`run`, as an iterator of its events as they happen, then its result.
 
@@ -370,9 +387,11 @@ def run_stream(
     Arguments and exceptions: as for :func:`run`.
     """
     loop, tools, clock = _new_loop(
-        messages, tools, system, max_steps, budget, hooks, log, clock, started_at
+        messages, tools, system, max_steps, budget, hooks, log, clock, started_at, parallel_tools
     )
-    driver = _Driver.checked(loop, model, tools, signal, on_pause, clock, on_event, inbox)
+    driver = _Driver.checked(
+        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
+    )
     return _events(loop, _steps(loop, driver))
 
 
@@ -397,6 +416,7 @@ def _steps(loop: AgentLoop, driver: _Driver) -> Generator[None, None, None]:
         pass
     finally:
         driver.close_stream()
+        driver.close_batches()
         loop.close()
         unfollow()
 
@@ -453,6 +473,7 @@ def _new_loop(
     log: EventLog | None,
     clock: Clock | None,
     started_at: float | None,
+    parallel_tools: bool = False,
 ) -> tuple[AgentLoop, ToolRegistry, Clock]:
     clock = _check_clock(clock)
     registry = ToolRegistry(tools)  # once: ``tools`` may be an iterator
@@ -465,6 +486,7 @@ def _new_loop(
         hooks=hooks,
         log=log,
         started_at=_read_clock(clock) if started_at is None else started_at,
+        parallel_tools=parallel_tools,
     )
     return loop, registry, clock
 
@@ -600,6 +622,7 @@ class _Rules:
         "_signal",
         "_stream",
         "_stream_id",
+        "_tool_workers",
     )
 
     asynchronous = False
@@ -613,6 +636,7 @@ class _Rules:
         clock: Clock,
         inbox: Inbox | None = None,
         on_event: OnEvent | None = None,
+        tool_workers: int | None = None,
     ) -> None:
         self._model = model
         self._registry = registry
@@ -623,6 +647,7 @@ class _Rules:
         self._on_event = on_event
         self._stream: Any = None
         self._stream_id: str | None = None
+        self._tool_workers = tool_workers
 
     @classmethod
     def checked(
@@ -635,6 +660,7 @@ class _Rules:
         clock: Clock | None,
         on_event: OnEvent | None,
         inbox: Inbox | None,
+        tool_workers: int | None = None,
     ) -> Self:
         """A driver for ``loop``, after checking every option (nothing runs before)."""
         if not isinstance(loop, AgentLoop):
@@ -648,6 +674,8 @@ class _Rules:
             raise TypeError(f"on_event must be callable or None, got {on_event!r}")
         if inbox is not None and not isinstance(inbox, Inbox):
             raise TypeError(f"inbox must be an Inbox or None, got {inbox!r}")
+        if tool_workers is not None and (type(tool_workers) is not int or tool_workers < 1):
+            raise ValueError(f"tool_workers must be a positive int or None, got {tool_workers!r}")
         clock = _check_clock(clock)
         _check_not_mid_stream(loop)
         registry = ToolRegistry(tools)
@@ -661,7 +689,7 @@ class _Rules:
                         f"tool {entry.name!r} is an async function: run it with "
                         "agentloop.arun/adrive, or make it a plain (sync) function"
                     )
-        return cls(model, registry, signal, on_pause, clock, inbox, on_event)
+        return cls(model, registry, signal, on_pause, clock, inbox, on_event, tool_workers)
 
     def watch(self, loop: AgentLoop) -> Callable[[], None]:
         """Subscribe ``on_event`` and the DEBUG logger to ``loop.log``; the returned
@@ -780,7 +808,9 @@ class _Rules:
 class _Driver(_Rules):
     """The sync driver: computes the reply to each effect, doing the I/O it needs."""
 
-    __slots__ = ()
+    __slots__ = ("_batches",)
+
+    _batches: ThreadPoolBatches | None
 
     def reply_to(self, effect: Effect) -> Reply | Any:
         kind = type(effect)
@@ -792,6 +822,8 @@ class _Driver(_Rules):
             if cancel is not None:
                 return cancel
             return self._tool_result(effect, execute_tool(self._registry, effect.call))  # type: ignore[arg-type, union-attr]
+        if kind is ToolBatch:
+            return self._batch_reply(effect)  # type: ignore[arg-type]
         if kind is Pause:
             unasked = self._unasked(effect)  # type: ignore[arg-type]
             if unasked is not None or self._on_pause is None:
@@ -823,6 +855,31 @@ class _Driver(_Rules):
                 return reply
         self.close_stream()
         return reply
+
+    def _batch_reply(self, batch: ToolBatch) -> ToolResult | Cancel:
+        """The next result of ``batch`` to complete, run on the run's thread pool
+        (started on the first batch); once cancelled, the cancel after the calls
+        already running reported."""
+        batches = getattr(self, "_batches", None)
+        if batches is None:
+            registry = self._registry
+            batches = self._batches = ThreadPoolBatches(
+                lambda call: execute_tool(registry, call), self._tool_workers
+            )
+        signal = self._signal
+        done = batches.next_result(batch, signal is not None and signal.cancelled)
+        if done is None:  # cancelled: every call that started has been reported
+            cancel = self._cancel()
+            assert cancel is not None
+            return cancel
+        call_id, content, is_error = done
+        return ToolResult(call_id, escape_surrogates(content), is_error, at=self.now())
+
+    def close_batches(self) -> None:
+        """Let no batched call start any more; wait for the running ones."""
+        batches = getattr(self, "_batches", None)
+        if batches is not None:
+            batches.close()
 
     def close_stream(self) -> None:
         stream, self._stream, self._stream_id = self._stream, None, None

@@ -110,6 +110,7 @@ from ._protocol import (
     Resume,
     RunError,
     RunResult,
+    ToolBatch,
     ToolRequest,
     ToolResult,
     UnrecognizedReply,
@@ -118,7 +119,7 @@ from ._protocol import (
 from ._rules import REPLY_IN_COMPLETE, RULES_REVISION, USAGE_WHEN_RECORDED
 from ._state import RESUME_INPUT, TRANSITIONS, IllegalTransition, Input, State
 from ._stream import stream_mismatch
-from ._text import abort_reason, decision_problem, exception_text, wrong_reply
+from ._text import abort_reason, call_ids, decision_problem, exception_text, wrong_reply
 from ._toolspec import ToolSpec
 from ._transcript import TranscriptView, snapshot_transcript
 from ._validation import (
@@ -188,6 +189,7 @@ def agent_loop(
     log: EventLog | None = None,
     started_at: float | None = None,
     rules: int = RULES_REVISION,
+    parallel_tools: bool = False,
 ) -> AgentLoop:
     """Create the agent loop for one run.
 
@@ -208,6 +210,10 @@ def agent_loop(
         rules: the engine's rules revision to follow (recorded in ``session.start``):
             the newest, :data:`RULES_REVISION`, unless a replay of an older log
             asks for the one the log records.
+        parallel_tools: yield the calls of a step that may run together as one
+            :class:`ToolBatch` (results in any order, recorded as they arrive,
+            appended in the model's order) instead of one ``ToolRequest`` at a
+            time; a ``ToolSpec(sequential=True)`` call still runs alone, in its place.
 
     Returns:
         An :class:`AgentLoop`; prime it with ``next()``.
@@ -225,6 +231,8 @@ def agent_loop(
         started_at=started_at,
         rules=rules,
     )
+    if type(parallel_tools) is not bool:
+        raise TypeError(f"parallel_tools must be a bool, got {parallel_tools!r}")
     specs = tool_specs(tools)
     transcript, problem = snapshot_transcript(messages)
     return AgentLoop(
@@ -239,6 +247,7 @@ def agent_loop(
         log=log if log is not None else EventLog(),
         started_at=None if started_at is None else float(started_at),
         rules=rules,
+        parallel_tools=parallel_tools,
     )
 
 
@@ -269,6 +278,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         log: EventLog,
         started_at: float | None,
         rules: int = RULES_REVISION,
+        parallel_tools: bool = False,
     ) -> None:
         self._transcript = transcript
         self._invalid = invalid
@@ -283,6 +293,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._events = log._events
         self._started_at = started_at
         self._rules = rules
+        self._parallel = parallel_tools
 
         self._state = State.IDLE
         self._step = 0
@@ -597,6 +608,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 budget=self._budget,
                 request_sequence_start=self._rss,
                 rules=self._rules,
+                parallel_tools=self._parallel,
             )
         )
         for message in self._transcript:
@@ -776,8 +788,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self._set(Input.COMMIT_TOOLS)
             yield from self._check_wall()
             truncated = stop_reason == "length"
-            for call in calls:
-                yield from self._run_call(call, step, truncated)
+            if self._parallel and not truncated:
+                yield from self._run_batched(calls, step)
+            else:
+                for call in calls:
+                    yield from self._run_call(call, step, truncated)
             self._set(Input.END_BATCH)
             self._end_step(step)
             if step >= self._max_steps:
@@ -1014,27 +1029,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     # no reply. Hooks and tools get copies of the arguments, never the loop's own.
 
     def _run_call(self, call: ToolCall, step: int, truncated: bool) -> Generator[Effect, Any, None]:
-        budget = self._budget
-        if (
-            budget is not None
-            and budget.max_tool_calls is not None
-            and self._tool_calls >= budget.max_tool_calls
-        ):
+        if self._tool_budget_spent():
             yield from self._budget_pause("tool_calls")
-        self._tool_calls += 1
-        spec = self._spec_by_name.get(call.name)
-        loop_error: str | None = None
-        if truncated:
-            loop_error = "truncated; re-issue the call"
-        elif spec is None:
-            known = ", ".join(sorted(self._spec_by_name)) or "none"
-            loop_error = f"unknown tool {call.name!r}; available tools: {known}"
-        else:
-            if "before_tool_call" in self._hooks:
-                call, loop_error = yield from self._before_tool_call(call, step)
-            if loop_error is None and spec.requires_approval:
-                call, loop_error = yield from self._approval(call, "approval", None)
-        self._emit(ToolCallEvent(sequence=len(self._events), at=self._now, step=step, call=call))
+        call, loop_error = yield from self._open_call(call, step, truncated)
         reply: ToolResult | None = None
         if loop_error is not None:
             content, is_error = loop_error, True
@@ -1053,21 +1050,136 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 )
             self._set(Input.RECEIVE_RESULT)
             content, is_error = reply.content, reply.is_error
+        message = self._result_message(call, step, content, is_error, reply)
+        self._transcript.append(message)
+        self._message_ids.add(message.id)
+        self._emit_result(message, step, reply)
+        if reply is not None:
+            yield from self._check_wall()
+
+    def _tool_budget_spent(self) -> bool:
+        budget = self._budget
+        return (
+            budget is not None
+            and budget.max_tool_calls is not None
+            and self._tool_calls >= budget.max_tool_calls
+        )
+
+    def _open_call(
+        self, call: ToolCall, step: int, truncated: bool
+    ) -> Generator[Effect, Any, tuple[ToolCall, str | None]]:
+        """Count the call, run ``before_tool_call`` and approval, record ``tool.call``.
+
+        Returns the call as it will run (hooks may edit its arguments) and the
+        loop-made error that replaces running it, if any.
+        """
+        self._tool_calls += 1
+        spec = self._spec_by_name.get(call.name)
+        loop_error: str | None = None
+        if truncated:
+            loop_error = "truncated; re-issue the call"
+        elif spec is None:
+            known = ", ".join(sorted(self._spec_by_name)) or "none"
+            loop_error = f"unknown tool {call.name!r}; available tools: {known}"
+        else:
+            if "before_tool_call" in self._hooks:
+                call, loop_error = yield from self._before_tool_call(call, step)
+            if loop_error is None and spec.requires_approval:
+                call, loop_error = yield from self._approval(call, "approval", None)
+        self._emit(ToolCallEvent(sequence=len(self._events), at=self._now, step=step, call=call))
+        return call, loop_error
+
+    def _result_message(
+        self, call: ToolCall, step: int, content: str, is_error: bool, reply: ToolResult | None
+    ) -> ToolResultMessage:
+        """Run ``after_tool_call`` on a result; return its message. Should the hook
+        fail, the run's end records ``reply`` (every reply is recorded)."""
         if "after_tool_call" in self._hooks:
             self._unrecorded = reply
             content, is_error = self._after_tool_call(call, step, content, is_error)
             self._unrecorded = None
-        message = ToolResultMessage(f"tool-result-{call.id}", call.id, call.name, content, is_error)
-        self._transcript.append(message)
-        self._message_ids.add(message.id)
-        event_type = ToolErrorEvent if is_error else ToolResultEvent
+        return ToolResultMessage(f"tool-result-{call.id}", call.id, call.name, content, is_error)
+
+    def _emit_result(self, message: ToolResultMessage, step: int, reply: ToolResult | None) -> None:
+        event_type = ToolErrorEvent if message.is_error else ToolResultEvent
         self._emit(
             event_type(
                 sequence=len(self._events), at=self._now, step=step, message=message, reply=reply
             )
         )
-        if reply is not None:
-            yield from self._check_wall()
+
+    # ------------------------------------------------------------------ parallel tool batches
+
+    def _run_batched(self, calls: list[ToolCall], step: int) -> Generator[Effect, Any, None]:
+        """``parallel_tools``: the step's calls in batches (DESIGN §18).
+
+        Calls are opened in source order (budget, ``before_tool_call``, approval
+        pauses, ``tool.call``) and gathered into a batch; the batch goes out when a
+        sequential tool comes (which then runs alone), when the tool-call budget is
+        spent (the pause follows the batch, where the sequential loop pauses), or
+        after the last call. Results -- the caller's, in the order they arrive, and
+        the loop's own errors -- are recorded at once and enter the transcript in
+        source order when their batch is complete, or when the run stops (only the
+        results received are kept; none is invented).
+        """
+        batch: list[tuple[int, ToolCall]] = []
+        done: list[tuple[int, ToolResultMessage]] = []
+        try:
+            for index, call in enumerate(calls):
+                spec = self._spec_by_name.get(call.name)
+                if spec is not None and spec.sequential:
+                    yield from self._run_batch(batch, done, step)
+                    yield from self._run_call(call, step, False)
+                    continue
+                if self._tool_budget_spent():
+                    yield from self._run_batch(batch, done, step)
+                    yield from self._budget_pause("tool_calls")
+                call, loop_error = yield from self._open_call(call, step, False)
+                if loop_error is None:
+                    batch.append((index, call))
+                else:
+                    message = self._result_message(call, step, loop_error, True, None)
+                    done.append((index, message))
+                    self._emit_result(message, step, None)
+            yield from self._run_batch(batch, done, step)
+        finally:
+            self._append_results(done)
+
+    def _run_batch(
+        self,
+        batch: list[tuple[int, ToolCall]],
+        done: list[tuple[int, ToolResultMessage]],
+        step: int,
+    ) -> Generator[Effect, Any, None]:
+        """Yield ``batch`` (if any) until each call has its result; then append ``done``."""
+        if not batch:
+            self._append_results(done)
+            return
+        self._set(Input.REQUEST_BATCH)
+        effect = ToolBatch(tuple(ToolRequest(copy_call(call), step) for _, call in batch), step)
+        waiting = {call.id: (index, call) for index, call in batch}
+        batch.clear()
+        while waiting:
+            reply = yield from self._ask(effect)
+            if type(reply) is not ToolResult:
+                raise self._misuse(reply, effect, "a ToolResult for one of its calls, or Cancel")
+            entry = waiting.pop(reply.call_id, None)
+            if entry is None:
+                raise _Misuse(_stray_result(reply, effect, waiting), reply)
+            self._set(Input.RECEIVE_BATCH_RESULT if waiting else Input.COMPLETE_BATCH)
+            index, call = entry
+            message = self._result_message(call, step, reply.content, reply.is_error, reply)
+            done.append((index, message))
+            self._emit_result(message, step, reply)
+        self._append_results(done)
+        yield from self._check_wall()
+
+    def _append_results(self, done: list[tuple[int, ToolResultMessage]]) -> None:
+        done.sort(key=_first)
+        for _, message in done:
+            self._transcript.append(message)
+            self._message_ids.add(message.id)
+        done.clear()
 
     def _before_tool_call(
         self, call: ToolCall, step: int
@@ -1255,6 +1367,24 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _first(pair: tuple[int, Any]) -> int:
+    return pair[0]
+
+
+def _stray_result(reply: ToolResult, batch: ToolBatch, waiting: Mapping[str, Any]) -> str:
+    """Why a ``ToolResult`` does not answer the pending batch."""
+    awaiting = ", ".join(repr(call_id) for call_id in waiting)
+    if any(request.call.id == reply.call_id for request in batch.requests):
+        return (
+            f"send() got a second ToolResult for call {reply.call_id!r} of the pending "
+            f"ToolBatch; it still awaits calls {awaiting}"
+        )
+    return (
+        f"send() got ToolResult for call {reply.call_id!r}, which is not in the pending "
+        f"ToolBatch of calls {call_ids(batch)}; it still awaits calls {awaiting}"
+    )
 
 
 def _stopped(step: int, response: ModelResponse) -> _Finish:

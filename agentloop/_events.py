@@ -79,6 +79,7 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
 
     ``rules`` is the engine's rules revision the run follows (``0``, left out, for
     logs written before revisions; see :data:`agentloop.RULES_REVISION`).
+    ``parallel_tools`` is the option of that name (left out when ``False``).
     """
 
     type: ClassVar[str] = "session.start"
@@ -88,6 +89,7 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     budget: Budget | None = None
     request_sequence_start: int = 0
     rules: int = 0
+    parallel_tools: bool = False
 
 
 class MessageAcceptedEvent(_Event, frozen=True, kw_only=True, tag="message.accepted"):

@@ -35,6 +35,7 @@ __all__ = [
     "Resume",
     "RunError",
     "RunResult",
+    "ToolBatch",
     "ToolRequest",
     "ToolResult",
     "UnrecognizedReply",
@@ -133,6 +134,19 @@ class ToolRequest(msgspec.Struct, frozen=True):
     step: int
 
 
+class ToolBatch(msgspec.Struct, frozen=True):
+    """Run these tool calls, concurrently if you like (``parallel_tools=True``).
+
+    Reply with one :class:`ToolResult` per request, **in any order** (e.g. as the
+    calls complete); after each one the same batch is yielded again, until the
+    last. Each result is recorded as it arrives; the results enter the transcript
+    in the order of ``requests`` (the order the model gave the calls).
+    """
+
+    requests: tuple[ToolRequest, ...]
+    step: int
+
+
 class Pause(msgspec.Struct, frozen=True):
     """The loop needs a decision: reply with :class:`Resume` (or :class:`Cancel`).
 
@@ -144,7 +158,7 @@ class Pause(msgspec.Struct, frozen=True):
     payload: Any = None
 
 
-Effect: TypeAlias = ModelRequest | ToolRequest | Pause
+Effect: TypeAlias = ModelRequest | ToolRequest | ToolBatch | Pause
 
 
 # --------------------------------------------------------------------------- replies

@@ -9,9 +9,15 @@ The loop is always in exactly one :class:`State`. It starts in ``IDLE`` and ends
     EXECUTING --request_tool--> AWAITING_TOOL --receive_result--> EXECUTING
     EXECUTING --end_batch--> REFLECTING --start_step--> PLANNING ...
 
+With ``parallel_tools=True`` the calls that may run together go out as one batch::
+
+    EXECUTING --request_batch--> AWAITING_BATCH --receive_batch_result--> AWAITING_BATCH
+    AWAITING_BATCH --complete_batch--> EXECUTING     (the batch's last result)
+
 and ends with ``finish`` (from PLANNING when the model stops or fails to plan, from
 REFLECTING when no step may follow, from anywhere on cancel or failure). A pause
-(budget, hook, approval) moves any active state to ``IDLE``; the matching
+(budget, hook, approval) moves any active state but ``AWAITING_BATCH`` (no pause
+comes while a batch is out) to ``IDLE``; the matching
 ``resume_to_<state>`` input moves it back to where it was.
 
 :data:`TRANSITIONS` is the whole machine: a ``(state, input) -> next state`` table.
@@ -39,6 +45,8 @@ class State(enum.Enum):
     EXECUTING = "EXECUTING"
     #: A ``ToolRequest`` is out: waiting for its ``ToolResult``.
     AWAITING_TOOL = "AWAITING_TOOL"
+    #: A ``ToolBatch`` is out: waiting for its results, in any order.
+    AWAITING_BATCH = "AWAITING_BATCH"
     #: The step's batch is done: deciding whether another step follows.
     REFLECTING = "REFLECTING"
     #: The run is over (completed, cancelled, max_steps or failed).
@@ -57,6 +65,9 @@ class Input(enum.Enum):
     REQUEST_TOOL = "request_tool"
     RECEIVE_RESULT = "receive_result"
     END_BATCH = "end_batch"
+    REQUEST_BATCH = "request_batch"
+    RECEIVE_BATCH_RESULT = "receive_batch_result"
+    COMPLETE_BATCH = "complete_batch"
     PAUSE = "pause"
     RESUME_TO_PLANNING = "resume_to_planning"
     RESUME_TO_EXECUTING = "resume_to_executing"
@@ -82,6 +93,10 @@ TRANSITIONS: dict[tuple[State, Input], State] = {
     (S.EXECUTING, I.REQUEST_TOOL): S.AWAITING_TOOL,
     (S.AWAITING_TOOL, I.RECEIVE_RESULT): S.EXECUTING,
     (S.EXECUTING, I.END_BATCH): S.REFLECTING,
+    # parallel_tools: a batch of calls out at once, its results back in any order
+    (S.EXECUTING, I.REQUEST_BATCH): S.AWAITING_BATCH,
+    (S.AWAITING_BATCH, I.RECEIVE_BATCH_RESULT): S.AWAITING_BATCH,
+    (S.AWAITING_BATCH, I.COMPLETE_BATCH): S.EXECUTING,
     (S.REFLECTING, I.START_STEP): S.PLANNING,
     # pauses: any active state parks in IDLE and comes back to where it was
     **{(state, I.PAUSE): S.IDLE for state in _ACTIVE},
@@ -90,7 +105,7 @@ TRANSITIONS: dict[tuple[State, Input], State] = {
     (S.IDLE, I.RESUME_TO_AWAITING_TOOL): S.AWAITING_TOOL,
     (S.IDLE, I.RESUME_TO_REFLECTING): S.REFLECTING,
     # finishing: completion, max_steps, cancel or failure, from any live state
-    **{(state, I.FINISH): S.DONE for state in (S.IDLE, *_ACTIVE)},
+    **{(state, I.FINISH): S.DONE for state in (S.IDLE, S.AWAITING_BATCH, *_ACTIVE)},
 }
 
 #: The resume input that returns to each state a pause can leave.

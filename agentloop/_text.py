@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._json import SURROGATE, value_text
 from ._messages import Block, ToolCall
-from ._protocol import Effect, ModelRequest, Reply, ToolRequest
+from ._protocol import Effect, ModelRequest, Reply, ToolBatch, ToolRequest
 
 __all__ = [
     "abort_reason",
@@ -60,9 +60,16 @@ def wrong_reply(reply: Reply, effect: Effect, expected: str) -> str:
         pending = f"ModelRequest {effect.id}"
     elif type(effect) is ToolRequest:
         pending = f"the ToolRequest for call {effect.call.id!r}"
+    elif type(effect) is ToolBatch:
+        pending = f"the ToolBatch of calls {call_ids(effect)}"
     else:
         pending = f"Pause ({effect.reason})"  # type: ignore[union-attr]
     return f"send() got {type(reply).__name__} while {pending} was pending; expected {expected}"
+
+
+def call_ids(batch: ToolBatch) -> str:
+    """The ids of a batch's calls, quoted, for messages."""
+    return ", ".join(repr(request.call.id) for request in batch.requests)
 
 
 def decision_problem(reason: str, decision: object) -> str | None:

@@ -53,6 +53,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         requires_approval: bool = False,
+        sequential: bool = False,
     ) -> None:
         """Inspect ``fn`` and build its spec and argument type.
 
@@ -63,6 +64,7 @@ class Tool:
             name: the tool name; defaults to ``fn.__name__``.
             description: defaults to ``fn``'s docstring, cleaned with ``inspect.cleandoc``.
             requires_approval: the loop pauses (reason ``approval``) before each call.
+            sequential: never run in a parallel tool batch (see :class:`ToolSpec`).
 
         Raises:
             TypeError: ``fn`` is not callable (or an async generator), takes ``*args`` or
@@ -87,6 +89,7 @@ class Tool:
             description=description,
             parameters=_object_schema(self._arguments, tool_name),
             requires_approval=requires_approval,
+            sequential=sequential,
         )
 
     @property
@@ -193,6 +196,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     requires_approval: bool = False,
+    sequential: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -201,6 +205,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     requires_approval: bool = False,
+    sequential: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` from a typed function; use bare or with options.
 
@@ -218,6 +223,7 @@ def tool(
         name: overrides the function's name.
         description: overrides its docstring.
         requires_approval: pause for approval before each call.
+        sequential: never run in a parallel tool batch (see :class:`ToolSpec`).
 
     Returns:
         A :class:`Tool`, or a decorator making one when ``fn`` is omitted.
@@ -225,11 +231,17 @@ def tool(
     Raises:
         TypeError: see :class:`Tool`.
     """
+    options: dict[str, Any] = {
+        "name": name,
+        "description": description,
+        "requires_approval": requires_approval,
+        "sequential": sequential,
+    }
     if fn is not None:
-        return Tool(fn, name=name, description=description, requires_approval=requires_approval)
+        return Tool(fn, **options)
 
     def decorate(fn: Callable[..., Any]) -> Tool:
-        return Tool(fn, name=name, description=description, requires_approval=requires_approval)
+        return Tool(fn, **options)
 
     return decorate
 

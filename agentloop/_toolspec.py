@@ -24,6 +24,9 @@ class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True):
             keeps a copy, so treat ``spec.parameters`` as read-only).
         requires_approval: the loop pauses (reason ``approval``) before each call and
             acts on the ``Resume`` payload.
+        sequential: never run in a parallel batch (``agent_loop(...,
+            parallel_tools=True)``): each call runs alone, in its place among the
+            step's calls (for tools with side effects other calls must not race).
     """
 
     name: str
@@ -32,6 +35,7 @@ class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True):
         default_factory=lambda: {"type": "object", "properties": {}}
     )
     requires_approval: bool = False
+    sequential: bool = False
 
     def __post_init__(self) -> None:
         if type(self.name) is not str or not _NAME.fullmatch(self.name):
@@ -57,3 +61,5 @@ class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True):
             raise TypeError(
                 f"ToolSpec.requires_approval must be a bool, got {self.requires_approval!r}"
             )
+        if type(self.sequential) is not bool:
+            raise TypeError(f"ToolSpec.sequential must be a bool, got {self.sequential!r}")

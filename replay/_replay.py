@@ -90,6 +90,7 @@ from agentloop import (
     SessionResumeEvent,
     SessionStartEvent,
     State,
+    ToolBatch,
     ToolErrorEvent,
     ToolRequest,
     ToolResultEvent,
@@ -365,6 +366,7 @@ class _Session:
                 request_sequence_start=start.request_sequence_start,
                 started_at=start.at,
                 rules=start.rules,
+                parallel_tools=start.parallel_tools,
             )
         except (ValueError, TypeError) as exc:
             raise ReplayDivergence(
@@ -594,6 +596,9 @@ def _describe(effect: Effect | None) -> str:
         return f"ModelRequest {effect.id}"
     if type(effect) is ToolRequest:
         return f"ToolRequest {effect.call.id} ({effect.call.name})"
+    if type(effect) is ToolBatch:
+        calls = ", ".join(f"{r.call.id} ({r.call.name})" for r in effect.requests)
+        return f"ToolBatch {calls}"
     if type(effect) is Pause:
         return f"Pause ({effect.reason})"
     return "nothing"  # pragma: no cover - only a finished run has no effect, checked first

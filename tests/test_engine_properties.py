@@ -23,6 +23,7 @@ from agentloop import (
     RunResult,
     TextBlock,
     ThinkingBlock,
+    ToolBatch,
     ToolCall,
     ToolRequest,
     ToolResult,
@@ -65,15 +66,17 @@ def random_reply(data: st.DataObject, effect: Any) -> Any:
     request_id = effect.id if type(effect) is ModelRequest else "request-001"
     request_ids = st.sampled_from([request_id, request_id, request_id, "request-999"])
     call_id = effect.call.id if type(effect) is ToolRequest else "c1"
+    if type(effect) is ToolBatch:  # any call of the batch, answered already or not
+        call_id = data.draw(st.sampled_from([r.call.id for r in effect.requests]), label="call")
     choice = data.draw(st.integers(0, 29), label="kind")
     at = data.draw(times, label="at")
     if choice >= 20:  # a well-formed answer to what is pending
-        if type(effect) is ToolRequest:
-            return ToolResult(effect.call.id, "ok", data.draw(st.booleans()), at)
+        if type(effect) is ToolRequest or type(effect) is ToolBatch:
+            return ToolResult(call_id, "ok", data.draw(st.booleans()), at)
         if type(effect) is Pause:
             return Resume(at=at)
         step = effect.step
-        n_calls = data.draw(st.integers(0, 2), label="calls")
+        n_calls = data.draw(st.integers(0, 3), label="calls")
         calls = tuple(
             ToolCall(f"s{step}c{i}", data.draw(st.sampled_from(["add", "echo"])), {"n": i})
             for i in range(n_calls)
@@ -112,12 +115,17 @@ def random_reply(data: st.DataObject, effect: Any) -> Any:
     budget=st.one_of(
         st.none(), st.builds(Budget, max_turns=st.integers(1, 3), max_tool_calls=st.integers(1, 3))
     ),
+    parallel_tools=st.booleans(),
 )
 def test_arbitrary_replies_always_end_in_a_valid_result(
-    data: st.DataObject, max_steps: int, budget: Budget | None
+    data: st.DataObject, max_steps: int, budget: Budget | None, parallel_tools: bool
 ) -> None:
     loop = agent_loop(
-        [UserMessage("u1", "go")], tools=[ADD, ECHO], max_steps=max_steps, budget=budget
+        [UserMessage("u1", "go")],
+        tools=[ADD, ECHO],
+        max_steps=max_steps,
+        budget=budget,
+        parallel_tools=parallel_tools,
     )
     effect: Any = next(loop)
     result: RunResult | None = None
@@ -150,3 +158,5 @@ def test_arbitrary_replies_always_end_in_a_valid_result(
         validate_transcript(close_dangling_calls(result.messages))
     for event in loop.log:
         msgspec.json.encode(event)
+    if parallel_tools and any(e.type == "tool.result" for e in loop.log):
+        note_event("parallel tools, results")

@@ -1270,7 +1270,12 @@ def test_the_stored_form_of_an_event_keeps_every_other_field() -> None:
     # Field by field, defaults and default factories included: what a line that
     # leaves one field out is read and written with.
     stored = _without(ToolSpec, "name")
-    assert stored.__struct_fields__ == ("description", "parameters", "requires_approval")
+    assert stored.__struct_fields__ == (
+        "description",
+        "parameters",
+        "requires_approval",
+        "sequential",
+    )
     assert msgspec.json.encode(stored()) == b'{"parameters":{"type":"object","properties":{}}}'
     commit = _without(PlanCommitEvent, "message")
     assert commit.__struct_fields__ == ("sequence", "at", "step")

@@ -436,6 +436,16 @@ def test_cassette_records_and_replays(tmp_path: Path) -> None:
     assert "session.2.jsonl" in repr(player)
 
 
+def test_cassette_of_a_parallel_run_replays_and_checks_the_option(tmp_path: Path) -> None:
+    recorder = _cassette_at(tmp_path, "once")
+    live = recorder.run(MESSAGES, model=_model(), tools=[add], parallel_tools=True, tool_workers=2)
+    assert recorder.events[0].parallel_tools
+    player = _cassette_at(tmp_path, "none")
+    assert player.run(MESSAGES, model=None, tools=[add], parallel_tools=True) == live
+    with pytest.raises(pytest.fail.Exception, match="behaves differently"):
+        _cassette_at(tmp_path, "none").run(MESSAGES, model=None, tools=[add])
+
+
 def test_cassette_option_errors(tmp_path: Path) -> None:
     cassette = _cassette_at(tmp_path, "once")
     with pytest.raises(TypeError, match=r"agent_cassette\.events"):

@@ -41,6 +41,7 @@ from agentloop import (
     State,
     StepStartEvent,
     TextBlock,
+    ToolBatch,
     ToolCall,
     ToolCallEvent,
     ToolRequest,
@@ -244,6 +245,7 @@ def _generated_session(data: st.DataObject) -> AgentLoop:
         max_steps=data.draw(st.integers(1, 5)),
         budget=budget,
         started_at=data.draw(st.none() | st.just(100.0)),
+        parallel_tools=data.draw(st.booleans()),
     )
     clock = [100.0]
     effect: Any = next(loop)
@@ -255,6 +257,11 @@ def _generated_session(data: st.DataObject) -> AgentLoop:
         elif type(effect) is ToolRequest:
             replies = [
                 ToolResult(effect.call.id, data.draw(_text), data.draw(st.booleans()), at=None)
+            ]
+        elif type(effect) is ToolBatch:  # results arrive in any order
+            replies = [
+                ToolResult(request.call.id, data.draw(_text), data.draw(st.booleans()), at=None)
+                for request in data.draw(st.permutations(effect.requests))
             ]
         else:
             assert type(effect) is Pause
@@ -662,7 +669,7 @@ def _fits(effect: Any, reply: Reply) -> bool:
         return True
     if type(effect) is ModelRequest:
         return type(reply) in (ModelChunk, ModelResponse, ModelFailure)
-    if type(effect) is ToolRequest:
+    if type(effect) is ToolRequest or type(effect) is ToolBatch:
         return type(reply) is ToolResult
     return type(effect) is Pause and type(reply) is Resume
 

@@ -28,6 +28,10 @@ EXPECTED: dict[tuple[State, Input], State] = {
     (S.AWAITING_TOOL, I.RECEIVE_RESULT): S.EXECUTING,
     (S.EXECUTING, I.END_BATCH): S.REFLECTING,
     (S.REFLECTING, I.START_STEP): S.PLANNING,
+    # parallel_tools: a batch out, results back in any order, the last completes it
+    (S.EXECUTING, I.REQUEST_BATCH): S.AWAITING_BATCH,
+    (S.AWAITING_BATCH, I.RECEIVE_BATCH_RESULT): S.AWAITING_BATCH,
+    (S.AWAITING_BATCH, I.COMPLETE_BATCH): S.EXECUTING,
     # pauses park every active state in IDLE ...
     (S.PLANNING, I.PAUSE): S.IDLE,
     (S.EXECUTING, I.PAUSE): S.IDLE,
@@ -43,6 +47,7 @@ EXPECTED: dict[tuple[State, Input], State] = {
     (S.PLANNING, I.FINISH): S.DONE,
     (S.EXECUTING, I.FINISH): S.DONE,
     (S.AWAITING_TOOL, I.FINISH): S.DONE,
+    (S.AWAITING_BATCH, I.FINISH): S.DONE,
     (S.REFLECTING, I.FINISH): S.DONE,
 }
 
@@ -59,12 +64,13 @@ def test_the_table_is_exactly_the_expected_one() -> None:
     assert TRANSITIONS == EXPECTED
 
 
-def test_there_are_six_states() -> None:
+def test_there_are_seven_states() -> None:
     assert [s.name for s in State] == [
         "IDLE",
         "PLANNING",
         "EXECUTING",
         "AWAITING_TOOL",
+        "AWAITING_BATCH",
         "REFLECTING",
         "DONE",
     ]
@@ -179,6 +185,36 @@ def test_a_step_walks_the_documented_path() -> None:
         S.PLANNING,
         S.DONE,
     ]
+
+
+def test_a_batch_step_walks_the_documented_path() -> None:
+    state = S.EXECUTING
+    path = [state]
+    for event in (
+        I.REQUEST_BATCH,
+        I.RECEIVE_BATCH_RESULT,
+        I.RECEIVE_BATCH_RESULT,
+        I.COMPLETE_BATCH,
+        I.REQUEST_TOOL,  # a sequential tool, alone
+        I.RECEIVE_RESULT,
+        I.END_BATCH,
+    ):
+        state = transition(state, event)
+        path.append(state)
+    assert path == [
+        S.EXECUTING,
+        S.AWAITING_BATCH,
+        S.AWAITING_BATCH,
+        S.AWAITING_BATCH,
+        S.EXECUTING,
+        S.AWAITING_TOOL,
+        S.EXECUTING,
+        S.REFLECTING,
+    ]
+
+
+def test_no_pause_comes_while_a_batch_is_out() -> None:
+    assert (S.AWAITING_BATCH, I.PAUSE) not in TRANSITIONS
 
 
 def test_the_table_is_plain_data() -> None:

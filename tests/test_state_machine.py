@@ -7,7 +7,7 @@ illegal one (wrong kind, wrong call id, malformed ``Resume``, not a reply at all
 a ``Cancel``, or ``close()`` the loop. The loop runs with a random budget, tools
 that need approval, and hooks that pause, skip, abort or fail.
 
-After every step: the state is one of the six; every state change seen (by a log
+After every step: the state is one of the seven; every state change seen (by a log
 subscriber reading ``loop.state`` at each event, and after each ``send``) is an
 edge of the table; sequences are contiguous; ``run.finished`` appears at most once
 and only last; the pending effect matches the state. Illegal replies raise
@@ -53,6 +53,7 @@ from agentloop import (
     RunResult,
     State,
     TextBlock,
+    ToolBatch,
     ToolCall,
     ToolRequest,
     ToolResult,
@@ -66,6 +67,7 @@ from agentloop._state import TRANSITIONS
 
 ECHO = ToolSpec("echo", "Echo the text.", {"type": "object"})
 DELETE = ToolSpec("delete", "Delete a path.", {"type": "object"}, requires_approval=True)
+WRITE = ToolSpec("write", "Write a file.", {"type": "object"}, sequential=True)
 #: What a call's "text" argument makes the before_tool_call hook do.
 HOOK_WORDS = ("plain",) * 6 + ("ask", "skip", "abort", "boom")
 
@@ -78,6 +80,7 @@ for (_source, _), _target in TRANSITIONS.items():
 STATE_OF_EFFECT = {
     ModelRequest: State.PLANNING,
     ToolRequest: State.AWAITING_TOOL,
+    ToolBatch: State.AWAITING_BATCH,
     Pause: State.IDLE,
 }
 
@@ -138,6 +141,7 @@ class AgentLoopMachine(RuleBasedStateMachine):
         self.blocks: tuple[Any, ...] = ()
         self.stop_reason = "stop"
         self.sent_chunks = 0
+        self.answered: set[str] = set()  # calls of the pending batch already answered
 
     # ------------------------------------------------------------------ setup
 
@@ -146,9 +150,15 @@ class AgentLoopMachine(RuleBasedStateMachine):
         budget=budgets,
         skip_at=st.sampled_from([None] * 6 + [1, 2, 3]),
         started_at=st.none() | st.floats(0, 100),
+        parallel_tools=st.booleans(),
     )
     def start(
-        self, max_steps: int, budget: Budget | None, skip_at: int | None, started_at: float | None
+        self,
+        max_steps: int,
+        budget: Budget | None,
+        skip_at: int | None,
+        started_at: float | None,
+        parallel_tools: bool,
     ) -> None:
         hooks = HookRegistry({"before_tool_call": before_tool_call})
         if skip_at is not None:
@@ -158,12 +168,13 @@ class AgentLoopMachine(RuleBasedStateMachine):
         self.now = started_at or 0.0
         self.loop = agent_loop(
             [UserMessage("u1", "go")],
-            tools=[ECHO, DELETE],
+            tools=[ECHO, DELETE, WRITE],
             max_steps=max_steps,
             budget=budget,
             hooks=hooks,
             log=log,
             started_at=started_at,
+            parallel_tools=parallel_tools,
         )
         self.observe()
         self.step_result(lambda: next(self.live))
@@ -194,6 +205,8 @@ class AgentLoopMachine(RuleBasedStateMachine):
                 self.live.send(Cancel())
         else:
             assert legal, f"an illegal reply was accepted; the loop yielded {effect!r}"
+            if effect is not self.effect:
+                self.answered = set()
             self.effect = effect
         self.observe()
 
@@ -213,12 +226,14 @@ class AgentLoopMachine(RuleBasedStateMachine):
         if self.plan_for == request.id:
             return
         self.plan_for, self.sent_chunks = request.id, 0
-        calls = data.draw(st.sampled_from([0, 1, 1, 2, 2, 3]), label="calls")
+        calls = data.draw(st.sampled_from([0, 1, 1, 2, 2, 3, 4]), label="calls")
         blocks: list[Any] = []
         if calls == 0 or data.draw(st.booleans(), label="with text"):
             blocks.append(TextBlock(data.draw(st.sampled_from(["ok", "thinking aloud"]))))
         for _ in range(calls):
-            name = data.draw(st.sampled_from(["echo", "delete", "nope"]), label="tool")
+            name = data.draw(
+                st.sampled_from(["echo", "echo", "delete", "write", "nope"]), label="tool"
+            )
             word = data.draw(st.sampled_from(HOOK_WORDS), label="word")
             blocks.append(ToolCall(f"c{next(self.ids)}", name, {"text": word}))
         self.blocks = tuple(blocks)
@@ -239,6 +254,8 @@ class AgentLoopMachine(RuleBasedStateMachine):
                 self.model_reply(data)
             elif kind is ToolRequest:
                 self.tool_result(data)
+            elif kind is ToolBatch:
+                self.batch_result(data)
             else:
                 self.resume(data)
         else:
@@ -274,6 +291,15 @@ class AgentLoopMachine(RuleBasedStateMachine):
         content = data.draw(st.sampled_from(["fine", ""]), label="content")
         is_error = data.draw(st.booleans(), label="is_error")
         self.send(ToolResult(self.effect.call.id, content, is_error, at=self.tick(data)))
+
+    def batch_result(self, data: st.DataObject) -> None:
+        """A result for any call of the batch not answered yet: arrival in any order."""
+        waiting = [r.call.id for r in self.effect.requests if r.call.id not in self.answered]
+        call_id = data.draw(st.sampled_from(waiting), label="batch call")
+        content = data.draw(st.sampled_from(["fine", ""]), label="content")
+        is_error = data.draw(st.booleans(), label="is_error")
+        self.answered.add(call_id)
+        self.send(ToolResult(call_id, content, is_error, at=self.tick(data)))
 
     def resume(self, data: st.DataObject) -> None:
         at = self.tick(data)
@@ -343,6 +369,13 @@ class AgentLoopMachine(RuleBasedStateMachine):
                 ModelResponse("request-001", "rx", (TextBlock("x"),), "stop"),
                 Resume(),
             ]
+        elif type(effect) is ToolBatch:
+            wrong = [
+                ToolResult("not-in-the-batch", "x"),
+                ModelResponse("request-001", "rx", (TextBlock("x"),), "stop"),
+                Resume(),
+                *(ToolResult(call_id, "again") for call_id in sorted(self.answered)),
+            ]
         else:
             wrong = [ToolResult("c1", "x"), ModelFailure("request-001", "x")]
             if not effect.reason.startswith("budget_exceeded:"):
@@ -352,10 +385,10 @@ class AgentLoopMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ invariants
 
     @invariant()
-    def state_is_one_of_six(self) -> None:
+    def state_is_one_of_seven(self) -> None:
         if self.loop is not None:
             assert self.live.state in set(State)
-            assert len(State) == 6
+            assert len(State) == 7
 
     @invariant()
     def state_changes_follow_the_table(self) -> None:
@@ -403,6 +436,8 @@ class AgentLoopMachine(RuleBasedStateMachine):
         hypothesis_event(f"{result.status}: {reason}")
         for pause in {e.reason for e in events if e.type == "session.pause"}:
             hypothesis_event(f"paused: {pause}")
+        if self.live.log[0].parallel_tools:
+            hypothesis_event("parallel tools")
 
 
 AgentLoopMachine.TestCase.settings = settings(

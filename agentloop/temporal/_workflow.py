@@ -319,6 +319,7 @@ async def _adrive(
                     content, is_error = await tools.aexecute(effect.call)
                     reply = ToolResult(effect.call.id, content, is_error)
                 else:
+                    assert isinstance(effect, Pause)  # the workflow never sets parallel_tools
                     reply = await on_pause(effect)
             except asyncio.CancelledError:
                 reason = cancelled()

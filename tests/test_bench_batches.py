@@ -1,0 +1,30 @@
+"""Smoke test of ``bench/batches.py``: the quick mode runs and reports every number.
+
+No timing assertions (timing is not a test).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quick_run_prints_and_writes_every_number(tmp_path: Path) -> None:
+    out = tmp_path / "batches.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "batches.py"), "--quick", "--json", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for needle in ("B1 5 tool calls of 50 ms each", "sequential", "parallel_tools=True", "goal"):
+        assert needle in done.stdout, done.stdout
+    numbers = json.loads(out.read_text())["B1"]
+    assert numbers["calls"] == 5 and numbers["sequential_ms"] > 0 and numbers["parallel_ms"] > 0
