@@ -49,6 +49,7 @@ from ._events import (
 from ._function_model import FunctionModel
 from ._hooks import HOOK_TOPICS, SKIP, HookAbort, HookRegistry, PauseRequest
 from ._limits import (
+    LIMITS_HARD_CAPS,
     MAX_AGENT_STEPS,
     MAX_ARGUMENT_DEPTH,
     MAX_ARGUMENT_ENTRIES,
@@ -58,6 +59,7 @@ from ._limits import (
     MAX_CHUNKS_PER_STEP,
     MAX_INITIAL_MESSAGES,
     MAX_STEP_TEXT_CODE_POINTS,
+    Limits,
 )
 from ._messages import (
     AssistantMessage,
@@ -109,6 +111,7 @@ __all__ = [
     "HOOK_ERROR",
     "HOOK_TOPICS",
     "INVALID_TRANSCRIPT",
+    "LIMITS_HARD_CAPS",
     "MAX_AGENT_STEPS",
     "MAX_ARGUMENT_DEPTH",
     "MAX_ARGUMENT_ENTRIES",
@@ -142,6 +145,7 @@ __all__ = [
     "HookAbort",
     "HookRegistry",
     "IllegalTransition",
+    "Limits",
     "Message",
     "MessageAcceptedEvent",
     "Model",

@@ -40,6 +40,7 @@ from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import EventLog
 from ._hooks import HookRegistry
 from ._json import SURROGATE
+from ._limits import Limits
 from ._logging import follow, run_finished
 from ._protocol import (
     Cancel,
@@ -141,6 +142,7 @@ def run(
     on_pause: OnPause | None = None,
     clock: Clock | None = None,
     started_at: float | None = None,
+    limits: Limits | None = None,
 ) -> RunResult:
     """Run the agent loop to the end, calling the model and the tools.
 
@@ -159,6 +161,7 @@ def run(
             pause ends the run cancelled with the pause's reason.
         clock: returns the time stamped on every reply (default ``time.time``).
         started_at: the time of ``session.start`` (default: ``clock()`` now).
+        limits: the loop's ceilings (:class:`Limits`; default: the ``MAX_*`` values).
 
     Returns:
         The :class:`RunResult`. Model errors, tool errors and cancellation are
@@ -193,6 +196,7 @@ def run(
         hooks=hooks,
         log=log,
         started_at=float(clock()) if started_at is None else started_at,
+        limits=limits,
     )
     follow(loop.log)  # DEBUG per event, only if enabled now: free otherwise
     driver = _Driver(model, registry, signal, on_pause, clock)

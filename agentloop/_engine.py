@@ -72,13 +72,7 @@ from ._events import (
 )
 from ._hooks import SKIP, HookAbort, HookRegistry, PauseRequest
 from ._json import SURROGATE, surrogate_problem
-from ._limits import (
-    MAX_AGENT_STEPS,
-    MAX_ASSISTANT_BLOCKS,
-    MAX_CHUNKS_PER_STEP,
-    MAX_INITIAL_MESSAGES,
-    MAX_STEP_TEXT_CODE_POINTS,
-)
+from ._limits import DEFAULT_LIMITS, Limits, limit_name
 from ._messages import (
     AssistantMessage,
     Block,
@@ -231,24 +225,27 @@ def _check_options(
     log: object,
     started_at: object,
     rules: object,
-) -> None:
+    limits: object,
+) -> Limits:
     problem = rules_problem(rules)
     if problem is not None:
         raise ValueError(problem)
-    if type(max_steps) is not int or not 1 <= max_steps <= MAX_AGENT_STEPS:
-        raise ValueError(
-            f"max_steps must be an int from 1 to MAX_AGENT_STEPS ({MAX_AGENT_STEPS}), "
-            f"got {max_steps!r}"
-        )
+    if limits is None:
+        limits = DEFAULT_LIMITS
+    elif type(limits) is not Limits:
+        raise TypeError(f"limits must be a Limits or None, got {type(limits).__name__}")
+    steps_cap = limits.agent_steps
+    cap_name = limit_name(limits, "agent_steps")
+    if type(max_steps) is not int or not 1 <= max_steps <= steps_cap:
+        raise ValueError(f"max_steps must be an int from 1 to {cap_name}, got {max_steps!r}")
     if type(request_sequence_start) is not int or request_sequence_start < 0:
         raise ValueError(
             f"request_sequence_start must be a non-negative int, got {request_sequence_start!r}"
         )
-    if request_sequence_start + max_steps > MAX_AGENT_STEPS:
+    if request_sequence_start + max_steps > steps_cap:
         raise ValueError(
             f"request numbers {request_sequence_start + 1}..{request_sequence_start + max_steps} "
-            f"go past MAX_AGENT_STEPS ({MAX_AGENT_STEPS}); lower max_steps or "
-            "request_sequence_start"
+            f"go past {cap_name}; lower max_steps or request_sequence_start"
         )
     if system is not None:
         if type(system) is not str:
@@ -269,6 +266,7 @@ def _check_options(
         type(started_at) not in (int, float) or not math.isfinite(started_at)  # type: ignore[arg-type]
     ):
         raise ValueError(f"started_at must be a finite number or None, got {started_at!r}")
+    return limits
 
 
 def _tool_specs(tools: object) -> tuple[ToolSpec, ...]:
@@ -295,14 +293,16 @@ def _tool_specs(tools: object) -> tuple[ToolSpec, ...]:
     return tuple(specs)
 
 
-def _snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
+def _snapshot_transcript(
+    messages: object, limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[Message], str | None]:
     """Copy the caller's messages through the IR; return them and the first problem."""
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
         raise TypeError(f"messages must be a sequence of messages, got {type(messages).__name__}")
     items = list(messages)
-    if len(items) > MAX_INITIAL_MESSAGES:
+    if len(items) > limits.initial_messages:
         return [], (
-            f"{len(items)} initial messages exceed MAX_INITIAL_MESSAGES ({MAX_INITIAL_MESSAGES})"
+            f"{len(items)} initial messages exceed {limit_name(limits, 'initial_messages')}"
         )
     rebuilt: list[Message] = []
     for index, item in enumerate(items):
@@ -319,7 +319,7 @@ def _snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
         if type(message) is AssistantMessage:
             for block in message.content:
                 if type(block) is ToolCall:
-                    structural, semantic = arguments_problems(block.arguments)
+                    structural, semantic = arguments_problems(block.arguments, limits)
                     if structural or semantic:
                         return (
                             [],
@@ -380,6 +380,7 @@ def agent_loop(
     log: EventLog | None = None,
     started_at: float | None = None,
     rules: int = RULES_REVISION,
+    limits: Limits | None = None,
 ) -> AgentLoop:
     """Create the agent loop for one run.
 
@@ -400,6 +401,8 @@ def agent_loop(
         rules: the engine's rules revision to follow (recorded in ``session.start``):
             the newest, :data:`RULES_REVISION`, unless a replay of an older log
             asks for the one the log records.
+        limits: the run's ceilings (:class:`Limits`; ``None``: the ``MAX_*``
+            defaults). Recorded in ``session.start`` when they are not the defaults.
 
     Returns:
         An :class:`AgentLoop`; prime it with ``next()``.
@@ -407,7 +410,7 @@ def agent_loop(
     Raises:
         ValueError, TypeError: an option is invalid (before any generator exists).
     """
-    _check_options(
+    checked_limits = _check_options(
         max_steps=max_steps,
         request_sequence_start=request_sequence_start,
         system=system,
@@ -416,9 +419,10 @@ def agent_loop(
         log=log,
         started_at=started_at,
         rules=rules,
+        limits=limits,
     )
     specs = _tool_specs(tools)
-    transcript, problem = _snapshot_transcript(messages)
+    transcript, problem = _snapshot_transcript(messages, checked_limits)
     return AgentLoop(
         transcript=transcript,
         invalid=problem,
@@ -431,6 +435,7 @@ def agent_loop(
         log=log if log is not None else EventLog(),
         started_at=None if started_at is None else float(started_at),
         rules=rules,
+        limits=checked_limits,
     )
 
 
@@ -461,8 +466,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         log: EventLog,
         started_at: float | None,
         rules: int = RULES_REVISION,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self._transcript = transcript
+        self._limits = limits
         self._invalid = invalid
         self._specs = specs
         self._spec_by_name = {spec.name: spec for spec in specs}
@@ -548,6 +555,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     def result(self) -> RunResult | None:
         """The :class:`RunResult` once the run has finished."""
         return self._result
+
+    @property
+    def limits(self) -> Limits:
+        """The ceilings the run follows (:class:`Limits`)."""
+        return self._limits
 
     @property
     def tools(self) -> tuple[ToolSpec, ...]:
@@ -746,6 +758,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 budget=self._budget,
                 request_sequence_start=self._rss,
                 rules=self._rules,
+                limits=None if self._limits == DEFAULT_LIMITS else self._limits,
             )
         )
         for message in self._transcript:
@@ -981,6 +994,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     def _plan(self, request: ModelRequest) -> Generator[Effect, Any, ModelResponse]:
         """Collect chunks and the final response for ``request``; validate them."""
         step = request.step
+        limits = self._limits
         chunks = 0
         text_points = 0
         streamed: list[str | Block] = []  # text deltas merged; other blocks as boundaries
@@ -997,12 +1011,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                         reply,
                     )
                 chunks += 1
-                if chunks > MAX_CHUNKS_PER_STEP:
-                    raise _failed(
-                        MODEL_PROTOCOL_ERROR,
-                        f"{where}: more than MAX_CHUNKS_PER_STEP ({MAX_CHUNKS_PER_STEP}) chunks",
-                        reply,
-                    )
+                if chunks > limits.chunks_per_step:
+                    name = limit_name(limits, "chunks_per_step")
+                    raise _failed(MODEL_PROTOCOL_ERROR, f"{where}: more than {name} chunks", reply)
                 block = reply.block
                 if type(block) is TextBlock:
                     text_points += len(block.text)
@@ -1015,7 +1026,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     if type(block) is ThinkingBlock:
                         text_points += len(block.text)
                     elif type(block) is ToolCall:
-                        _, semantic = arguments_problems(block.arguments)
+                        _, semantic = arguments_problems(block.arguments, limits)
                         if semantic is not None:
                             raise _failed(
                                 MODEL_PROTOCOL_ERROR,
@@ -1023,12 +1034,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                                 reply,
                             )
                     streamed.append(block)
-                if text_points > MAX_STEP_TEXT_CODE_POINTS:
+                if text_points > limits.step_text_code_points:
+                    name = limit_name(limits, "step_text_code_points")
                     raise _failed(
-                        MODEL_PROTOCOL_ERROR,
-                        f"{where}: streamed text exceeds MAX_STEP_TEXT_CODE_POINTS "
-                        f"({MAX_STEP_TEXT_CODE_POINTS})",
-                        reply,
+                        MODEL_PROTOCOL_ERROR, f"{where}: streamed text exceeds {name}", reply
                     )
                 self._emit(
                     ModelChunkEvent(
@@ -1080,8 +1089,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         return self._content_problem(response.content, response.stop_reason)
 
     def _content_problem(self, content: tuple[Block, ...], stop_reason: str) -> str | None:
-        if len(content) > MAX_ASSISTANT_BLOCKS:
-            return f"{len(content)} blocks exceed MAX_ASSISTANT_BLOCKS ({MAX_ASSISTANT_BLOCKS})"
+        limits = self._limits
+        if len(content) > limits.assistant_blocks:
+            name = limit_name(limits, "assistant_blocks")
+            return f"{len(content)} blocks exceed {name}"
         text_points = 0
         seen: set[str] = set()
         for index, block in enumerate(content):
@@ -1098,13 +1109,14 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 if f"tool-result-{call.id}" in self._message_ids:
                     return f"{where}: its result id tool-result-{call.id} is already taken"
                 seen.add(call.id)
-                _, semantic = arguments_problems(call.arguments)
+                _, semantic = arguments_problems(call.arguments, limits)
                 if semantic is not None:
                     return f"{where} arguments: {semantic}"
             elif kind is not ProviderBlock:  # opaque data: checked as JSON, not as text
                 text_points += len(block.text)  # type: ignore[union-attr]
-        if text_points > MAX_STEP_TEXT_CODE_POINTS:
-            return f"text exceeds MAX_STEP_TEXT_CODE_POINTS ({MAX_STEP_TEXT_CODE_POINTS})"
+        if text_points > limits.step_text_code_points:
+            name = limit_name(limits, "step_text_code_points")
+            return f"text exceeds {name}"
         if stop_reason == "stop" and seen:
             return "stop reason 'stop' but the response contains tool calls"
         if stop_reason == "tool_call" and not seen:
@@ -1217,7 +1229,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             return call, "skipped"
         edited = payload["arguments"]
         if edited is not arguments or edited != call.arguments:
-            structural, semantic = arguments_problems(edited)
+            structural, semantic = arguments_problems(edited, self._limits)
             if structural or semantic:
                 raise _failed(
                     HOOK_ERROR,
@@ -1262,7 +1274,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             message = decision.get("message")
             return call, message if type(message) is str and message else "denied"
         if "arguments" in decision:
-            structural, semantic = arguments_problems(decision["arguments"])
+            structural, semantic = arguments_problems(decision["arguments"], self._limits)
             if structural or semantic:
                 return call, f"invalid edited arguments: {structural or semantic}"
             call = ToolCall(call.id, call.name, _copy_json(decision["arguments"]))

@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Final, TypeAlias, overload
 import msgspec
 
 from ._budget import Budget, BudgetUsage
+from ._limits import Limits
 from ._messages import AssistantMessage, Message, ToolCall, ToolResultMessage
 from ._protocol import (
     ModelChunk,
@@ -79,6 +80,8 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
 
     ``rules`` is the engine's rules revision the run follows (``0``, left out, for
     logs written before revisions; see :data:`agentloop.RULES_REVISION`).
+    ``limits`` are the run's ceilings when they are not the defaults (``None``, left
+    out: the ``MAX_*`` defaults, as for every log written before there were limits).
     """
 
     type: ClassVar[str] = "session.start"
@@ -88,6 +91,7 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     budget: Budget | None = None
     request_sequence_start: int = 0
     rules: int = 0
+    limits: Limits | None = None
 
 
 class MessageAcceptedEvent(_Event, frozen=True, kw_only=True, tag="message.accepted"):

@@ -20,12 +20,7 @@ from ._budget import Budget
 from ._json import INT_END as _INT_END
 from ._json import INT_MIN as _INT_MIN
 from ._json import SURROGATE, json_problem, surrogate_problem
-from ._limits import (
-    MAX_ARGUMENT_DEPTH,
-    MAX_ARGUMENT_ENTRIES,
-    MAX_ARGUMENT_STRING_CODE_POINTS,
-    MAX_ARGUMENT_VALUES,
-)
+from ._limits import DEFAULT_LIMITS, Limits, limit_name
 from ._messages import (
     AssistantMessage,
     Message,
@@ -59,7 +54,7 @@ __all__ = [
 _MAX_FLOAT_INT = 2**1023  # below float max: float(at) cannot overflow
 
 
-def arguments_ok(arguments: object) -> bool:
+def arguments_ok(arguments: object, limits: Limits = DEFAULT_LIMITS) -> bool:
     """The fast path: ``True`` when ``arguments`` is plain JSON within every limit.
 
     No paths are built here; when this says ``False``, :func:`arguments_problems`
@@ -68,10 +63,11 @@ def arguments_ok(arguments: object) -> bool:
     if type(arguments) is not dict:
         return False
     entries = code_points = 0
+    max_depth = limits.argument_depth
     stack: list[tuple[Any, int]] = [(arguments, 1)]
     while stack:
         container, depth = stack.pop()
-        if depth > MAX_ARGUMENT_DEPTH:
+        if depth > max_depth:
             return False
         entries += len(container)
         if type(container) is dict:
@@ -101,18 +97,25 @@ def arguments_ok(arguments: object) -> bool:
             elif kind is not bool and value is not None:
                 return False
     # values == entries + 1 (every value but the root is one entry of its container)
-    return entries <= MAX_ARGUMENT_ENTRIES and code_points <= MAX_ARGUMENT_STRING_CODE_POINTS
+    return (
+        entries <= limits.argument_entries
+        and entries < limits.argument_values
+        and code_points <= limits.argument_string_code_points
+    )
 
 
-def arguments_problems(arguments: object) -> tuple[str | None, str | None]:
+def arguments_problems(
+    arguments: object, limits: Limits = DEFAULT_LIMITS
+) -> tuple[str | None, str | None]:
     """Inspect tool-call arguments; return ``(structural, semantic)`` problems.
 
     Structural: not a dict, a non-string key, a value of a type JSON has no form
     for. Semantic: the limits of DESIGN §8 (depth, values, entries, code points),
     non-finite floats and integers outside the 64-bit range.
     Each is a message naming the rule and the path (``$.a[2].b``), or ``None``.
+    The limits are ``limits``' (the ``MAX_*`` defaults unless a run set others).
     """
-    if arguments_ok(arguments):
+    if arguments_ok(arguments, limits):
         return None, None
     if type(arguments) is not dict:
         return f"arguments must be a JSON object (dict), got {type(arguments).__name__}", None
@@ -158,23 +161,29 @@ def arguments_problems(arguments: object) -> tuple[str | None, str | None]:
             return f"{path}: {kind.__name__} is not a JSON value", None
     if semantic is not None:
         return None, semantic
-    if deepest > MAX_ARGUMENT_DEPTH:
+    if deepest > limits.argument_depth:
         return None, (
             f"nesting depth {deepest} at {deepest_path} exceeds "
-            f"MAX_ARGUMENT_DEPTH ({MAX_ARGUMENT_DEPTH})"
+            f"{limit_name(limits, 'argument_depth')}"
         )
     # Every value but the root is one entry of its container (values == entries + 1),
-    # so the two limits break together; one message names both.
-    if values > MAX_ARGUMENT_VALUES:
+    # so with the default limits the two break together; one message names both.
+    if values > limits.argument_values:
         return None, (
-            f"{values} values exceed MAX_ARGUMENT_VALUES ({MAX_ARGUMENT_VALUES}, root included): "
-            f"{entries} object fields and array elements exceed "
-            f"MAX_ARGUMENT_ENTRIES ({MAX_ARGUMENT_ENTRIES})"
+            f"{values} values exceed {limit_name(limits, 'argument_values', ', root included')}"
+            f": {entries} object fields and array elements "
+            + ("exceed " if entries > limits.argument_entries else "within ")
+            + limit_name(limits, "argument_entries")
         )
-    if code_points > MAX_ARGUMENT_STRING_CODE_POINTS:
+    if entries > limits.argument_entries:
+        return None, (
+            f"{entries} object fields and array elements exceed "
+            f"{limit_name(limits, 'argument_entries')}"
+        )
+    if code_points > limits.argument_string_code_points:
         return None, (
             f"{code_points} code points in keys and strings exceed "
-            f"MAX_ARGUMENT_STRING_CODE_POINTS ({MAX_ARGUMENT_STRING_CODE_POINTS})"
+            f"{limit_name(limits, 'argument_string_code_points')}"
         )
     return None, None  # pragma: no cover - arguments_ok() said no, so a check above fires
 

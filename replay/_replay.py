@@ -271,6 +271,7 @@ class _Session:
                 request_sequence_start=start.request_sequence_start,
                 started_at=start.at,
                 rules=start.rules,
+                limits=start.limits,
             )
         except (ValueError, TypeError) as exc:
             raise ReplayDivergence(

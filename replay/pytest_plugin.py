@@ -67,7 +67,7 @@ _CASSETTE: Final = pytest.StashKey["AgentCassette"]()
 # run() options that only the driver uses; a replay has nothing to do with them.
 _DRIVER_ONLY: Final = frozenset(("signal", "on_pause", "clock", "started_at"))
 # run() options that shape the session's start, compared on replay.
-_CONFIG: Final = frozenset(("system", "max_steps", "budget"))
+_CONFIG: Final = frozenset(("system", "max_steps", "budget", "limits"))
 _UNSAFE: Final = re.compile(r'[\x00-\x1f\\/:*?"<>|]')
 _MAX_NAME_BYTES: Final = 200
 
@@ -238,7 +238,7 @@ class AgentCassette:
         replaying, ``model`` is not used (it may be ``None``), no tool is called,
         and ``signal``, ``on_pause``, ``clock`` and ``started_at`` are ignored (the
         cassette holds the replies they led to); ``messages``, the tool specs,
-        ``system``, ``max_steps`` and ``budget`` must still be what was recorded,
+        ``system``, ``max_steps``, ``budget`` and ``limits`` must still be what was recorded,
         and ``hooks`` run again.
 
         Returns:
