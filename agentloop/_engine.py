@@ -56,6 +56,7 @@ from ._events import (
     BudgetWarnEvent,
     EventLog,
     MessageAcceptedEvent,
+    MessageQueuedEvent,
     ModelChunkEvent,
     PlanCommitEvent,
     PlanDraftEvent,
@@ -90,6 +91,7 @@ from ._protocol import (
     STOP_REASONS,
     Cancel,
     Effect,
+    FollowUp,
     ModelChunk,
     ModelFailure,
     ModelRequest,
@@ -99,6 +101,7 @@ from ._protocol import (
     Resume,
     RunError,
     RunResult,
+    Steer,
     ToolRequest,
     ToolResult,
     UnrecognizedReply,
@@ -492,6 +495,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._tool_calls = 0
         self._pending: Effect | None = None
         self._pause_reason: str | None = None
+        self._queued: list[Steer | FollowUp] = []  # received, not yet delivered
+        self._steering = False  # a Steer is among them
         self._message_ids = {m.id for m in transcript}
         self._call_ids = {
             b.id
@@ -654,7 +659,63 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             fn(event)
 
     def _ask(self, effect: Effect) -> Generator[Effect, Any, Reply]:
-        """Yield ``effect``; check and record the time of what comes back."""
+        """Yield ``effect``; check and record the time of what comes back.
+
+        A ``Steer`` or ``FollowUp`` is queued (and recorded), and ``effect`` is
+        yielded again: the caller may send one at any yield.
+        """
+        while True:
+            reply = yield from self._ask_once(effect)
+            kind = type(reply)
+            if kind is not Steer and kind is not FollowUp:
+                return reply
+            self._queue(reply)  # type: ignore[arg-type]
+
+    def _queue(self, reply: Steer | FollowUp) -> None:
+        message = reply.message
+        if message.id in self._message_ids:
+            raise _Misuse(
+                f"{type(reply).__name__}.message id {message.id!r} is already used in the run",
+                reply,
+            )
+        self._message_ids.add(message.id)  # reserved: no later message may take it
+        self._queued.append(reply)
+        steer = type(reply) is Steer
+        self._steering = self._steering or steer
+        self._emit(
+            MessageQueuedEvent(
+                sequence=len(self._events),
+                at=self._now,
+                step=self._step,
+                mode="steer" if steer else "follow_up",
+                reply=reply,
+            )
+        )
+
+    def _deliver(self, *, follow_ups: bool) -> bool:
+        """Append the queued steering messages (and, with ``follow_ups``, the
+        follow-ups too), in the order they came; say whether any was appended."""
+        delivered = False
+        waiting: list[Steer | FollowUp] = []
+        for reply in self._queued:
+            if follow_ups or type(reply) is Steer:
+                self._transcript.append(reply.message)
+                self._emit(
+                    MessageAcceptedEvent(
+                        sequence=len(self._events),
+                        at=self._now,
+                        step=self._step,
+                        message=reply.message,
+                    )
+                )
+                delivered = True
+            else:
+                waiting.append(reply)
+        self._queued = waiting
+        self._steering = False
+        return delivered
+
+    def _ask_once(self, effect: Effect) -> Generator[Effect, Any, Reply]:
         self._pending = effect
         try:
             reply = yield effect
@@ -899,6 +960,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 and self._turns >= budget.max_turns
             ):
                 yield from self._budget_pause("turns")
+            if self._steering:
+                self._deliver(follow_ups=False)
             step = self._step + 1
             if "before_step" in hooks:
                 try:
@@ -937,6 +1000,12 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             )
             if not calls:  # stop, or a text-only length response
                 self._end_step(step)
+                if self._queued and self._deliver(follow_ups=True):
+                    # Steering or a follow-up: one more step instead of completing.
+                    if step >= self._max_steps:
+                        raise _Finish("max_steps", "no_more_steps")
+                    self._set(Input.CONTINUE)
+                    continue
                 raise _Finish(
                     "completed",
                     "goal_met" if stop_reason == "stop" else "length",
@@ -950,6 +1019,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self._set(Input.END_BATCH)
             self._end_step(step)
             if step >= self._max_steps:
+                if self._steering:  # kept in the transcript for whoever continues it
+                    self._deliver(follow_ups=False)
                 raise _Finish("max_steps", "no_more_steps")
 
     def _end_step(self, step: int) -> None:
@@ -1158,17 +1229,23 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     # ------------------------------------------------------------------ tools
 
     def _run_call(self, call: ToolCall, step: int, truncated: bool) -> Generator[Effect, Any, None]:
+        steered = self._steering  # a Steer came: the calls left are skipped, not run
         budget = self._budget
         if (
-            budget is not None
+            not steered
+            and budget is not None
             and budget.max_tool_calls is not None
             and self._tool_calls >= budget.max_tool_calls
         ):
             yield from self._budget_pause("tool_calls")
-        self._tool_calls += 1
+            steered = self._steering  # (a Steer may come during the pause)
+        if not steered:
+            self._tool_calls += 1
         spec = self._spec_by_name.get(call.name)
         loop_error: str | None = None
-        if truncated:
+        if steered:
+            loop_error = "skipped: steered"
+        elif truncated:
             loop_error = "truncated; re-issue the call"
         elif spec is None:
             known = ", ".join(sorted(self._spec_by_name)) or "none"

@@ -32,12 +32,14 @@ from ._budget import Budget, BudgetUsage
 from ._limits import Limits
 from ._messages import AssistantMessage, Message, ToolCall, ToolResultMessage
 from ._protocol import (
+    FollowUp,
     ModelChunk,
     ModelFailure,
     ModelResponse,
     Reply,
     Resume,
     RunError,
+    Steer,
     ToolResult,
     Usage,
 )
@@ -49,6 +51,7 @@ __all__ = [
     "Event",
     "EventLog",
     "MessageAcceptedEvent",
+    "MessageQueuedEvent",
     "ModelChunkEvent",
     "PlanCommitEvent",
     "PlanDraftEvent",
@@ -99,6 +102,16 @@ class MessageAcceptedEvent(_Event, frozen=True, kw_only=True, tag="message.accep
 
     type: ClassVar[str] = "message.accepted"
     message: Message
+
+
+class MessageQueuedEvent(_Event, frozen=True, kw_only=True, tag="message.queued"):
+    """A ``Steer`` or ``FollowUp`` was received (recorded input); ``mode`` is
+    ``steer`` or ``follow_up``. Its message is appended later, with a
+    ``message.accepted``, when it is delivered (DESIGN §19)."""
+
+    type: ClassVar[str] = "message.queued"
+    mode: str
+    reply: Steer | FollowUp
 
 
 class StepStartEvent(_Event, frozen=True, kw_only=True, tag="step.start"):
@@ -223,6 +236,7 @@ class RunFinishedEvent(_Event, frozen=True, kw_only=True, tag="run.finished"):
 Event: TypeAlias = (
     SessionStartEvent
     | MessageAcceptedEvent
+    | MessageQueuedEvent
     | StepStartEvent
     | ModelChunkEvent
     | PlanDraftEvent

@@ -17,7 +17,7 @@ from typing import Any, Final, TypeAlias
 import msgspec
 
 from ._budget import Budget
-from ._messages import AssistantMessage, Block, Message, ToolCall
+from ._messages import AssistantMessage, Block, Message, ToolCall, UserMessage
 from ._toolspec import ToolSpec
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "STOP_REASONS",
     "Cancel",
     "Effect",
+    "FollowUp",
     "ModelAttempt",
     "ModelChunk",
     "ModelFailure",
@@ -35,6 +36,7 @@ __all__ = [
     "Resume",
     "RunError",
     "RunResult",
+    "Steer",
     "ToolRequest",
     "ToolResult",
     "UnrecognizedReply",
@@ -236,6 +238,33 @@ class Cancel(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", 
     at: float | None = None
 
 
+class Steer(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="steer"):
+    """Redirect the run: deliver ``message`` at the next boundary (DESIGN §19).
+
+    May be sent at any yield. The loop records it (``message.queued``) and yields
+    the same effect again. After the tool call now running, the remaining calls
+    of the current assistant message get the error result ``skipped: steered``;
+    then ``message`` is appended and the next model request goes out (a run that
+    would complete takes another step instead, counted by ``max_steps``).
+    """
+
+    message: UserMessage
+    at: float | None = None
+
+
+class FollowUp(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="follow_up"):
+    """Ask one more thing once the run would complete (DESIGN §19).
+
+    May be sent at any yield. The loop records it (``message.queued``) and yields
+    the same effect again. When the model next gives its final answer, instead of
+    completing, the loop appends ``message`` and takes another step (counted by
+    ``max_steps``).
+    """
+
+    message: UserMessage
+    at: float | None = None
+
+
 class UnrecognizedReply(
     msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="unrecognized"
 ):
@@ -252,7 +281,15 @@ class UnrecognizedReply(
 
 
 Reply: TypeAlias = (
-    ModelChunk | ModelResponse | ModelFailure | ToolResult | Resume | Cancel | UnrecognizedReply
+    ModelChunk
+    | ModelResponse
+    | ModelFailure
+    | ToolResult
+    | Resume
+    | Cancel
+    | Steer
+    | FollowUp
+    | UnrecognizedReply
 )
 
 

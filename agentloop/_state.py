@@ -8,6 +8,8 @@ The loop is always in exactly one :class:`State`. It starts in ``IDLE`` and ends
     IDLE/REFLECTING --start_step--> PLANNING --commit_tools--> EXECUTING
     EXECUTING --request_tool--> AWAITING_TOOL --receive_result--> EXECUTING
     EXECUTING --end_batch--> REFLECTING --start_step--> PLANNING ...
+    PLANNING --continue--> REFLECTING   (a final answer, but a steering or
+                                         follow-up message is waiting)
 
 and ends with ``finish`` (from PLANNING when the model stops or fails to plan, from
 REFLECTING when no step may follow, from anywhere on cancel or failure). A pause
@@ -57,6 +59,8 @@ class Input(enum.Enum):
     REQUEST_TOOL = "request_tool"
     RECEIVE_RESULT = "receive_result"
     END_BATCH = "end_batch"
+    #: A final answer does not end the run: a steering or follow-up message came.
+    CONTINUE = "continue"
     PAUSE = "pause"
     RESUME_TO_PLANNING = "resume_to_planning"
     RESUME_TO_EXECUTING = "resume_to_executing"
@@ -83,6 +87,7 @@ TRANSITIONS: dict[tuple[State, Input], State] = {
     (S.AWAITING_TOOL, I.RECEIVE_RESULT): S.EXECUTING,
     (S.EXECUTING, I.END_BATCH): S.REFLECTING,
     (S.REFLECTING, I.START_STEP): S.PLANNING,
+    (S.PLANNING, I.CONTINUE): S.REFLECTING,
     # pauses: any active state parks in IDLE and comes back to where it was
     **{(state, I.PAUSE): S.IDLE for state in _ACTIVE},
     (S.IDLE, I.RESUME_TO_PLANNING): S.PLANNING,

@@ -29,14 +29,17 @@ from ._messages import (
     ThinkingBlock,
     ToolCall,
     ToolResultMessage,
+    UserMessage,
 )
 from ._protocol import (
     Cancel,
+    FollowUp,
     ModelAttempt,
     ModelChunk,
     ModelFailure,
     ModelResponse,
     Resume,
+    Steer,
     ToolResult,
     UnrecognizedReply,
     Usage,
@@ -339,10 +342,17 @@ def reply_problem(reply: object) -> str | None:
             problem = f"Resume.budget must be a Budget or None, got {type(budget).__name__}"
     elif kind is Cancel:
         problem = _str_fields(reply, "reason")
+    elif kind is Steer or kind is FollowUp:
+        message = reply.message  # type: ignore[attr-defined]
+        if type(message) is not UserMessage:
+            problem = f"{kind.__name__}.message must be a UserMessage, got {type(message).__name__}"
+        else:
+            problem = _str_fields(message, "id", "content", where=f"{kind.__name__}.message")
     elif kind is UnrecognizedReply:
         problem = _str_fields(reply, "description")
     else:
         return (
+            # (Steer and FollowUp go unnamed: logs hold these words as they are.)
             "send() expects a reply (ModelChunk, ModelResponse, ModelFailure, ToolResult, "
             f"Resume or Cancel), got {kind.__name__}"
         )

@@ -59,6 +59,7 @@ from agentloop import (
     HookRegistry,
     Message,
     MessageAcceptedEvent,
+    MessageQueuedEvent,
     ModelChunkEvent,
     ModelRequest,
     Pause,
@@ -212,6 +213,7 @@ _REPLY_EVENTS: Final = (
     ToolErrorEvent,
     SessionResumeEvent,
     RunFinishedEvent,
+    MessageQueuedEvent,
 )
 
 
