@@ -74,7 +74,7 @@ try:
         TextContent,
         TextResourceContents,
     )
-except ImportError as _exc:  # pragma: no cover - exercised without the extra
+except ImportError as _exc:  # tested in a subprocess that hides the SDK
     raise ImportError(
         "agentloop.mcp needs the MCP SDK (2.x): pip install 'agentloop-replay[mcp]'"
     ) from _exc

@@ -92,7 +92,7 @@ try:
     from opentelemetry import trace
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
-except ImportError as _exc:  # pragma: no cover - exercised without the extra
+except ImportError as _exc:  # tested in a subprocess that hides the SDK
     raise ImportError(
         "agentloop.otel needs OpenTelemetry: pip install 'agentloop-replay[otel]'"
     ) from _exc

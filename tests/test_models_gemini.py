@@ -328,7 +328,7 @@ class TestSpec:
     def test_missing_sdk(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "google.genai", None)
         with pytest.raises(
-            ModelSpecError, match=r"install the google-genai SDK .*agentloop\[gemini\]"
+            ModelSpecError, match=r"install the google-genai SDK .*agentloop-replay\[gemini\]"
         ):
             model_from_spec("gemini:gemini-2.5-flash", environ={"GEMINI_API_KEY": "k"})
 

@@ -15,6 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 EXTRAS = {
     "agentloop.otel": (("opentelemetry", "google"), "otel"),
     "agentloop.mcp": (("mcp", "httpx2", "anyio"), "mcp"),
+    "agentloop.models.openai": (("openai",), "openai"),
+    "agentloop.models.anthropic": (("anthropic",), "anthropic"),
+    "agentloop.models.gemini": (("google",), "gemini"),
 }
 
 

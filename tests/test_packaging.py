@@ -27,7 +27,20 @@ PROJECT: dict[str, Any] = PYPROJECT["project"]
 EXTRAS: dict[str, list[str]] = PROJECT["optional-dependencies"]
 DISTRIBUTION = "agentloop-replay"
 USER_EXTRAS = ["pytest", "openai", "anthropic", "gemini", "otel", "mcp", "temporal", "pydantic"]
-DEVELOPER_TOOLS = {"hypothesis", "coverage", "mypy", "ruff", "build", "twine", "packaging", "tomli"}
+# The test suite's own tools, besides the user extras (pyyaml reads recorded cassettes,
+# selenium drives the headless browser of the viewer test).
+DEVELOPER_TOOLS = {
+    "hypothesis",
+    "coverage",
+    "mypy",
+    "ruff",
+    "build",
+    "twine",
+    "packaging",
+    "tomli",
+    "pyyaml",
+    "selenium",
+}
 
 
 def requirement_name(requirement: str) -> str:

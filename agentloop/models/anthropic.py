@@ -80,7 +80,7 @@ from ._common import (
 
 try:
     import anthropic
-except ImportError as _exc:  # pragma: no cover - exercised without the extra
+except ImportError as _exc:  # tested in a subprocess that hides the SDK
     raise ImportError(
         "agentloop.models.anthropic needs the Anthropic SDK: "
         "pip install 'agentloop-replay[anthropic]'"

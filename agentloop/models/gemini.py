@@ -75,7 +75,7 @@ from ._common import (
 try:
     import httpx2
     from google.genai import errors, types
-except ImportError as _exc:  # pragma: no cover - exercised without the extra
+except ImportError as _exc:  # tested in a subprocess that hides the SDK
     raise ImportError(
         "agentloop.models.gemini needs the google-genai SDK: pip install 'agentloop-replay[gemini]'"
     ) from _exc

@@ -103,7 +103,7 @@ from ._common import (
 
 try:
     import openai
-except ImportError as _exc:  # pragma: no cover - exercised without the extra
+except ImportError as _exc:  # tested in a subprocess that hides the SDK
     raise ImportError(
         "agentloop.models.openai needs the OpenAI SDK: pip install 'agentloop-replay[openai]'"
     ) from _exc
