@@ -14,6 +14,7 @@ from agentloop import (
     Budget,
     CallerProtocolError,
     Cancel,
+    FollowUp,
     ModelChunk,
     ModelFailure,
     ModelRequest,
@@ -21,6 +22,7 @@ from agentloop import (
     Pause,
     Resume,
     RunResult,
+    Steer,
     TextBlock,
     ThinkingBlock,
     ToolCall,
@@ -31,6 +33,7 @@ from agentloop import (
     close_dangling_calls,
     validate_transcript,
 )
+from replay import replay
 from tests.helpers import ADD, ECHO, check_log
 
 json_leaf = st.one_of(
@@ -67,6 +70,10 @@ def random_reply(data: st.DataObject, effect: Any) -> Any:
     call_id = effect.call.id if type(effect) is ToolRequest else "c1"
     choice = data.draw(st.integers(0, 29), label="kind")
     at = data.draw(times, label="at")
+    if data.draw(st.integers(0, 9), label="queue") == 0:  # steering, a follow-up
+        kind = data.draw(st.sampled_from([Steer, FollowUp]), label="mode")
+        message_id = data.draw(st.sampled_from(["u1", "m1", "m2", "m3", "message-resp1"]))
+        return kind(UserMessage(message_id, "more"), at)
     if choice >= 20:  # a well-formed answer to what is pending
         if type(effect) is ToolRequest:
             return ToolResult(effect.call.id, "ok", data.draw(st.booleans()), at)
@@ -150,3 +157,4 @@ def test_arbitrary_replies_always_end_in_a_valid_result(
         validate_transcript(close_dangling_calls(result.messages))
     for event in loop.log:
         msgspec.json.encode(event)
+    assert replay(loop.log).result == result  # whatever came, it replays
