@@ -493,6 +493,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._wall_start = started_at
         self._turns = 0
         self._tool_calls = 0
+        self._usage_mark = self._usage  # token budgets count from here
         self._pending: Effect | None = None
         self._pause_reason: str | None = None
         self._queued: list[Steer | FollowUp] = []  # received, not yet delivered
@@ -544,7 +545,17 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         wall = 0.0
         if self._now is not None and self._wall_start is not None:
             wall = self._now - self._wall_start
-        return BudgetUsage(turns=self._turns, tool_calls=self._tool_calls, wall_seconds=wall)
+        budget = self._budget
+        if budget is None or not budget.limits_tokens:
+            return BudgetUsage(turns=self._turns, tool_calls=self._tool_calls, wall_seconds=wall)
+        used, mark = self._usage, self._usage_mark
+        return BudgetUsage(
+            turns=self._turns,
+            tool_calls=self._tool_calls,
+            wall_seconds=wall,
+            input_tokens=used.input_tokens - mark.input_tokens,
+            output_tokens=used.output_tokens - mark.output_tokens,
+        )
 
     @property
     def pending(self) -> Effect | None:
@@ -960,6 +971,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 and self._turns >= budget.max_turns
             ):
                 yield from self._budget_pause("turns")
+            if budget is not None and budget.limits_tokens:
+                limit = self._tokens_limit(budget)
+                if limit is not None:
+                    yield from self._budget_pause(limit)
             if self._steering:
                 self._deliver(follow_ups=False)
             step = self._step + 1
@@ -1393,18 +1408,29 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         ):
             yield from self._budget_pause("wall_clock")
 
+    def _tokens_limit(self, budget: Budget) -> str | None:
+        """The token limit the run has reached (``input_tokens``, ...), or ``None``."""
+        usage = self.budget_usage
+        total = usage.input_tokens + usage.output_tokens
+        if budget.max_input_tokens is not None and usage.input_tokens >= budget.max_input_tokens:
+            return "input_tokens"
+        if budget.max_output_tokens is not None and usage.output_tokens >= budget.max_output_tokens:
+            return "output_tokens"
+        if budget.max_total_tokens is not None and total >= budget.max_total_tokens:
+            return "total_tokens"
+        return None
+
     def _budget_pause(self, limit: str) -> Generator[Effect, Any, None]:
         budget = self._budget
         assert budget is not None
         usage = self.budget_usage
+        used = msgspec.structs.asdict(usage)
+        if not budget.limits_tokens:  # the payload logs have always held
+            del used["input_tokens"], used["output_tokens"]
         if "on_budget_exceeded" in self._hooks:
             self._observe(
                 "on_budget_exceeded",
-                {
-                    "limit": limit,
-                    "usage": msgspec.structs.asdict(usage),
-                    "budget": msgspec.structs.asdict(budget),
-                },
+                {"limit": limit, "usage": dict(used), "budget": msgspec.structs.asdict(budget)},
             )
         self._emit(
             BudgetWarnEvent(
@@ -1418,7 +1444,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         )
         yield from self._pause(
             f"budget_exceeded:{limit}",
-            {"limit": limit, "usage": msgspec.structs.asdict(usage)},
+            {"limit": limit, "usage": used},
             reset_counters=True,
         )
 
@@ -1454,6 +1480,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         if reset_counters:
             self._turns = 0
             self._tool_calls = 0
+            self._usage_mark = self._usage
             self._wall_start = self._now
         self._set(RESUME_INPUT[resume_to])
         self._emit(
