@@ -22,6 +22,7 @@ from ._errors import (
     MODEL_ERROR,
     MODEL_PROTOCOL_ERROR,
     MODEL_REFUSED,
+    OUTPUT_INVALID,
     AgentLoopError,
     CallerProtocolError,
     ModelError,
@@ -76,6 +77,7 @@ from ._messages import (
     text_from_assistant,
     validate_transcript,
 )
+from ._output import OutputSpec
 from ._protocol import (
     STATUSES,
     STOP_REASONS,
@@ -127,6 +129,7 @@ __all__ = [
     "MODEL_ERROR",
     "MODEL_PROTOCOL_ERROR",
     "MODEL_REFUSED",
+    "OUTPUT_INVALID",
     "RULES_REVISION",
     "SKIP",
     "STATUSES",
@@ -161,6 +164,7 @@ __all__ = [
     "ModelFailure",
     "ModelRequest",
     "ModelResponse",
+    "OutputSpec",
     "Pause",
     "PauseRequest",
     "PlanCommitEvent",

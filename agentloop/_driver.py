@@ -143,6 +143,8 @@ def run(
     clock: Clock | None = None,
     started_at: float | None = None,
     limits: Limits | None = None,
+    output: Any = None,
+    output_retries: int = 2,
 ) -> RunResult:
     """Run the agent loop to the end, calling the model and the tools.
 
@@ -162,6 +164,7 @@ def run(
         clock: returns the time stamped on every reply (default ``time.time``).
         started_at: the time of ``session.start`` (default: ``clock()`` now).
         limits: the loop's ceilings (:class:`Limits`; default: the ``MAX_*`` values).
+        output, output_retries: structured output (see :func:`agent_loop`).
 
     Returns:
         The :class:`RunResult`. Model errors, tool errors and cancellation are
@@ -197,6 +200,8 @@ def run(
         log=log,
         started_at=float(clock()) if started_at is None else started_at,
         limits=limits,
+        output=output,
+        output_retries=output_retries,
     )
     follow(loop.log)  # DEBUG per event, only if enabled now: free otherwise
     driver = _Driver(model, registry, signal, on_pause, clock)

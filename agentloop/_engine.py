@@ -50,6 +50,7 @@ from ._errors import (
     MODEL_ERROR,
     MODEL_PROTOCOL_ERROR,
     MODEL_REFUSED,
+    OUTPUT_INVALID,
     CallerProtocolError,
 )
 from ._events import (
@@ -87,6 +88,7 @@ from ._messages import (
     text_from_assistant,
     validate_transcript,
 )
+from ._output import OutputCheck, output_check
 from ._protocol import (
     STOP_REASONS,
     Cancel,
@@ -384,6 +386,8 @@ def agent_loop(
     started_at: float | None = None,
     rules: int = RULES_REVISION,
     limits: Limits | None = None,
+    output: Any = None,
+    output_retries: int = 2,
 ) -> AgentLoop:
     """Create the agent loop for one run.
 
@@ -406,6 +410,11 @@ def agent_loop(
             asks for the one the log records.
         limits: the run's ceilings (:class:`Limits`; ``None``: the ``MAX_*``
             defaults). Recorded in ``session.start`` when they are not the defaults.
+        output: a type the final answer must decode to (JSON in its text): a msgspec
+            Struct, dataclass, TypedDict or any type msgspec decodes, or a pydantic
+            model. ``RunResult.output`` holds the value.
+        output_retries: how many times an answer that does not decode goes back to
+            the model (as a user message) before the run fails ``OUTPUT_INVALID``.
 
     Returns:
         An :class:`AgentLoop`; prime it with ``next()``.
@@ -424,6 +433,7 @@ def agent_loop(
         rules=rules,
         limits=limits,
     )
+    checked_output = output_check(output, output_retries)
     specs = _tool_specs(tools)
     transcript, problem = _snapshot_transcript(messages, checked_limits)
     return AgentLoop(
@@ -439,6 +449,7 @@ def agent_loop(
         started_at=None if started_at is None else float(started_at),
         rules=rules,
         limits=checked_limits,
+        output=checked_output,
     )
 
 
@@ -470,9 +481,14 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         started_at: float | None,
         rules: int = RULES_REVISION,
         limits: Limits = DEFAULT_LIMITS,
+        output: OutputCheck | None = None,
     ) -> None:
         self._transcript = transcript
         self._limits = limits
+        self._output = output
+        self._output_retries = 0  # answers sent back so far
+        self._output_value: Any = None
+        self._output_json: Any = None
         self._invalid = invalid
         self._specs = specs
         self._spec_by_name = {spec.name: spec for spec in specs}
@@ -831,6 +847,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 request_sequence_start=self._rss,
                 rules=self._rules,
                 limits=None if self._limits == DEFAULT_LIMITS else self._limits,
+                output=None if self._output is None else self._output.spec,
             )
         )
         for message in self._transcript:
@@ -933,6 +950,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             error=error,
             usage=self._usage,
             reason=reason,
+            output=self._output_value if status == "completed" else None,
         )
         self._result = result
         self._emit(
@@ -948,6 +966,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 usage=self._usage,
                 reason=reason,
                 reply=outcome.reply,
+                output=self._output_json if status == "completed" else None,
             )
         )
         if interrupt is not None:
@@ -1015,8 +1034,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             )
             if not calls:  # stop, or a text-only length response
                 self._end_step(step)
-                if self._queued and self._deliver(follow_ups=True):
-                    # Steering or a follow-up: one more step instead of completing.
+                final_text = text_from_assistant(message)
+                if (self._queued and self._deliver(follow_ups=True)) or (
+                    self._output is not None and not self._output_ok(final_text, response.id, step)
+                ):
+                    # Steering, a follow-up or an answer sent back: one more step.
                     if step >= self._max_steps:
                         raise _Finish("max_steps", "no_more_steps")
                     self._set(Input.CONTINUE)
@@ -1024,7 +1046,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 raise _Finish(
                     "completed",
                     "goal_met" if stop_reason == "stop" else "length",
-                    final_text=text_from_assistant(message),
+                    final_text=final_text,
                 )
             self._set(Input.COMMIT_TOOLS)
             yield from self._check_wall()
@@ -1037,6 +1059,31 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 if self._steering:  # kept in the transcript for whoever continues it
                     self._deliver(follow_ups=False)
                 raise _Finish("max_steps", "no_more_steps")
+
+    def _output_ok(self, text: str, response_id: str, step: int) -> bool:
+        """Decode the final answer; if it does not, send it back (a user message) or,
+        with the retries used up, fail the run ``OUTPUT_INVALID``."""
+        check = self._output
+        assert check is not None
+        value, as_json, error = check.check(text)
+        if error is None:
+            self._output_value, self._output_json = value, as_json
+            return True
+        if self._output_retries >= check.spec.retries:
+            raise _failed(OUTPUT_INVALID, f"step {step}: {check.failure_text(error)}")
+        self._output_retries += 1
+        message_id = f"output-retry-{response_id}"
+        while message_id in self._message_ids:
+            message_id += "-"
+        message = UserMessage(message_id, check.retry_text(error))
+        self._transcript.append(message)
+        self._message_ids.add(message_id)
+        self._emit(
+            MessageAcceptedEvent(
+                sequence=len(self._events), at=self._now, step=step, message=message
+            )
+        )
+        return False
 
     def _end_step(self, step: int) -> None:
         self._emit(StepEndEvent(sequence=len(self._events), at=self._now, step=step))

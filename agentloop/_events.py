@@ -31,6 +31,7 @@ import msgspec
 from ._budget import Budget, BudgetUsage
 from ._limits import Limits
 from ._messages import AssistantMessage, Message, ToolCall, ToolResultMessage
+from ._output import OutputSpec
 from ._protocol import (
     FollowUp,
     ModelChunk,
@@ -85,6 +86,7 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     logs written before revisions; see :data:`agentloop.RULES_REVISION`).
     ``limits`` are the run's ceilings when they are not the defaults (``None``, left
     out: the ``MAX_*`` defaults, as for every log written before there were limits).
+    ``output`` describes the structured output the run checks (``output=``).
     """
 
     type: ClassVar[str] = "session.start"
@@ -95,6 +97,7 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     request_sequence_start: int = 0
     rules: int = 0
     limits: Limits | None = None
+    output: OutputSpec | None = None
 
 
 class MessageAcceptedEvent(_Event, frozen=True, kw_only=True, tag="message.accepted"):
@@ -212,7 +215,8 @@ class RunFinishedEvent(_Event, frozen=True, kw_only=True, tag="run.finished"):
     """Always the last event, exactly once: the ``RunResult`` without its messages.
 
     ``reply`` holds the reply that ended the run when one did and no earlier event
-    recorded it: a ``Cancel``, an invalid chunk, or a misused reply.
+    recorded it: a ``Cancel``, an invalid chunk, or a misused reply. ``output`` is
+    the decoded structured output, as JSON (runs with ``output=``).
     """
 
     type: ClassVar[str] = "run.finished"
@@ -224,6 +228,7 @@ class RunFinishedEvent(_Event, frozen=True, kw_only=True, tag="run.finished"):
     usage: Usage = _NO_USAGE
     reason: str = ""
     reply: Reply | None = None
+    output: Any = None
 
     def __post_init__(self) -> None:
         # The default object itself for a usage equal to it, however it was made or

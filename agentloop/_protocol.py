@@ -316,6 +316,8 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
         usage: token usage summed over the responses that reported it.
         reason: why it ended: ``goal_met``, ``length``, ``no_more_steps``,
             ``skipped_by_hook``, the cancel's reason, or the error code.
+        output: with ``agent_loop(..., output=T)``, the final answer decoded to
+            ``T`` when ``completed`` (a replay without ``T`` gives its JSON form).
     """
 
     status: str
@@ -326,6 +328,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     error: RunError | None = None
     usage: Usage = Usage()
     reason: str = ""
+    output: Any = None
 
     @property
     def last_assistant(self) -> AssistantMessage | None:

@@ -44,13 +44,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
 from agentloop import (
     CALLER_PROTOCOL_ERROR,
     INVALID_TRANSCRIPT,
+    OUTPUT_INVALID,
     AgentLoop,
     BudgetUsage,
     CallerProtocolError,
@@ -75,10 +76,12 @@ from agentloop import (
     ToolRequest,
     ToolResultEvent,
     Usage,
+    UserMessage,
     agent_loop,
     encode_event,
 )
 from agentloop._logging import follow
+from agentloop._output import RecordedOutput
 
 from ._diff import diff_events, summarize
 
@@ -242,7 +245,12 @@ class _Session:
     """One replay in progress: a loop rebuilt from a log, fed its recorded replies."""
 
     def __init__(
-        self, events: Sequence[Event], hooks: HookRegistry | None, *, past_end: bool = False
+        self,
+        events: Sequence[Event],
+        hooks: HookRegistry | None,
+        *,
+        past_end: bool = False,
+        output: Any = None,
     ) -> None:
         self.events = events
         self.past_end = past_end  # regenerated events beyond the log are allowed
@@ -274,6 +282,8 @@ class _Session:
                 started_at=start.at,
                 rules=start.rules,
                 limits=start.limits,
+                output=_output(start, events, output),
+                output_retries=start.output.retries if start.output is not None else 2,
             )
         except (ValueError, TypeError) as exc:
             raise ReplayDivergence(
@@ -417,6 +427,30 @@ class _Session:
                     "records no further reply"
                 )
             raise ReplayDivergence(end, self.events[end], None, reason=reason)
+
+
+def _output(start: SessionStartEvent, events: Sequence[Event], output: Any) -> Any:
+    """The ``output`` option for a replay: the type given, else (the log records an
+    ``output``) the verdicts the log records, else none."""
+    if output is not None or start.output is None:
+        return output
+    spec = start.output
+    verdicts: list[str | None] = []
+    value: Any = None
+    for event in events:
+        cls = event.__class__
+        if cls is MessageAcceptedEvent:
+            message = event.message  # type: ignore[union-attr]
+            if type(message) is UserMessage and message.id.startswith("output-retry-"):
+                verdicts.append(message.content)
+        elif cls is RunFinishedEvent:
+            error = event.error  # type: ignore[union-attr]
+            if error is not None and error.code == OUTPUT_INVALID:
+                verdicts.append(error.message.partition(": ")[2])
+            elif event.status == "completed":  # type: ignore[union-attr]
+                verdicts.append(None)
+                value = event.output  # type: ignore[union-attr]
+    return RecordedOutput(spec, verdicts, value)
 
 
 def _describe(effect: Effect | None) -> str:
@@ -598,7 +632,7 @@ def _snapshot(
 
 
 def resume(
-    events: Iterable[Event], *, hooks: HookRegistry | None = None
+    events: Iterable[Event], *, hooks: HookRegistry | None = None, output: Any = None
 ) -> tuple[AgentLoop, Effect]:
     """Continue a run from its log: a live loop at the log's last pull point.
 
@@ -611,6 +645,9 @@ def resume(
     If the previous process died between two events (after recording a reply but
     before the loop asked for the next one), the loop regenerates the missing
     events; they are in ``loop.log`` after the given ones (``follow`` writes them).
+
+    A run with structured output (``agent_loop(..., output=T)``) needs ``output=T``
+    again to check the answers still to come.
 
     Returns:
         ``(loop, effect)``: send the reply to ``effect`` next.
@@ -627,7 +664,7 @@ def resume(
             "the run already finished (the log ends with run.finished); nothing to resume "
             "(fork() continues from an earlier event)"
         )
-    session = _Session(items, hooks, past_end=True)
+    session = _Session(items, hooks, past_end=True, output=output)
     try:
         session.start()
         session.feed_all()
@@ -650,7 +687,11 @@ def resume(
 
 
 def fork(
-    events: Iterable[Event], sequence: int, *, hooks: HookRegistry | None = None
+    events: Iterable[Event],
+    sequence: int,
+    *,
+    hooks: HookRegistry | None = None,
+    output: Any = None,
 ) -> tuple[AgentLoop, Effect]:
     """A live loop branched from a log just after event ``sequence``.
 
@@ -659,7 +700,7 @@ def fork(
     the loop's next pull point: the returned effect is what the loop asks next,
     and any reply may be sent to it ("what if the model had answered
     differently"). Events the loop emits before that pull point are already in
-    ``loop.log``.
+    ``loop.log``. ``output``: as for :func:`resume`.
 
     Raises:
         ValueError: ``sequence`` is not the position of an event of the log.
@@ -671,7 +712,7 @@ def fork(
     _check_position(sequence, items)
     if _invalid_transcript(items) is not None:
         raise ReplayError("the log is a failed run.finished (INVALID_TRANSCRIPT); nothing to fork")
-    session = _Session(items, hooks, past_end=True)
+    session = _Session(items, hooks, past_end=True, output=output)
     try:
         session.start()
         session.feed_through(sequence)
