@@ -21,7 +21,14 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["OutputCheck", "OutputSpec", "RecordedOutput", "output_check"]
+__all__ = [
+    "OutputCheck",
+    "OutputSpec",
+    "RecordedOutput",
+    "is_pydantic_model",
+    "output_check",
+    "pydantic_errors",
+]
 
 #: A fenced block around the whole answer (```json ... ```), which models often add.
 _FENCE: Final = re.compile(r"\A\s*```[A-Za-z0-9_-]*\s*\n(.*?)\n?\s*```\s*\Z", re.DOTALL)
@@ -94,14 +101,7 @@ class _PydanticOutput(OutputCheck):
         try:
             decoded = self._model.model_validate_json(_unfenced(text))
         except pydantic.ValidationError as exc:
-            return (
-                None,
-                None,
-                "; ".join(
-                    f"{'.'.join(str(part) for part in error['loc']) or '$'}: {error['msg']}"
-                    for error in exc.errors(include_url=False)
-                ),
-            )
+            return None, None, pydantic_errors(exc)
         return decoded, decoded.model_dump(mode="json"), None
 
 
@@ -152,12 +152,30 @@ def output_check(output: object, retries: object) -> OutputCheck | None:
         return None
     if isinstance(output, OutputCheck):
         return output
-    if isinstance(output, type) and callable(getattr(output, "model_validate_json", None)):
+    if is_pydantic_model(output):
         return _PydanticOutput(output, retries)
     return _MsgspecOutput(output, retries)
 
 
 _MAX_RETRIES: Final = 2**31 - 1
+
+
+def pydantic_errors(exc: Any) -> str:
+    """A pydantic ``ValidationError`` on one line: ``age: Input should be ...; ...``
+    (no documentation links, which change with pydantic's version)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or '$'}: {error['msg']}"
+        for error in exc.errors(include_url=False)
+    )
+
+
+def is_pydantic_model(kind: object) -> bool:
+    """A pydantic model class (duck-typed: pydantic is not imported to tell)."""
+    return (
+        isinstance(kind, type)
+        and callable(getattr(kind, "model_json_schema", None))
+        and callable(getattr(kind, "model_validate_json", None))
+    )
 
 
 def _name(kind: Any) -> str:
