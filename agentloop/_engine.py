@@ -1120,7 +1120,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             system = payload["system"]
             if system is not None and type(system) is not str:
                 raise _failed(HOOK_ERROR, "before_plan hook set 'system' to a non-str")
-        return ModelRequest(request_id, step, messages, self._specs, system)
+        output = None if self._output is None else self._output.spec
+        return ModelRequest(request_id, step, messages, self._specs, system, output)
 
     # ------------------------------------------------------------------ planning
 

@@ -18,6 +18,7 @@ import msgspec
 
 from ._budget import Budget
 from ._messages import AssistantMessage, Block, Message, ToolCall, UserMessage
+from ._output import OutputSpec
 from ._toolspec import ToolSpec
 
 __all__ = [
@@ -119,6 +120,8 @@ class ModelRequest(msgspec.Struct, frozen=True):
 
     ``messages`` is a read-only view of the run's transcript as it was when the
     request was made (O(1) to create; no copy). ``tools`` are the run's tool specs.
+    ``output`` is the run's structured output (its JSON Schema), for a model that
+    can ask its provider for that response format; ``None`` without ``output=``.
     """
 
     id: str
@@ -126,6 +129,7 @@ class ModelRequest(msgspec.Struct, frozen=True):
     messages: Sequence[Message]
     tools: tuple[ToolSpec, ...]
     system: str | None = None
+    output: OutputSpec | None = None
 
 
 class ToolRequest(msgspec.Struct, frozen=True):

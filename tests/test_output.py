@@ -141,7 +141,9 @@ def test_retries_count_against_max_steps() -> None:
 
 def test_a_follow_up_comes_before_the_check() -> None:
     loop = agent_loop([UserMessage("u1", "?")], tools=[], output=Point)
-    next(loop)
+    request = next(loop)
+    assert request.output is not None and request.output.name == "Point"  # for the adapter
+    assert request.output.schema["$defs"]["Point"]["required"] == ["x", "y"]
     loop.send(FollowUp(UserMessage("f1", "as JSON please")))
     loop.send(response("request-001", "r1", "not json"))  # not checked: the follow-up goes first
     with pytest.raises(StopIteration) as stop:
