@@ -692,11 +692,52 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         yielded again: the caller may send one at any yield.
         """
         while True:
-            reply = yield from self._ask_once(effect)
+            self._pending = effect
+            try:
+                reply = yield effect
+            except GeneratorExit:
+                if not self._closing:
+                    # Garbage collection finalizing an abandoned loop: record nothing, so
+                    # a paused session's log stays resumable.
+                    raise
+                reply = _CLOSED
+            self._pending = None
             kind = type(reply)
+            if kind is ModelResponse and type(reply.content) is list:
+                reply = msgspec.structs.replace(reply, content=tuple(reply.content))
+            problem = reply_problem(reply)
+            if problem is not None:
+                at = getattr(reply, "at", None)
+                raise _Misuse(
+                    problem,
+                    UnrecognizedReply(description=problem, at=at if type(at) is float else None),
+                )
+            # Snapshot the caller's argument dicts: mutating them later changes nothing here.
+            if kind is ModelChunk and type(reply.block) in _MUTABLE_BLOCKS:
+                reply = msgspec.structs.replace(reply, block=_copy_block(reply.block))
+            elif kind is Resume and type(reply.payload) in _CONTAINERS:
+                reply = msgspec.structs.replace(reply, payload=_copy_json(reply.payload))
+            elif kind is ModelResponse and any(type(b) in _MUTABLE_BLOCKS for b in reply.content):
+                reply = msgspec.structs.replace(
+                    reply, content=tuple(_copy_block(block) for block in reply.content)
+                )
+            if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
+                raise _Misuse(reply.description, reply)
+            at = reply.at
+            if at is not None:
+                if type(at) is int:
+                    reply = msgspec.structs.replace(reply, at=float(at))
+                    at = reply.at
+                if not math.isfinite(at):
+                    raise _Misuse(f"{kind.__name__}.at must be finite, got {at!r}", reply)
+                self._now = at
+                if self._wall_start is None:
+                    self._wall_start = at
+            if kind is Cancel:
+                raise _Cancelled(reply)
             if kind is not Steer and kind is not FollowUp:
-                return reply
-            self._queue(reply)  # type: ignore[arg-type]
+                return reply  # type: ignore[no-any-return]
+            self._queue(reply)
 
     def _queue(self, reply: Steer | FollowUp) -> None:
         message = reply.message
@@ -741,52 +782,6 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._queued = waiting
         self._steering = False
         return delivered
-
-    def _ask_once(self, effect: Effect) -> Generator[Effect, Any, Reply]:
-        self._pending = effect
-        try:
-            reply = yield effect
-        except GeneratorExit:
-            if not self._closing:
-                # Garbage collection finalizing an abandoned loop: record nothing, so
-                # a paused session's log stays resumable.
-                raise
-            reply = _CLOSED
-        self._pending = None
-        kind = type(reply)
-        if kind is ModelResponse and type(reply.content) is list:
-            reply = msgspec.structs.replace(reply, content=tuple(reply.content))
-        problem = reply_problem(reply)
-        if problem is not None:
-            at = getattr(reply, "at", None)
-            raise _Misuse(
-                problem,
-                UnrecognizedReply(description=problem, at=at if type(at) is float else None),
-            )
-        # Snapshot the caller's argument dicts: mutating them later changes nothing here.
-        if kind is ModelChunk and type(reply.block) in _MUTABLE_BLOCKS:
-            reply = msgspec.structs.replace(reply, block=_copy_block(reply.block))
-        elif kind is Resume and type(reply.payload) in _CONTAINERS:
-            reply = msgspec.structs.replace(reply, payload=_copy_json(reply.payload))
-        elif kind is ModelResponse and any(type(b) in _MUTABLE_BLOCKS for b in reply.content):
-            reply = msgspec.structs.replace(
-                reply, content=tuple(_copy_block(block) for block in reply.content)
-            )
-        if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
-            raise _Misuse(reply.description, reply)
-        at = reply.at
-        if at is not None:
-            if type(at) is int:
-                reply = msgspec.structs.replace(reply, at=float(at))
-                at = reply.at
-            if not math.isfinite(at):
-                raise _Misuse(f"{kind.__name__}.at must be finite, got {at!r}", reply)
-            self._now = at
-            if self._wall_start is None:
-                self._wall_start = at
-        if kind is Cancel:
-            raise _Cancelled(reply)
-        return reply  # type: ignore[no-any-return]
 
     @staticmethod
     def _misuse(reply: Reply, effect: Effect, expected: str) -> _Misuse:

@@ -295,3 +295,13 @@ def test_replay_notices_a_dropped_steer() -> None:
     events = [e for e in loop.log if type(e) is not MessageQueuedEvent]
     with pytest.raises(ReplayDivergence):
         replay(events)
+
+
+def test_many_steers_at_one_yield() -> None:
+    loop = _loop()
+    request = next(loop)
+    for n in range(3000):  # no recursion: the loop takes them one after another
+        assert loop.send(Steer(UserMessage(f"s{n}", "again"))) == request
+    request = loop.send(response("request-001", "r1", "a"))
+    assert len(request.messages) == 3002
+    _finish(loop, response("request-002", "r2", "b"))
