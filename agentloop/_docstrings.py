@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from typing import Final
 
 __all__ = ["parameter_descriptions"]
@@ -59,47 +60,56 @@ def _indent(line: str) -> int:
 
 def _google(lines: list[str], index: int, found: dict[str, str]) -> int:
     """Read the entries of an ``Args:`` section from ``index``; return where it ends."""
-    entry_indent: int | None = None
-    name: str | None = None
-    parts: list[str] = []
-    while index < len(lines):
-        line = lines[index]
-        if not line.strip():
-            index += 1
-            continue
-        indent = _indent(line)
-        if indent == 0:
-            break  # the next section (or prose) at the left margin
-        if entry_indent is None:
-            entry_indent = indent
-        if indent <= entry_indent:
-            _store(found, name, parts)
-            match = _GOOGLE_ENTRY.match(line.strip())
-            name, parts = (match.group(1), [match.group(2)]) if match else (None, [])
-        else:
-            parts.append(line.strip())
-        index += 1
-    _store(found, name, parts)
-    return index
+    first = next((line for line in lines[index:] if line.strip()), "")
+    entry_indent = _indent(first)
+
+    def entry(line: str) -> tuple[str | None, str] | None:
+        if _indent(line) > entry_indent:
+            return None  # a continuation line
+        match = _GOOGLE_ENTRY.match(line.strip())
+        return (match.group(1), match.group(2)) if match else (None, "")
+
+    # The section ends at the next line at the left margin (a header, or prose).
+    return _section(lines, index, found, entry, lambda at: _indent(lines[at]) == 0)
 
 
 def _numpy(lines: list[str], index: int, found: dict[str, str]) -> int:
     """Read a NumPy ``Parameters`` section (entries at the margin, text indented)."""
+
+    def entry(line: str) -> tuple[str | None, str] | None:
+        if _indent(line):
+            return None
+        match = _NUMPY_ENTRY.match(line.strip())
+        return (match.group(1), "") if match else (None, "")
+
+    def ends(at: int) -> bool:  # the next section's header (underlined)
+        return at + 1 < len(lines) and _UNDERLINE.match(lines[at + 1].strip()) is not None
+
+    return _section(lines, index, found, entry, ends)
+
+
+def _section(
+    lines: list[str],
+    index: int,
+    found: dict[str, str],
+    entry: Callable[[str], tuple[str | None, str] | None],
+    ends: Callable[[int], bool],
+) -> int:
+    """Collect ``name: text`` entries from ``index`` until ``ends(line index)``;
+    ``entry(line)`` says whether a line starts an entry (its name and first text)."""
     name: str | None = None
     parts: list[str] = []
     while index < len(lines):
         line = lines[index]
-        if not line.strip():
-            index += 1
-            continue
-        if index + 1 < len(lines) and _UNDERLINE.match(lines[index + 1].strip()):
-            break  # the next section's header
-        if _indent(line) == 0:
-            _store(found, name, parts)
-            match = _NUMPY_ENTRY.match(line.strip())
-            name, parts = (match.group(1), []) if match else (None, [])
-        else:
-            parts.append(line.strip())
+        if line.strip():
+            if ends(index):
+                break
+            started = entry(line)
+            if started is None:
+                parts.append(line.strip())
+            else:
+                _store(found, name, parts)
+                name, parts = started[0], [started[1]]
         index += 1
     _store(found, name, parts)
     return index
