@@ -262,7 +262,8 @@ SUMMARIES = {
             system="Be brief.",
         ),
         'max_steps=4  tools: add  budget={"max_turns":2,"max_tool_calls":null,'
-        "\"max_wall_seconds\":null}  system='Be brief.'",
+        '"max_wall_seconds":null,"max_input_tokens":null,"max_output_tokens":null,'
+        "\"max_total_tokens\":null}  system='Be brief.'",
     ),
     "session.start, bare": (
         SessionStartEvent(sequence=0, max_steps=8),

@@ -28,6 +28,8 @@ EXPECTED: dict[tuple[State, Input], State] = {
     (S.AWAITING_TOOL, I.RECEIVE_RESULT): S.EXECUTING,
     (S.EXECUTING, I.END_BATCH): S.REFLECTING,
     (S.REFLECTING, I.START_STEP): S.PLANNING,
+    # a final answer, but a steering/follow-up message or an output retry: one more step
+    (S.PLANNING, I.CONTINUE): S.REFLECTING,
     # pauses park every active state in IDLE ...
     (S.PLANNING, I.PAUSE): S.IDLE,
     (S.EXECUTING, I.PAUSE): S.IDLE,
