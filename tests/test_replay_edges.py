@@ -20,6 +20,7 @@ from agentloop import (
     Cancel,
     HookRegistry,
     MessageAcceptedEvent,
+    MessageQueuedEvent,
     ModelChunk,
     ModelChunkEvent,
     ModelFailure,
@@ -35,6 +36,7 @@ from agentloop import (
     SessionResumeEvent,
     SessionStartEvent,
     State,
+    Steer,
     StepEndEvent,
     StepStartEvent,
     TextBlock,
@@ -253,6 +255,10 @@ USAGE_DRAFT = ModelResponse(
 
 # One line per event kind and variant: what `python -m replay show` prints.
 SUMMARIES = {
+    "message.queued": (
+        MessageQueuedEvent(sequence=3, mode="steer", reply=Steer(UserMessage("s1", "use French"))),
+        "steer s1: 'use French'",
+    ),
     "session.start, budget and system": (
         SessionStartEvent(
             sequence=0,
