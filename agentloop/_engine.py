@@ -162,7 +162,7 @@ class _Cancelled(Exception):
 
 
 class _Misuse(Exception):
-    def __init__(self, message: str, reply: Reply) -> None:
+    def __init__(self, message: str, reply: Reply | None) -> None:
         self.message = message
         self.reply = reply
 
@@ -1403,7 +1403,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             raise _Misuse(
                 f"Resume.payload for a {reason!r} pause must be a dict with a bool 'approved', "
                 f"got {decision!r}",
-                resume,
+                None,  # session.resume recorded it: run.finished must not record it again
             )
         if not decision["approved"]:
             message = decision.get("message")

@@ -521,12 +521,18 @@ def _invalid_transcript(events: list[Event]) -> RunResult | None:
 # --------------------------------------------------------------------------- public API
 
 
-def replay(events: Iterable[Event], *, hooks: HookRegistry | None = None) -> ReplayResult:
+def replay(
+    events: Iterable[Event], *, hooks: HookRegistry | None = None, output: Any = None
+) -> ReplayResult:
     """Replay a log through the loop, without a model, checking every event.
 
     Args:
         events: the log (from :func:`read_log`, or an ``EventLog``'s events).
         hooks: the hooks the run had (they run again and must be deterministic).
+        output: the run's structured-output type, to decode its answers again
+            (``result.output`` is then that type); without it, a log that records
+            an ``output`` is replayed by the verdicts it records (``result.output``
+            is the value's JSON form).
 
     Returns:
         :class:`ReplayResult`: the regenerated result and events. For a log that
@@ -543,7 +549,7 @@ def replay(events: Iterable[Event], *, hooks: HookRegistry | None = None) -> Rep
     if invalid is not None:
         logger.info("replayed 1 event: failed (%s)", INVALID_TRANSCRIPT)
         return ReplayResult(invalid, tuple(items))
-    session = _Session(items, hooks)
+    session = _Session(items, hooks, output=output)
     try:
         session.start()
         session.feed_all()

@@ -67,7 +67,7 @@ _CASSETTE: Final = pytest.StashKey["AgentCassette"]()
 # run() options that only the driver uses; a replay has nothing to do with them.
 _DRIVER_ONLY: Final = frozenset(("signal", "on_pause", "clock", "started_at"))
 # run() options that shape the session's start, compared on replay.
-_CONFIG: Final = frozenset(("system", "max_steps", "budget", "limits"))
+_CONFIG: Final = frozenset(("system", "max_steps", "budget", "limits", "output", "output_retries"))
 _UNSAFE: Final = re.compile(r'[\x00-\x1f\\/:*?"<>|]')
 _MAX_NAME_BYTES: Final = 200
 
@@ -356,7 +356,7 @@ class AgentCassette:
         if not events:
             raise ReplayError("the cassette holds no events")
         _check_start(events, messages, tools, config)
-        replayed = replay(events, hooks=hooks)
+        replayed = replay(events, hooks=hooks, output=config.get("output"))
         if replayed.result is None:
             raise ReplayError(
                 "the cassette ends before its run finished (the loop waits for "

@@ -189,3 +189,10 @@ def test_without_output_nothing_is_recorded() -> None:
     assert result.output is None
     assert b"output" not in encode_event(log[0]) + encode_event(log[-1])
     assert OutputSpec(name="x").retries == 2
+
+
+def test_replay_with_the_type_decodes_again() -> None:
+    log = EventLog()
+    result = _run(Weather, "no", '{"city": "Oslo", "celsius": 2}', log=log)
+    assert replay(log, output=Weather).result == result
+    assert replay(log).result.output == {"city": "Oslo", "celsius": 2.0}  # type: ignore[union-attr]
