@@ -13,6 +13,7 @@ import pytest
 
 from agentloop import (
     OUTPUT_INVALID,
+    Cancel,
     EventLog,
     FollowUp,
     MessageAcceptedEvent,
@@ -196,3 +197,13 @@ def test_replay_with_the_type_decodes_again() -> None:
     result = _run(Weather, "no", '{"city": "Oslo", "celsius": 2}', log=log)
     assert replay(log, output=Weather).result == result
     assert replay(log).result.output == {"city": "Oslo", "celsius": 2.0}  # type: ignore[union-attr]
+
+
+def test_a_cancelled_run_with_output_replays() -> None:
+    loop = agent_loop([UserMessage("u1", "?")], tools=[], output=Point)
+    next(loop)
+    loop.send(response("request-001", "r1", "no"))
+    with pytest.raises(StopIteration) as stop:
+        loop.send(Cancel("enough"))
+    assert stop.value.value.output is None
+    assert replay(loop.log).result == stop.value.value
