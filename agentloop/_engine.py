@@ -128,6 +128,7 @@ _MUTABLE_BLOCKS = (ToolCall, ProviderBlock)  # blocks holding dicts the caller c
 _FAILING_STOPS = ("error", "refusal")
 _FAILURE_CODES = (MODEL_ERROR, MODEL_PROTOCOL_ERROR)
 _CLOSED = Cancel(reason="closed")
+_QUEUED = frozenset((Steer, FollowUp))  # replies queued for delivery, at any yield
 
 
 # --------------------------------------------------------------------------- control flow
@@ -239,6 +240,8 @@ def _check_options(
         limits = DEFAULT_LIMITS
     elif type(limits) is not Limits:
         raise TypeError(f"limits must be a Limits or None, got {type(limits).__name__}")
+    elif limits == DEFAULT_LIMITS:
+        limits = DEFAULT_LIMITS  # the run records no limits: compared by identity
     steps_cap = limits.agent_steps
     cap_name = limit_name(limits, "agent_steps")
     if type(max_steps) is not int or not 1 <= max_steps <= steps_cap:
@@ -735,7 +738,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     self._wall_start = at
             if kind is Cancel:
                 raise _Cancelled(reply)
-            if kind is not Steer and kind is not FollowUp:
+            if kind not in _QUEUED:
                 return reply  # type: ignore[no-any-return]
             self._queue(reply)
 
@@ -841,7 +844,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 budget=self._budget,
                 request_sequence_start=self._rss,
                 rules=self._rules,
-                limits=None if self._limits == DEFAULT_LIMITS else self._limits,
+                limits=None if self._limits is DEFAULT_LIMITS else self._limits,
                 output=None if self._output is None else self._output.spec,
             )
         )
@@ -1124,6 +1127,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         """Collect chunks and the final response for ``request``; validate them."""
         step = request.step
         limits = self._limits
+        max_chunks, max_text = limits.chunks_per_step, limits.step_text_code_points
         chunks = 0
         text_points = 0
         streamed: list[str | Block] = []  # text deltas merged; other blocks as boundaries
@@ -1140,7 +1144,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                         reply,
                     )
                 chunks += 1
-                if chunks > limits.chunks_per_step:
+                if chunks > max_chunks:
                     name = limit_name(limits, "chunks_per_step")
                     raise _failed(MODEL_PROTOCOL_ERROR, f"{where}: more than {name} chunks", reply)
                 block = reply.block
@@ -1163,7 +1167,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                                 reply,
                             )
                     streamed.append(block)
-                if text_points > limits.step_text_code_points:
+                if text_points > max_text:
                     name = limit_name(limits, "step_text_code_points")
                     raise _failed(
                         MODEL_PROTOCOL_ERROR, f"{where}: streamed text exceeds {name}", reply
