@@ -45,6 +45,7 @@ from ._driver import (
 from ._engine import AgentLoop
 from ._events import Event, EventLog
 from ._hooks import HookRegistry
+from ._limits import Limits
 from ._protocol import (
     Cancel,
     Effect,
@@ -94,6 +95,9 @@ async def arun(
     started_at: float | None = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
+    limits: Limits | None = None,
+    output: Any = None,
+    output_retries: int = 2,
 ) -> RunResult:
     """:func:`agentloop.run` for asyncio: ``await arun(messages, model=..., tools=...)``.
 
@@ -112,7 +116,18 @@ async def arun(
         CallerProtocolError, BaseException: as for :func:`agentloop.run`.
     """
     loop, tools, clock = _new_loop(
-        messages, tools, system, max_steps, budget, hooks, log, clock, started_at
+        messages,
+        tools,
+        system,
+        max_steps,
+        budget,
+        hooks,
+        log,
+        clock,
+        started_at,
+        limits=limits,
+        output=output,
+        output_retries=output_retries,
     )
     return await adrive(
         loop,
@@ -163,6 +178,9 @@ def arun_stream(
     started_at: float | None = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
+    limits: Limits | None = None,
+    output: Any = None,
+    output_retries: int = 2,
 ) -> AsyncGenerator[Event | RunResult, None]:
     """:func:`arun`, as an async iterator of its events as they happen, then its result.
 
@@ -178,7 +196,18 @@ def arun_stream(
     Options are checked at once, before the first item.
     """
     loop, tools, clock = _new_loop(
-        messages, tools, system, max_steps, budget, hooks, log, clock, started_at
+        messages,
+        tools,
+        system,
+        max_steps,
+        budget,
+        hooks,
+        log,
+        clock,
+        started_at,
+        limits=limits,
+        output=output,
+        output_retries=output_retries,
     )
     driver = _AsyncDriver.checked(loop, model, tools, signal, on_pause, clock, on_event, inbox)
     return _aevents(loop, _asteps(loop, driver))

@@ -12,7 +12,14 @@ from ._json import finite_number, value_text
 __all__ = ["BUDGET_LIMITS", "Budget", "BudgetUsage"]
 
 #: The names used in ``Pause.reason == "budget_exceeded:<name>"``.
-BUDGET_LIMITS = ("turns", "tool_calls", "wall_clock")
+BUDGET_LIMITS = (
+    "turns",
+    "tool_calls",
+    "wall_clock",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+)
 
 
 class Budget(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
@@ -23,6 +30,9 @@ class Budget(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
         max_tool_calls: tool calls before the loop pauses.
         max_wall_seconds: seconds of the caller's clock (the replies' ``at``) before
             the loop pauses. The engine never reads a clock itself.
+        max_input_tokens, max_output_tokens, max_total_tokens: tokens (input,
+            output, both) before the loop pauses, counted from the ``usage`` of the
+            model's replies (a model that reports none uses none).
 
     When a limit is reached the loop yields ``Pause(reason="budget_exceeded:<limit>")``;
     ``Resume(budget=...)`` resets the counters (optionally with new limits) and the run
@@ -32,9 +42,27 @@ class Budget(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     max_turns: int | None = None
     max_tool_calls: int | None = None
     max_wall_seconds: float | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_total_tokens: int | None = None
+
+    @property
+    def limits_tokens(self) -> bool:
+        """Whether any token limit is set."""
+        return (
+            self.max_input_tokens is not None
+            or self.max_output_tokens is not None
+            or self.max_total_tokens is not None
+        )
 
     def __post_init__(self) -> None:
-        for name in ("max_turns", "max_tool_calls"):
+        for name in (
+            "max_turns",
+            "max_tool_calls",
+            "max_input_tokens",
+            "max_output_tokens",
+            "max_total_tokens",
+        ):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or not 1 <= value < 2**63):
                 raise ValueError(
@@ -56,11 +84,17 @@ _ZERO_SECONDS: Final = 0.0
 
 
 class BudgetUsage(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
-    """What the session used since it started or was last resumed."""
+    """What the session used since it started or was last resumed.
+
+    The token counts are reported while the budget limits tokens (else ``0``, so a
+    log of a budget without token limits reads as it always has).
+    """
 
     turns: int = 0
     tool_calls: int = 0
     wall_seconds: float = _ZERO_SECONDS
+    input_tokens: int = 0
+    output_tokens: int = 0
 
     def __post_init__(self) -> None:
         # A log leaves a default out, and msgspec knows a default by identity: +0.0

@@ -59,6 +59,7 @@ from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import Event, EventLog, ModelChunkEvent
 from ._hooks import HookRegistry
+from ._limits import Limits
 from ._logging import follow, run_finished
 from ._protocol import (
     Cancel,
@@ -244,6 +245,9 @@ def run(
     inbox: Inbox | None = None,
     parallel_tools: bool = False,
     tool_workers: int | None = None,
+    limits: Limits | None = None,
+    output: Any = None,
+    output_retries: int = 2,
 ) -> RunResult:
     """Run the agent loop to the end, calling the model and the tools.
 
@@ -270,6 +274,8 @@ def run(
         parallel_tools: run the calls of a step together on a thread pool (see
             :func:`agent_loop`; tools marked ``sequential`` still run alone).
         tool_workers: the pool's size (default: up to 32 threads, started as needed).
+        limits: the loop's ceilings (:class:`Limits`; default: the ``MAX_*`` values).
+        output, output_retries: structured output (see :func:`agent_loop`).
 
     Returns:
         The :class:`RunResult`. Model errors, tool errors and cancellation are
@@ -288,7 +294,19 @@ def run(
             does for generators): it would otherwise read as the run's end.
     """
     loop, tools, clock = _new_loop(
-        messages, tools, system, max_steps, budget, hooks, log, clock, started_at, parallel_tools
+        messages,
+        tools,
+        system,
+        max_steps,
+        budget,
+        hooks,
+        log,
+        clock,
+        started_at,
+        parallel_tools,
+        limits,
+        output,
+        output_retries,
     )
     return drive(
         loop,
@@ -368,6 +386,9 @@ def run_stream(
     inbox: Inbox | None = None,
     parallel_tools: bool = False,
     tool_workers: int | None = None,
+    limits: Limits | None = None,
+    output: Any = None,
+    output_retries: int = 2,
 ) -> Generator[Event | RunResult, None, None]:
     """:func:`run`, as an iterator of its events as they happen, then its result.
 
@@ -387,7 +408,19 @@ def run_stream(
     Arguments and exceptions: as for :func:`run`.
     """
     loop, tools, clock = _new_loop(
-        messages, tools, system, max_steps, budget, hooks, log, clock, started_at, parallel_tools
+        messages,
+        tools,
+        system,
+        max_steps,
+        budget,
+        hooks,
+        log,
+        clock,
+        started_at,
+        parallel_tools,
+        limits,
+        output,
+        output_retries,
     )
     driver = _Driver.checked(
         loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
@@ -474,6 +507,9 @@ def _new_loop(
     clock: Clock | None,
     started_at: float | None,
     parallel_tools: bool = False,
+    limits: Limits | None = None,
+    output: Any = None,
+    output_retries: int = 2,
 ) -> tuple[AgentLoop, ToolRegistry, Clock]:
     clock = _check_clock(clock)
     registry = ToolRegistry(tools)  # once: ``tools`` may be an iterator
@@ -487,6 +523,9 @@ def _new_loop(
         log=log,
         started_at=_read_clock(clock) if started_at is None else started_at,
         parallel_tools=parallel_tools,
+        limits=limits,
+        output=output,
+        output_retries=output_retries,
     )
     return loop, registry, clock
 

@@ -57,12 +57,14 @@ from ._errors import (
     MODEL_ERROR,
     MODEL_PROTOCOL_ERROR,
     MODEL_REFUSED,
+    OUTPUT_INVALID,
     CallerProtocolError,
 )
 from ._events import (
     BudgetWarnEvent,
     EventLog,
     MessageAcceptedEvent,
+    MessageQueuedEvent,
     ModelChunkEvent,
     PlanCommitEvent,
     PlanDraftEvent,
@@ -79,11 +81,7 @@ from ._events import (
 )
 from ._hooks import SKIP, HookAbort, HookRegistry, PauseRequest
 from ._json import surrogate_problem
-from ._limits import (
-    MAX_ASSISTANT_BLOCKS,
-    MAX_CHUNKS_PER_STEP,
-    MAX_STEP_TEXT_CODE_POINTS,
-)
+from ._limits import DEFAULT_LIMITS, Limits, limit_name
 from ._messages import (
     AssistantMessage,
     Block,
@@ -97,10 +95,12 @@ from ._messages import (
     text_from_assistant,
 )
 from ._options import check_options, tool_specs
+from ._output import OutputCheck, output_check
 from ._protocol import (
     STOP_REASONS,
     Cancel,
     Effect,
+    FollowUp,
     ModelChunk,
     ModelFailure,
     ModelRequest,
@@ -110,6 +110,7 @@ from ._protocol import (
     Resume,
     RunError,
     RunResult,
+    Steer,
     ToolBatch,
     ToolRequest,
     ToolResult,
@@ -134,6 +135,7 @@ _MESSAGE_TYPES = (UserMessage, AssistantMessage, ToolResultMessage)
 _FAILING_STOPS = ("error", "refusal")
 _FAILURE_CODES = (MODEL_ERROR, MODEL_PROTOCOL_ERROR)
 _CLOSED = Cancel(reason="closed")
+_QUEUED = frozenset((Steer, FollowUp))  # replies queued for delivery, at any yield
 
 
 # --------------------------------------------------------------------------- control flow
@@ -172,7 +174,7 @@ class _Cancelled(Exception):
 
 
 class _Misuse(Exception):
-    def __init__(self, message: str, reply: Reply) -> None:
+    def __init__(self, message: str, reply: Reply | None) -> None:
         self.message = message
         self.reply = reply
 
@@ -190,6 +192,9 @@ def agent_loop(
     started_at: float | None = None,
     rules: int = RULES_REVISION,
     parallel_tools: bool = False,
+    limits: Limits | None = None,
+    output: Any = None,
+    output_retries: int = 2,
 ) -> AgentLoop:
     """Create the agent loop for one run.
 
@@ -214,6 +219,13 @@ def agent_loop(
             :class:`ToolBatch` (results in any order, recorded as they arrive,
             appended in the model's order) instead of one ``ToolRequest`` at a
             time; a ``ToolSpec(sequential=True)`` call still runs alone, in its place.
+        limits: the run's ceilings (:class:`Limits`; ``None``: the ``MAX_*``
+            defaults). Recorded in ``session.start`` when they are not the defaults.
+        output: a type the final answer must decode to (JSON in its text): a msgspec
+            Struct, dataclass, TypedDict or any type msgspec decodes, or a pydantic
+            model. ``RunResult.output`` holds the value.
+        output_retries: how many times an answer that does not decode goes back to
+            the model (as a user message) before the run fails ``OUTPUT_INVALID``.
 
     Returns:
         An :class:`AgentLoop`; prime it with ``next()``.
@@ -221,7 +233,7 @@ def agent_loop(
     Raises:
         ValueError, TypeError: an option is invalid (before any generator exists).
     """
-    check_options(
+    checked_limits = check_options(
         max_steps=max_steps,
         request_sequence_start=request_sequence_start,
         system=system,
@@ -230,11 +242,13 @@ def agent_loop(
         log=log,
         started_at=started_at,
         rules=rules,
+        limits=limits,
     )
     if type(parallel_tools) is not bool:
         raise TypeError(f"parallel_tools must be a bool, got {parallel_tools!r}")
+    checked_output = output_check(output, output_retries)
     specs = tool_specs(tools)
-    transcript, problem = snapshot_transcript(messages)
+    transcript, problem = snapshot_transcript(messages, checked_limits)
     return AgentLoop(
         transcript=transcript,
         invalid=problem,
@@ -248,6 +262,8 @@ def agent_loop(
         started_at=None if started_at is None else float(started_at),
         rules=rules,
         parallel_tools=parallel_tools,
+        limits=checked_limits,
+        output=checked_output,
     )
 
 
@@ -279,8 +295,15 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         started_at: float | None,
         rules: int = RULES_REVISION,
         parallel_tools: bool = False,
+        limits: Limits = DEFAULT_LIMITS,
+        output: OutputCheck | None = None,
     ) -> None:
         self._transcript = transcript
+        self._limits = limits
+        self._output = output
+        self._output_retries = 0  # answers sent back so far
+        self._output_value: Any = None
+        self._output_json: Any = None
         self._invalid = invalid
         self._specs = specs
         self._spec_by_name = {spec.name: spec for spec in specs}
@@ -302,8 +325,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._wall_start = started_at
         self._turns = 0
         self._tool_calls = 0
+        self._usage_mark = self._usage  # token budgets count from here
         self._pending: Effect | None = None
         self._pause_reason: str | None = None
+        self._queued: list[Steer | FollowUp] = []  # received, not yet delivered
+        self._steering = False  # a Steer is among them
         self._message_ids = {m.id for m in transcript}
         self._call_ids = {
             b.id
@@ -354,7 +380,17 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         wall = 0.0
         if self._now is not None and self._wall_start is not None:
             wall = self._now - self._wall_start
-        return BudgetUsage(turns=self._turns, tool_calls=self._tool_calls, wall_seconds=wall)
+        budget = self._budget
+        if budget is None or not budget.limits_tokens:
+            return BudgetUsage(turns=self._turns, tool_calls=self._tool_calls, wall_seconds=wall)
+        used, mark = self._usage, self._usage_mark
+        return BudgetUsage(
+            turns=self._turns,
+            tool_calls=self._tool_calls,
+            wall_seconds=wall,
+            input_tokens=used.input_tokens - mark.input_tokens,
+            output_tokens=used.output_tokens - mark.output_tokens,
+        )
 
     @property
     def pending(self) -> Effect | None:
@@ -370,6 +406,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     def result(self) -> RunResult | None:
         """The :class:`RunResult` once the run has finished."""
         return self._result
+
+    @property
+    def limits(self) -> Limits:
+        """The ceilings the run follows (:class:`Limits`)."""
+        return self._limits
 
     @property
     def tools(self) -> tuple[ToolSpec, ...]:
@@ -464,43 +505,94 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             fn(event)
 
     def _ask(self, effect: Effect) -> Generator[Effect, Any, Reply]:
-        """Yield ``effect``; check and record the time of what comes back."""
-        self._pending = effect
-        try:
-            reply = yield effect
-        except GeneratorExit:
-            if not self._closing:
-                # Garbage collection finalizing an abandoned loop: record nothing, so
-                # a paused session's log stays resumable.
-                raise
-            reply = _CLOSED
-        self._pending = None
-        kind = type(reply)
-        if kind is ModelResponse and type(reply.content) is list:
-            reply = msgspec.structs.replace(reply, content=tuple(reply.content))
-        problem = reply_problem(reply)
-        if problem is not None:
-            at = getattr(reply, "at", None)
+        """Yield ``effect``; check and record the time of what comes back.
+
+        A ``Steer`` or ``FollowUp`` is queued (and recorded), and ``effect`` is
+        yielded again: the caller may send one at any yield.
+        """
+        while True:
+            self._pending = effect
+            try:
+                reply = yield effect
+            except GeneratorExit:
+                if not self._closing:
+                    # Garbage collection finalizing an abandoned loop: record nothing, so
+                    # a paused session's log stays resumable.
+                    raise
+                reply = _CLOSED
+            self._pending = None
+            kind = type(reply)
+            if kind is ModelResponse and type(reply.content) is list:
+                reply = msgspec.structs.replace(reply, content=tuple(reply.content))
+            problem = reply_problem(reply)
+            if problem is not None:
+                at = getattr(reply, "at", None)
+                raise _Misuse(
+                    problem,
+                    UnrecognizedReply(description=problem, at=at if type(at) is float else None),
+                )
+            reply = own_reply(reply)  # mutating the caller's dicts later changes nothing here
+            if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
+                raise _Misuse(reply.description, reply)
+            at = reply.at
+            if at is not None:
+                if type(at) is int:
+                    reply = msgspec.structs.replace(reply, at=float(at))
+                    at = reply.at
+                if not math.isfinite(at):
+                    raise _Misuse(f"{kind.__name__}.at must be finite, got {at!r}", reply)
+                self._now = at
+                if self._wall_start is None:
+                    self._wall_start = at
+            if kind is Cancel:
+                raise _Cancelled(reply)
+            if kind not in _QUEUED:
+                return reply  # type: ignore[no-any-return]
+            self._queue(reply)
+
+    def _queue(self, reply: Steer | FollowUp) -> None:
+        message = reply.message
+        if message.id in self._message_ids:
             raise _Misuse(
-                problem,
-                UnrecognizedReply(description=problem, at=at if type(at) is float else None),
+                f"{type(reply).__name__}.message id {message.id!r} is already used in the run",
+                reply,
             )
-        reply = own_reply(reply)  # mutating the caller's dicts later changes nothing here
-        if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
-            raise _Misuse(reply.description, reply)
-        at = reply.at
-        if at is not None:
-            if type(at) is int:
-                reply = msgspec.structs.replace(reply, at=float(at))
-                at = reply.at
-            if not math.isfinite(at):
-                raise _Misuse(f"{kind.__name__}.at must be finite, got {at!r}", reply)
-            self._now = at
-            if self._wall_start is None:
-                self._wall_start = at
-        if kind is Cancel:
-            raise _Cancelled(reply)
-        return reply  # type: ignore[no-any-return]
+        self._message_ids.add(message.id)  # reserved: no later message may take it
+        self._queued.append(reply)
+        steer = type(reply) is Steer
+        self._steering = self._steering or steer
+        self._emit(
+            MessageQueuedEvent(
+                sequence=len(self._events),
+                at=self._now,
+                step=self._step,
+                mode="steer" if steer else "follow_up",
+                reply=reply,
+            )
+        )
+
+    def _deliver(self, *, follow_ups: bool) -> bool:
+        """Append the queued steering messages (and, with ``follow_ups``, the
+        follow-ups too), in the order they came; say whether any was appended."""
+        delivered = False
+        waiting: list[Steer | FollowUp] = []
+        for reply in self._queued:
+            if follow_ups or type(reply) is Steer:
+                self._transcript.append(reply.message)
+                self._emit(
+                    MessageAcceptedEvent(
+                        sequence=len(self._events),
+                        at=self._now,
+                        step=self._step,
+                        message=reply.message,
+                    )
+                )
+                delivered = True
+            else:
+                waiting.append(reply)
+        self._queued = waiting
+        self._steering = False
+        return delivered
 
     @staticmethod
     def _misuse(reply: Reply, effect: Effect, expected: str) -> _Misuse:
@@ -609,6 +701,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 request_sequence_start=self._rss,
                 rules=self._rules,
                 parallel_tools=self._parallel,
+                limits=None if self._limits is DEFAULT_LIMITS else self._limits,
+                output=None if self._output is None else self._output.spec,
             )
         )
         for message in self._transcript:
@@ -696,6 +790,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             error=error,
             usage=self._usage,
             reason=reason,
+            output=self._output_value if status == "completed" else None,
         )
         self._result = result
         self._emit(
@@ -711,6 +806,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 usage=self._usage,
                 reason=reason,
                 reply=late_reply,
+                output=self._output_json if status == "completed" else None,
             )
         )
         if interrupt is not None:
@@ -742,6 +838,12 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 and self._turns >= budget.max_turns
             ):
                 yield from self._budget_pause("turns")
+            if budget is not None and budget.limits_tokens:
+                limit = self._tokens_limit(budget)
+                if limit is not None:
+                    yield from self._budget_pause(limit)
+            if self._steering:
+                self._deliver(follow_ups=False)
             step = self._step + 1
             if "before_step" in hooks:
                 try:
@@ -780,10 +882,19 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             )
             if not calls:  # stop, or a text-only length response
                 self._end_step(step)
+                final_text = text_from_assistant(message)
+                if (self._queued and self._deliver(follow_ups=True)) or (
+                    self._output is not None and not self._output_ok(final_text, response.id, step)
+                ):
+                    # Steering, a follow-up or an answer sent back: one more step.
+                    if step >= self._max_steps:
+                        raise _Finish("max_steps", "no_more_steps")
+                    self._set(Input.CONTINUE)
+                    continue
                 raise _Finish(
                     "completed",
                     "goal_met" if stop_reason == "stop" else "length",
-                    final_text=text_from_assistant(message),
+                    final_text=final_text,
                 )
             self._set(Input.COMMIT_TOOLS)
             yield from self._check_wall()
@@ -796,7 +907,34 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self._set(Input.END_BATCH)
             self._end_step(step)
             if step >= self._max_steps:
+                if self._steering:  # kept in the transcript for whoever continues it
+                    self._deliver(follow_ups=False)
                 raise _Finish("max_steps", "no_more_steps")
+
+    def _output_ok(self, text: str, response_id: str, step: int) -> bool:
+        """Decode the final answer; if it does not, send it back (a user message) or,
+        with the retries used up, fail the run ``OUTPUT_INVALID``."""
+        check = self._output
+        assert check is not None
+        value, as_json, error = check.check(text)
+        if error is None:
+            self._output_value, self._output_json = value, as_json
+            return True
+        if self._output_retries >= check.spec.retries:
+            raise _failed(OUTPUT_INVALID, f"step {step}: {check.failure_text(error)}")
+        self._output_retries += 1
+        message_id = f"output-retry-{response_id}"
+        while message_id in self._message_ids:
+            message_id += "-"
+        message = UserMessage(message_id, check.retry_text(error))
+        self._transcript.append(message)
+        self._message_ids.add(message_id)
+        self._emit(
+            MessageAcceptedEvent(
+                sequence=len(self._events), at=self._now, step=step, message=message
+            )
+        )
+        return False
 
     def _end_step(self, step: int) -> None:
         self._emit(StepEndEvent(sequence=len(self._events), at=self._now, step=step))
@@ -833,7 +971,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             system = payload["system"]
             if system is not None and type(system) is not str:
                 raise _failed(HOOK_ERROR, "before_plan hook set 'system' to a non-str")
-        return ModelRequest(request_id, step, messages, self._specs, system)
+        output = None if self._output is None else self._output.spec
+        return ModelRequest(request_id, step, messages, self._specs, system, output)
 
     # ------------------------------------------------------------------ plan
     #
@@ -846,6 +985,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     def _plan(self, request: ModelRequest) -> Generator[Effect, Any, ModelResponse]:
         """Collect chunks and the final response for ``request``; validate them."""
         step = request.step
+        limits = self._limits
+        max_chunks, max_text = limits.chunks_per_step, limits.step_text_code_points
         chunks = 0
         text_points = 0
         streamed: list[str | Block] = []  # text deltas merged; other blocks as boundaries
@@ -862,12 +1003,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                         reply,
                     )
                 chunks += 1
-                if chunks > MAX_CHUNKS_PER_STEP:
-                    raise _failed(
-                        MODEL_PROTOCOL_ERROR,
-                        f"{where}: more than MAX_CHUNKS_PER_STEP ({MAX_CHUNKS_PER_STEP}) chunks",
-                        reply,
-                    )
+                if chunks > max_chunks:
+                    name = limit_name(limits, "chunks_per_step")
+                    raise _failed(MODEL_PROTOCOL_ERROR, f"{where}: more than {name} chunks", reply)
                 block = reply.block
                 if type(block) is TextBlock:
                     text_points += len(block.text)
@@ -880,7 +1018,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     if type(block) is ThinkingBlock:
                         text_points += len(block.text)
                     elif type(block) is ToolCall:
-                        _, semantic = arguments_problems(block.arguments)
+                        _, semantic = arguments_problems(block.arguments, limits)
                         if semantic is not None:
                             raise _failed(
                                 MODEL_PROTOCOL_ERROR,
@@ -888,12 +1026,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                                 reply,
                             )
                     streamed.append(block)
-                if text_points > MAX_STEP_TEXT_CODE_POINTS:
+                if text_points > max_text:
+                    name = limit_name(limits, "step_text_code_points")
                     raise _failed(
-                        MODEL_PROTOCOL_ERROR,
-                        f"{where}: streamed text exceeds MAX_STEP_TEXT_CODE_POINTS "
-                        f"({MAX_STEP_TEXT_CODE_POINTS})",
-                        reply,
+                        MODEL_PROTOCOL_ERROR, f"{where}: streamed text exceeds {name}", reply
                     )
                 self._emit(
                     ModelChunkEvent(
@@ -955,8 +1091,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         return self._content_problem(response.content, response.stop_reason)
 
     def _content_problem(self, content: tuple[Block, ...], stop_reason: str) -> str | None:
-        if len(content) > MAX_ASSISTANT_BLOCKS:
-            return f"{len(content)} blocks exceed MAX_ASSISTANT_BLOCKS ({MAX_ASSISTANT_BLOCKS})"
+        limits = self._limits
+        if len(content) > limits.assistant_blocks:
+            name = limit_name(limits, "assistant_blocks")
+            return f"{len(content)} blocks exceed {name}"
         text_points = 0
         seen: set[str] = set()
         for index, block in enumerate(content):
@@ -973,13 +1111,14 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 if f"tool-result-{call.id}" in self._message_ids:
                     return f"{where}: its result id tool-result-{call.id} is already taken"
                 seen.add(call.id)
-                _, semantic = arguments_problems(call.arguments)
+                _, semantic = arguments_problems(call.arguments, limits)
                 if semantic is not None:
                     return f"{where} arguments: {semantic}"
             elif kind is not ProviderBlock:  # opaque data: checked as JSON, not as text
                 text_points += len(block.text)  # type: ignore[union-attr]
-        if text_points > MAX_STEP_TEXT_CODE_POINTS:
-            return f"text exceeds MAX_STEP_TEXT_CODE_POINTS ({MAX_STEP_TEXT_CODE_POINTS})"
+        if text_points > limits.step_text_code_points:
+            name = limit_name(limits, "step_text_code_points")
+            return f"text exceeds {name}"
         if stop_reason == "stop" and seen:
             return "stop reason 'stop' but the response contains tool calls"
         if stop_reason == "tool_call" and not seen:
@@ -1029,7 +1168,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     # no reply. Hooks and tools get copies of the arguments, never the loop's own.
 
     def _run_call(self, call: ToolCall, step: int, truncated: bool) -> Generator[Effect, Any, None]:
-        if self._tool_budget_spent():
+        if not self._steering and self._tool_budget_spent():
             yield from self._budget_pause("tool_calls")
         call, loop_error = yield from self._open_call(call, step, truncated)
         reply: ToolResult | None = None
@@ -1071,12 +1210,18 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         """Count the call, run ``before_tool_call`` and approval, record ``tool.call``.
 
         Returns the call as it will run (hooks may edit its arguments) and the
-        loop-made error that replaces running it, if any.
+        loop-made error that replaces running it, if any. Once a ``Steer`` came
+        (even during a budget pause just before), the calls left are skipped, not
+        run and not counted.
         """
-        self._tool_calls += 1
+        steered = self._steering
+        if not steered:
+            self._tool_calls += 1
         spec = self._spec_by_name.get(call.name)
         loop_error: str | None = None
-        if truncated:
+        if steered:
+            loop_error = "skipped: steered"
+        elif truncated:
             loop_error = "truncated; re-issue the call"
         elif spec is None:
             known = ", ".join(sorted(self._spec_by_name)) or "none"
@@ -1131,7 +1276,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     yield from self._run_batch(batch, done, step)
                     yield from self._run_call(call, step, False)
                     continue
-                if self._tool_budget_spent():
+                if not self._steering and self._tool_budget_spent():
                     yield from self._run_batch(batch, done, step)
                     yield from self._budget_pause("tool_calls")
                 call, loop_error = yield from self._open_call(call, step, False)
@@ -1199,7 +1344,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             return call, "skipped"
         edited = payload["arguments"]
         if edited is not arguments or edited != call.arguments:
-            structural, semantic = arguments_problems(edited)
+            structural, semantic = arguments_problems(edited, self._limits)
             if structural or semantic:
                 raise _failed(
                     HOOK_ERROR,
@@ -1239,7 +1384,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             message = decision.get("message")
             return call, message if type(message) is str and message else "denied"
         if "arguments" in decision:
-            structural, semantic = arguments_problems(decision["arguments"])
+            structural, semantic = arguments_problems(decision["arguments"], self._limits)
             if structural or semantic:
                 return call, f"invalid edited arguments: {structural or semantic}"
             call = ToolCall(call.id, call.name, copy_json(decision["arguments"]))
@@ -1289,18 +1434,29 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         ):
             yield from self._budget_pause("wall_clock")
 
+    def _tokens_limit(self, budget: Budget) -> str | None:
+        """The token limit the run has reached (``input_tokens``, ...), or ``None``."""
+        usage = self.budget_usage
+        total = usage.input_tokens + usage.output_tokens
+        if budget.max_input_tokens is not None and usage.input_tokens >= budget.max_input_tokens:
+            return "input_tokens"
+        if budget.max_output_tokens is not None and usage.output_tokens >= budget.max_output_tokens:
+            return "output_tokens"
+        if budget.max_total_tokens is not None and total >= budget.max_total_tokens:
+            return "total_tokens"
+        return None
+
     def _budget_pause(self, limit: str) -> Generator[Effect, Any, None]:
         budget = self._budget
         assert budget is not None
         usage = self.budget_usage
+        used = msgspec.structs.asdict(usage)
+        if not budget.limits_tokens:  # the payload logs have always held
+            del used["input_tokens"], used["output_tokens"]
         if "on_budget_exceeded" in self._hooks:
             self._observe(
                 "on_budget_exceeded",
-                {
-                    "limit": limit,
-                    "usage": msgspec.structs.asdict(usage),
-                    "budget": msgspec.structs.asdict(budget),
-                },
+                {"limit": limit, "usage": dict(used), "budget": msgspec.structs.asdict(budget)},
             )
         self._emit(
             BudgetWarnEvent(
@@ -1314,7 +1470,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         )
         yield from self._pause(
             f"budget_exceeded:{limit}",
-            {"limit": limit, "usage": msgspec.structs.asdict(usage)},
+            {"limit": limit, "usage": used},
             reset_counters=True,
         )
 
@@ -1356,6 +1512,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         if reset_counters:
             self._turns = 0
             self._tool_calls = 0
+            self._usage_mark = self._usage
             self._wall_start = self._now
         self._set(RESUME_INPUT[resume_to])
         self._emit(

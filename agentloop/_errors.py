@@ -31,6 +31,7 @@ __all__ = [
     "MODEL_ERROR",
     "MODEL_PROTOCOL_ERROR",
     "MODEL_REFUSED",
+    "OUTPUT_INVALID",
     "AgentLoopError",
     "CallerProtocolError",
     "ModelError",
@@ -48,6 +49,8 @@ MODEL_REFUSED = "MODEL_REFUSED"
 HOOK_ABORT = "HOOK_ABORT"
 #: A hook raised any other exception, or returned a value with no meaning there.
 HOOK_ERROR = "HOOK_ERROR"
+#: The final answer did not decode to the run's ``output`` type, retries included.
+OUTPUT_INVALID = "OUTPUT_INVALID"
 #: The code driving the generator sent a reply that does not fit the pending effect.
 CALLER_PROTOCOL_ERROR = "CALLER_PROTOCOL_ERROR"
 
@@ -57,6 +60,7 @@ ERROR_CODES = frozenset(
         MODEL_PROTOCOL_ERROR,
         MODEL_ERROR,
         MODEL_REFUSED,
+        OUTPUT_INVALID,
         HOOK_ABORT,
         HOOK_ERROR,
         CALLER_PROTOCOL_ERROR,

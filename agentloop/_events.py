@@ -29,14 +29,18 @@ from typing import Any, ClassVar, Final, TypeAlias, overload
 import msgspec
 
 from ._budget import Budget, BudgetUsage
+from ._limits import Limits
 from ._messages import AssistantMessage, Message, ToolCall, ToolResultMessage
+from ._output import OutputSpec
 from ._protocol import (
+    FollowUp,
     ModelChunk,
     ModelFailure,
     ModelResponse,
     Reply,
     Resume,
     RunError,
+    Steer,
     ToolResult,
     Usage,
 )
@@ -48,6 +52,7 @@ __all__ = [
     "Event",
     "EventLog",
     "MessageAcceptedEvent",
+    "MessageQueuedEvent",
     "ModelChunkEvent",
     "PlanCommitEvent",
     "PlanDraftEvent",
@@ -80,6 +85,9 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     ``rules`` is the engine's rules revision the run follows (``0``, left out, for
     logs written before revisions; see :data:`agentloop.RULES_REVISION`).
     ``parallel_tools`` is the option of that name (left out when ``False``).
+    ``limits`` are the run's ceilings when they are not the defaults (``None``, left
+    out: the ``MAX_*`` defaults, as for every log written before there were limits).
+    ``output`` describes the structured output the run checks (``output=``).
     """
 
     type: ClassVar[str] = "session.start"
@@ -90,6 +98,8 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     request_sequence_start: int = 0
     rules: int = 0
     parallel_tools: bool = False
+    limits: Limits | None = None
+    output: OutputSpec | None = None
 
 
 class MessageAcceptedEvent(_Event, frozen=True, kw_only=True, tag="message.accepted"):
@@ -97,6 +107,16 @@ class MessageAcceptedEvent(_Event, frozen=True, kw_only=True, tag="message.accep
 
     type: ClassVar[str] = "message.accepted"
     message: Message
+
+
+class MessageQueuedEvent(_Event, frozen=True, kw_only=True, tag="message.queued"):
+    """A ``Steer`` or ``FollowUp`` was received (recorded input); ``mode`` is
+    ``steer`` or ``follow_up``. Its message is appended later, with a
+    ``message.accepted``, when it is delivered (DESIGN §19)."""
+
+    type: ClassVar[str] = "message.queued"
+    mode: str
+    reply: Steer | FollowUp
 
 
 class StepStartEvent(_Event, frozen=True, kw_only=True, tag="step.start"):
@@ -204,6 +224,7 @@ class RunFinishedEvent(_Event, frozen=True, kw_only=True, tag="run.finished"):
 
     ``reply`` is ``None`` (rules revision 2 and later: ``session.complete`` records
     the reply that ended the run). Under rules 0 and 1 it held that reply.
+    ``output`` is the decoded structured output, as JSON (runs with ``output=``).
     """
 
     type: ClassVar[str] = "run.finished"
@@ -215,6 +236,7 @@ class RunFinishedEvent(_Event, frozen=True, kw_only=True, tag="run.finished"):
     usage: Usage = _NO_USAGE
     reason: str = ""
     reply: Reply | None = None
+    output: Any = None
 
     def __post_init__(self) -> None:
         # The default object itself for a usage equal to it, however it was made or
@@ -227,6 +249,7 @@ class RunFinishedEvent(_Event, frozen=True, kw_only=True, tag="run.finished"):
 Event: TypeAlias = (
     SessionStartEvent
     | MessageAcceptedEvent
+    | MessageQueuedEvent
     | StepStartEvent
     | ModelChunkEvent
     | PlanDraftEvent

@@ -1,8 +1,22 @@
-"""Public limits the loop enforces (DESIGN §8). They are part of the API."""
+"""The ceilings the loop enforces (DESIGN §8, §16): :class:`Limits` and its defaults.
+
+The ``MAX_*`` constants are the defaults (the seed's workshop ceilings); a run may
+raise or lower any of them with ``agent_loop(..., limits=Limits(...))``. The limits
+in force are recorded in ``session.start`` (left out when they are the defaults), so
+a replay follows the recorded ones, never this module's defaults.
+"""
 
 from __future__ import annotations
 
+from typing import Final
+
+import msgspec
+
+from ._json import MAX_RECORDED_VALUES
+
 __all__ = [
+    "DEFAULT_LIMITS",
+    "LIMITS_HARD_CAPS",
     "MAX_AGENT_STEPS",
     "MAX_ARGUMENT_DEPTH",
     "MAX_ARGUMENT_ENTRIES",
@@ -12,23 +26,108 @@ __all__ = [
     "MAX_CHUNKS_PER_STEP",
     "MAX_INITIAL_MESSAGES",
     "MAX_STEP_TEXT_CODE_POINTS",
+    "Limits",
 ]
 
 #: Highest ``max_steps`` (and highest request number) a run may use.
-MAX_AGENT_STEPS = 64
+MAX_AGENT_STEPS: Final = 64
 #: Most messages an initial transcript may hold.
-MAX_INITIAL_MESSAGES = 4096
+MAX_INITIAL_MESSAGES: Final = 4096
 #: Most streamed chunks the model may send for one step.
-MAX_CHUNKS_PER_STEP = 1024
+MAX_CHUNKS_PER_STEP: Final = 1024
 #: Most code points of text (streamed, and in the final message) per step.
-MAX_STEP_TEXT_CODE_POINTS = 65_536
+MAX_STEP_TEXT_CODE_POINTS: Final = 65_536
 #: Most blocks in one assistant message.
-MAX_ASSISTANT_BLOCKS = 1024
+MAX_ASSISTANT_BLOCKS: Final = 1024
 #: Deepest nesting of objects/arrays in tool arguments (the root object counts 1).
-MAX_ARGUMENT_DEPTH = 32
+MAX_ARGUMENT_DEPTH: Final = 32
 #: Most JSON values in tool arguments, the root object included.
-MAX_ARGUMENT_VALUES = 257
+MAX_ARGUMENT_VALUES: Final = 257
 #: Most object fields plus array elements in tool arguments, in total.
-MAX_ARGUMENT_ENTRIES = 256
+MAX_ARGUMENT_ENTRIES: Final = 256
 #: Most code points over all keys and string values of tool arguments.
-MAX_ARGUMENT_STRING_CODE_POINTS = 4096
+MAX_ARGUMENT_STRING_CODE_POINTS: Final = 4096
+
+_INT_CAP: Final = 2**31 - 1
+#: The highest value each :class:`Limits` field accepts. ``argument_depth`` is capped
+#: lower: a log line nests the arguments a few levels deeper still, and msgspec
+#: encodes and decodes nesting within Python's recursion limit (1000 by default).
+#: ``argument_values`` and ``argument_entries`` stop below ``MAX_RECORDED_VALUES``:
+#: beyond it a value is refused as too large to record, whatever the limits say.
+LIMITS_HARD_CAPS: Final[dict[str, int]] = {
+    "agent_steps": _INT_CAP,
+    "initial_messages": _INT_CAP,
+    "chunks_per_step": _INT_CAP,
+    "step_text_code_points": _INT_CAP,
+    "assistant_blocks": _INT_CAP,
+    "argument_depth": 256,
+    "argument_values": MAX_RECORDED_VALUES - 1,
+    "argument_entries": MAX_RECORDED_VALUES - 2,
+    "argument_string_code_points": _INT_CAP,
+}
+
+
+class Limits(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    """The loop's ceilings for one run; every field defaults to its ``MAX_*`` constant.
+
+    Attributes:
+        agent_steps: highest ``max_steps`` and request number (``MAX_AGENT_STEPS``).
+        initial_messages: most messages in the initial transcript.
+        chunks_per_step: most streamed chunks per step.
+        step_text_code_points: most code points of text per step.
+        assistant_blocks: most blocks in one assistant message.
+        argument_depth: deepest nesting of tool arguments (the root object counts 1).
+        argument_values: most JSON values in tool arguments, the root included.
+        argument_entries: most object fields plus array elements in tool arguments.
+        argument_string_code_points: most code points over the keys and strings of
+            tool arguments.
+
+    Each field is an int from 1 to its hard cap (:data:`LIMITS_HARD_CAPS`: 2**31-1,
+    ``argument_depth`` 256); anything else raises ``ValueError`` naming the field.
+
+    >>> Limits(agent_steps=300).agent_steps
+    300
+    >>> Limits(argument_depth=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: Limits.argument_depth must be an int from 1 to 256, got 0
+    """
+
+    agent_steps: int = MAX_AGENT_STEPS
+    initial_messages: int = MAX_INITIAL_MESSAGES
+    chunks_per_step: int = MAX_CHUNKS_PER_STEP
+    step_text_code_points: int = MAX_STEP_TEXT_CODE_POINTS
+    assistant_blocks: int = MAX_ASSISTANT_BLOCKS
+    argument_depth: int = MAX_ARGUMENT_DEPTH
+    argument_values: int = MAX_ARGUMENT_VALUES
+    argument_entries: int = MAX_ARGUMENT_ENTRIES
+    argument_string_code_points: int = MAX_ARGUMENT_STRING_CODE_POINTS
+
+    def __post_init__(self) -> None:
+        for name, cap in LIMITS_HARD_CAPS.items():
+            value = getattr(self, name)
+            if type(value) is not int or not 1 <= value <= cap:
+                raise ValueError(f"Limits.{name} must be an int from 1 to {cap}, got {value!r}")
+            default = _DEFAULTS[name]
+            if value == default:
+                # The default object itself: a log leaves defaults out, and msgspec
+                # knows a default by identity (see agentloop/_events.py).
+                msgspec.structs.force_setattr(self, name, default)
+
+
+_DEFAULTS: Final[dict[str, int]] = {
+    field.name: field.default for field in msgspec.structs.fields(Limits)
+}
+
+#: The seed's ceilings: what a run without ``limits=`` (or a log without recorded
+#: limits) follows.
+DEFAULT_LIMITS: Final = Limits()
+
+
+def limit_name(limits: Limits, field: str, note: str = "") -> str:
+    """How an error names a limit: ``MAX_CHUNKS_PER_STEP (1024)`` when it is the
+    default (the words logs have always held), else ``Limits.chunks_per_step (5000)``."""
+    value = getattr(limits, field)
+    if value == _DEFAULTS[field]:
+        return f"MAX_{field.upper()} ({value}{note})"
+    return f"Limits.{field} ({value}{note})"

@@ -11,7 +11,7 @@ from ._budget import Budget
 from ._events import EventLog
 from ._hooks import HookRegistry
 from ._json import finite_number, int_text, surrogate_problem, value_text
-from ._limits import MAX_AGENT_STEPS
+from ._limits import DEFAULT_LIMITS, Limits, limit_name
 from ._rules import rules_problem
 from ._toolspec import ToolSpec
 
@@ -28,26 +28,35 @@ def check_options(
     log: object,
     started_at: object,
     rules: object,
-) -> None:
+    limits: object,
+) -> Limits:
+    """Check ``agent_loop``'s options; return the run's :class:`Limits` (the
+    defaults' own object when they equal the defaults: the run records none)."""
     problem = rules_problem(rules)
     if problem is not None:
         raise ValueError(problem)
-    if type(max_steps) is not int or not 1 <= max_steps <= MAX_AGENT_STEPS:
+    if limits is None:
+        limits = DEFAULT_LIMITS
+    elif type(limits) is not Limits:
+        raise TypeError(f"limits must be a Limits or None, got {type(limits).__name__}")
+    elif limits == DEFAULT_LIMITS:
+        limits = DEFAULT_LIMITS  # the run records no limits: compared by identity
+    steps_cap = limits.agent_steps
+    cap_name = limit_name(limits, "agent_steps")
+    if type(max_steps) is not int or not 1 <= max_steps <= steps_cap:
         raise ValueError(
-            f"max_steps must be an int from 1 to MAX_AGENT_STEPS ({MAX_AGENT_STEPS}), "
-            f"got {value_text(max_steps)}"
+            f"max_steps must be an int from 1 to {cap_name}, got {value_text(max_steps)}"
         )
     if type(request_sequence_start) is not int or request_sequence_start < 0:
         raise ValueError(
             "request_sequence_start must be a non-negative int, "
             f"got {value_text(request_sequence_start)}"
         )
-    if request_sequence_start + max_steps > MAX_AGENT_STEPS:
+    if request_sequence_start + max_steps > steps_cap:
         first, last = request_sequence_start + 1, request_sequence_start + max_steps
         raise ValueError(
             f"request numbers {int_text(first)}..{int_text(last)} "
-            f"go past MAX_AGENT_STEPS ({MAX_AGENT_STEPS}); lower max_steps or "
-            "request_sequence_start"
+            f"go past {cap_name}; lower max_steps or request_sequence_start"
         )
     if system is not None:
         if type(system) is not str:
@@ -68,6 +77,7 @@ def check_options(
         raise ValueError(
             f"started_at must be a finite number or None, got {value_text(started_at)}"
         )
+    return limits
 
 
 def tool_specs(tools: object) -> tuple[ToolSpec, ...]:

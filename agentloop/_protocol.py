@@ -17,7 +17,8 @@ from typing import Any, Final, TypeAlias
 import msgspec
 
 from ._budget import Budget
-from ._messages import AssistantMessage, Block, Message, ToolCall
+from ._messages import AssistantMessage, Block, Message, ToolCall, UserMessage
+from ._output import OutputSpec
 from ._toolspec import ToolSpec
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "STOP_REASONS",
     "Cancel",
     "Effect",
+    "FollowUp",
     "ModelAttempt",
     "ModelChunk",
     "ModelFailure",
@@ -35,6 +37,7 @@ __all__ = [
     "Resume",
     "RunError",
     "RunResult",
+    "Steer",
     "ToolBatch",
     "ToolRequest",
     "ToolResult",
@@ -118,6 +121,8 @@ class ModelRequest(msgspec.Struct, frozen=True):
 
     ``messages`` is a read-only view of the run's transcript as it was when the
     request was made (O(1) to create; no copy). ``tools`` are the run's tool specs.
+    ``output`` is the run's structured output (its JSON Schema), for a model that
+    can ask its provider for that response format; ``None`` without ``output=``.
     """
 
     id: str
@@ -125,6 +130,7 @@ class ModelRequest(msgspec.Struct, frozen=True):
     messages: Sequence[Message]
     tools: tuple[ToolSpec, ...]
     system: str | None = None
+    output: OutputSpec | None = None
 
 
 class ToolRequest(msgspec.Struct, frozen=True):
@@ -250,6 +256,33 @@ class Cancel(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", 
     at: float | None = None
 
 
+class Steer(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="steer"):
+    """Redirect the run: deliver ``message`` at the next boundary (DESIGN §19).
+
+    May be sent at any yield. The loop records it (``message.queued``) and yields
+    the same effect again. After the tool call now running, the remaining calls
+    of the current assistant message get the error result ``skipped: steered``;
+    then ``message`` is appended and the next model request goes out (a run that
+    would complete takes another step instead, counted by ``max_steps``).
+    """
+
+    message: UserMessage
+    at: float | None = None
+
+
+class FollowUp(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="follow_up"):
+    """Ask one more thing once the run would complete (DESIGN §19).
+
+    May be sent at any yield. The loop records it (``message.queued``) and yields
+    the same effect again. When the model next gives its final answer, instead of
+    completing, the loop appends ``message`` and takes another step (counted by
+    ``max_steps``).
+    """
+
+    message: UserMessage
+    at: float | None = None
+
+
 class UnrecognizedReply(
     msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="unrecognized"
 ):
@@ -266,7 +299,15 @@ class UnrecognizedReply(
 
 
 Reply: TypeAlias = (
-    ModelChunk | ModelResponse | ModelFailure | ToolResult | Resume | Cancel | UnrecognizedReply
+    ModelChunk
+    | ModelResponse
+    | ModelFailure
+    | ToolResult
+    | Resume
+    | Cancel
+    | Steer
+    | FollowUp
+    | UnrecognizedReply
 )
 
 
@@ -293,6 +334,8 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
         usage: token usage summed over the responses that reported it.
         reason: why it ended: ``goal_met``, ``length``, ``no_more_steps``,
             ``skipped_by_hook``, the cancel's reason, or the error code.
+        output: with ``agent_loop(..., output=T)``, the final answer decoded to
+            ``T`` when ``completed`` (a replay without ``T`` gives its JSON form).
     """
 
     status: str
@@ -303,6 +346,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     error: RunError | None = None
     usage: Usage = Usage()
     reason: str = ""
+    output: Any = None
 
     @property
     def last_assistant(self) -> AssistantMessage | None:

@@ -8,6 +8,8 @@ The loop is always in exactly one :class:`State`. It starts in ``IDLE`` and ends
     IDLE/REFLECTING --start_step--> PLANNING --commit_tools--> EXECUTING
     EXECUTING --request_tool--> AWAITING_TOOL --receive_result--> EXECUTING
     EXECUTING --end_batch--> REFLECTING --start_step--> PLANNING ...
+    PLANNING --continue--> REFLECTING   (a final answer, but a steering or
+                                         follow-up message is waiting)
 
 With ``parallel_tools=True`` the calls that may run together go out as one batch::
 
@@ -68,6 +70,8 @@ class Input(enum.Enum):
     REQUEST_BATCH = "request_batch"
     RECEIVE_BATCH_RESULT = "receive_batch_result"
     COMPLETE_BATCH = "complete_batch"
+    #: A final answer does not end the run: a steering or follow-up message came.
+    CONTINUE = "continue"
     PAUSE = "pause"
     RESUME_TO_PLANNING = "resume_to_planning"
     RESUME_TO_EXECUTING = "resume_to_executing"
@@ -98,6 +102,7 @@ TRANSITIONS: dict[tuple[State, Input], State] = {
     (S.AWAITING_BATCH, I.RECEIVE_BATCH_RESULT): S.AWAITING_BATCH,
     (S.AWAITING_BATCH, I.COMPLETE_BATCH): S.EXECUTING,
     (S.REFLECTING, I.START_STEP): S.PLANNING,
+    (S.PLANNING, I.CONTINUE): S.REFLECTING,
     # pauses: any active state parks in IDLE and comes back to where it was
     **{(state, I.PAUSE): S.IDLE for state in _ACTIVE},
     (S.IDLE, I.RESUME_TO_PLANNING): S.PLANNING,

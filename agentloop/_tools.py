@@ -22,9 +22,11 @@ from typing import Any, overload
 
 import msgspec
 
+from ._docstrings import parameter_descriptions
 from ._idempotency import _keyed
 from ._json import non_finite_path
 from ._messages import ToolCall
+from ._output import is_pydantic_model, pydantic_errors
 from ._text import exception_text
 from ._toolspec import ToolSpec
 
@@ -44,7 +46,7 @@ class Tool:
         fn: the wrapped function.
     """
 
-    __slots__ = ("_arguments", "_positional", "fn", "spec")
+    __slots__ = ("_arguments", "_models", "_positional", "fn", "spec")
 
     def __init__(
         self,
@@ -63,8 +65,14 @@ class Tool:
                 ``run`` refuses it.
             name: the tool name; defaults to ``fn.__name__``.
             description: defaults to ``fn``'s docstring, cleaned with ``inspect.cleandoc``.
+                The parameters described in its ``Args:`` (Google) or ``Parameters``
+                (NumPy) section get that text as their schema ``description``.
             requires_approval: the loop pauses (reason ``approval``) before each call.
             sequential: never run in a parallel tool batch (see :class:`ToolSpec`).
+
+        A parameter annotated with a pydantic model class gets the model's JSON
+        Schema, and its argument is validated by pydantic (``pip install
+        'agentloop-replay[pydantic]'``).
 
         Raises:
             TypeError: ``fn`` is not callable (or an async generator), takes ``*args`` or
@@ -83,11 +91,13 @@ class Tool:
         if description is None:
             description = inspect.cleandoc(fn.__doc__) if fn.__doc__ else ""
         self.fn = fn
-        self._arguments, self._positional = _arguments_type(fn, tool_name)
+        self._arguments, self._positional, self._models = _arguments_type(fn, tool_name)
+        parameters = _object_schema(self._arguments, tool_name, self._models)
+        _describe(parameters, parameter_descriptions(fn.__doc__))
         self.spec = ToolSpec(
             name=tool_name,
             description=description,
-            parameters=_object_schema(self._arguments, tool_name),
+            parameters=parameters,
             requires_approval=requires_approval,
             sequential=sequential,
         )
@@ -169,6 +179,10 @@ class Tool:
         except msgspec.ValidationError as exc:
             return f"invalid arguments: {exc}"
         values = msgspec.structs.asdict(arguments)
+        if self._models:
+            problem = _validate_models(self._models, values)
+            if problem is not None:
+                return problem
         return [values.pop(name) for name in self._positional], values
 
 
@@ -343,11 +357,13 @@ def _qualname(fn: Callable[..., Any]) -> str:
 
 def _arguments_type(
     fn: Callable[..., Any], tool_name: str
-) -> tuple[type[msgspec.Struct], tuple[str, ...]]:
+) -> tuple[type[msgspec.Struct], tuple[str, ...], dict[str, Any]]:
     """Build the Struct the arguments object converts to, from ``fn``'s signature.
 
-    Returns the Struct type and the names of positional-only parameters (which must
-    be passed positionally when calling ``fn``).
+    Returns the Struct type, the names of positional-only parameters (which must
+    be passed positionally when calling ``fn``) and the parameters annotated with
+    a pydantic model (their field in the Struct takes any JSON object; pydantic
+    validates it).
     """
     where = f"@tool {_qualname(fn)}"
     try:
@@ -360,6 +376,7 @@ def _arguments_type(
         raise TypeError(f"{where}: cannot resolve its annotations: {exc}") from None
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     positional: list[str] = []
+    models: dict[str, Any] = {}
     for parameter in signature.parameters.values():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             star = "*" if parameter.kind is parameter.VAR_POSITIONAL else "**"
@@ -375,6 +392,9 @@ def _arguments_type(
         if parameter.kind is parameter.POSITIONAL_ONLY:
             positional.append(parameter.name)
         annotation = hints[parameter.name]
+        if is_pydantic_model(annotation):
+            models[parameter.name] = annotation
+            annotation = dict[str, Any]
         default = parameter.default
         if default is parameter.empty:
             fields.append((parameter.name, annotation))
@@ -391,19 +411,46 @@ def _arguments_type(
     struct = msgspec.defstruct(
         f"{tool_name}__arguments", fields, kw_only=True, forbid_unknown_fields=True
     )
-    return struct, tuple(positional)
+    return struct, tuple(positional), models
+
+
+def _validate_models(models: dict[str, Any], values: dict[str, Any]) -> str | None:
+    """Replace each pydantic-model argument in ``values`` by the validated model;
+    return the error result's text for the first that does not validate."""
+    import pydantic  # only for tools that take pydantic models
+
+    for name, model in models.items():
+        try:
+            values[name] = model.model_validate(values[name])
+        except pydantic.ValidationError as exc:
+            return f"invalid arguments: {name}: {pydantic_errors(exc)}"
+    return None
+
+
+def _describe(schema: dict[str, Any], descriptions: dict[str, str]) -> None:
+    """Give each property described in the docstring that text as its ``description``
+    (a description the schema already has, e.g. from ``Annotated``, stays)."""
+    properties = schema["properties"]
+    for name, text in descriptions.items():
+        prop = properties.get(name)
+        if prop is not None and "description" not in prop:
+            properties[name] = {**prop, "description": text}
 
 
 def _copier(value: Any) -> Callable[[], Any]:
     return lambda: copy.deepcopy(value)
 
 
-def _object_schema(struct: type[msgspec.Struct], tool_name: str) -> dict[str, Any]:
+def _object_schema(
+    struct: type[msgspec.Struct], tool_name: str, models: dict[str, Any]
+) -> dict[str, Any]:
     """The JSON Schema of the arguments object, with the root definition inlined.
 
     msgspec returns ``{"$ref": ..., "$defs": {...}}``; providers want an object
     schema at the root, so the root definition is lifted out and any other
     definitions (nested Structs, enums) stay under ``$defs`` where the refs point.
+    A pydantic model parameter's property is the model's own schema (its
+    definitions joining ``$defs``).
     """
     try:
         schema = msgspec.json.schema(struct)
@@ -416,6 +463,13 @@ def _object_schema(struct: type[msgspec.Struct], tool_name: str) -> dict[str, An
     root.pop("title", None)
     root.setdefault("properties", {})
     root.setdefault("required", [])
+    if models:
+        properties = dict(root["properties"])
+        for name, model in models.items():
+            model_schema = dict(model.model_json_schema(ref_template="#/$defs/{model}"))
+            defs.update(model_schema.pop("$defs", {}))
+            properties[name] = model_schema
+        root["properties"] = properties
     if defs:
         root["$defs"] = defs
     return root

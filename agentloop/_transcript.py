@@ -16,7 +16,7 @@ import msgspec
 
 from ._copy import copy_block
 from ._json import SURROGATE
-from ._limits import MAX_INITIAL_MESSAGES
+from ._limits import DEFAULT_LIMITS, Limits, limit_name
 from ._messages import (
     AssistantMessage,
     Message,
@@ -77,24 +77,25 @@ class TranscriptView(Sequence[Message]):
         return f"TranscriptView({list(self)!r})"
 
 
-def snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
+def snapshot_transcript(
+    messages: object, limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[Message], str | None]:
     """Copy the caller's messages through the IR; return them and the first problem.
 
     Messages must be the IR's Structs or dicts of the same shape, with fields of
     exactly the IR's types: nothing is converted on the way in (bytes are not
     text, a datetime is not a string), so the transcript the loop records is the
-    one the caller gave. At most ``MAX_INITIAL_MESSAGES + 1`` items are taken
+    one the caller gave. At most ``limits.initial_messages + 1`` items are taken
     from ``messages``, so an endless iterable fails the limit instead of filling
     memory.
     """
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
         raise TypeError(f"messages must be a sequence of messages, got {type(messages).__name__}")
-    items = list(itertools.islice(messages, MAX_INITIAL_MESSAGES + 1))
-    if len(items) > MAX_INITIAL_MESSAGES:
+    most = limits.initial_messages
+    items = list(itertools.islice(messages, most + 1))
+    if len(items) > most:
         count = f"{len(messages)}" if isinstance(messages, Sized) else "more than"
-        return [], (
-            f"{count} initial messages exceed MAX_INITIAL_MESSAGES ({MAX_INITIAL_MESSAGES})"
-        )
+        return [], f"{count} initial messages exceed {limit_name(limits, 'initial_messages')}"
     rebuilt: list[Message] = []
     for index, item in enumerate(items):
         message = _reuse(item)
@@ -127,7 +128,7 @@ def snapshot_transcript(messages: object) -> tuple[list[Message], str | None]:
         if type(message) is AssistantMessage:
             for block in message.content:
                 if type(block) is ToolCall:
-                    structural, semantic = arguments_problems(block.arguments)
+                    structural, semantic = arguments_problems(block.arguments, limits)
                     if structural or semantic:
                         return (
                             [],

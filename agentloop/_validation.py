@@ -20,12 +20,7 @@ from ._budget import Budget
 from ._json import INT_END as _INT_END
 from ._json import INT_MIN as _INT_MIN
 from ._json import MAX_FLOAT_INT, SURROGATE, json_problem, path_text, scan, surrogate_problem
-from ._limits import (
-    MAX_ARGUMENT_DEPTH,
-    MAX_ARGUMENT_ENTRIES,
-    MAX_ARGUMENT_STRING_CODE_POINTS,
-    MAX_ARGUMENT_VALUES,
-)
+from ._limits import DEFAULT_LIMITS, Limits, limit_name
 from ._messages import (
     AssistantMessage,
     Message,
@@ -34,14 +29,17 @@ from ._messages import (
     ThinkingBlock,
     ToolCall,
     ToolResultMessage,
+    UserMessage,
 )
 from ._protocol import (
     Cancel,
+    FollowUp,
     ModelAttempt,
     ModelChunk,
     ModelFailure,
     ModelResponse,
     Resume,
+    Steer,
     ToolResult,
     UnrecognizedReply,
     Usage,
@@ -57,7 +55,7 @@ __all__ = [
 ]
 
 
-def arguments_ok(arguments: object) -> bool:
+def arguments_ok(arguments: object, limits: Limits = DEFAULT_LIMITS) -> bool:
     """The fast path: ``True`` when ``arguments`` is plain JSON within every limit.
 
     No paths are built here; when this says ``False``, :func:`arguments_problems`
@@ -66,13 +64,14 @@ def arguments_ok(arguments: object) -> bool:
     if type(arguments) is not dict:
         return False
     entries = code_points = 0
+    max_depth = limits.argument_depth
     stack: list[tuple[Any, int]] = [(arguments, 1)]
     while stack:
         container, depth = stack.pop()
-        if depth > MAX_ARGUMENT_DEPTH:
+        if depth > max_depth:
             return False
         entries += len(container)
-        if entries > MAX_ARGUMENT_ENTRIES:
+        if entries > limits.argument_entries:
             return False  # before walking on: shared containers may expand without end
         if type(container) is dict:
             for key in container:
@@ -101,19 +100,26 @@ def arguments_ok(arguments: object) -> bool:
             elif kind is not bool and value is not None:
                 return False
     # values == entries + 1 (every value but the root is one entry of its container)
-    return code_points <= MAX_ARGUMENT_STRING_CODE_POINTS
+    return (
+        entries <= limits.argument_entries
+        and entries < limits.argument_values
+        and code_points <= limits.argument_string_code_points
+    )
 
 
-def arguments_problems(arguments: object) -> tuple[str | None, str | None]:
+def arguments_problems(
+    arguments: object, limits: Limits = DEFAULT_LIMITS
+) -> tuple[str | None, str | None]:
     """Inspect tool-call arguments; return ``(structural, semantic)`` problems.
 
     Structural: not a dict, a non-string key, a value of a type JSON has no form
     for, a container that contains itself, a value too large to record. Semantic:
     the limits of DESIGN §8 (depth, values, entries, code points), non-finite
     floats and integers outside the 64-bit range. Each is a message naming the
-    rule and the path (``$.a[2].b``), or ``None``.
+    rule and the path (``$.a[2].b``), or ``None``. The limits are ``limits``' (the
+    ``MAX_*`` defaults unless a run set others).
     """
-    if arguments_ok(arguments):
+    if arguments_ok(arguments, limits):
         return None, None
     if type(arguments) is not dict:
         return f"arguments must be a JSON object (dict), got {type(arguments).__name__}", None
@@ -122,23 +128,31 @@ def arguments_problems(arguments: object) -> tuple[str | None, str | None]:
         return found.structural, None
     if found.semantic is not None:
         return None, found.semantic
-    if found.deepest > MAX_ARGUMENT_DEPTH:
+    if found.deepest > limits.argument_depth:
         return None, (
             f"nesting depth {found.deepest} at {path_text('$', found.deepest_node)} exceeds "
-            f"MAX_ARGUMENT_DEPTH ({MAX_ARGUMENT_DEPTH})"
+            f"{limit_name(limits, 'argument_depth')}"
         )
     # Every value but the root is one entry of its container (values == entries + 1),
-    # so the two limits break together; one message names both.
-    if found.entries > MAX_ARGUMENT_ENTRIES:
+    # so with the default limits the two break together; one message names both.
+    entries = found.entries
+    values = entries + 1
+    if values > limits.argument_values:
         return None, (
-            f"{found.entries + 1} values exceed MAX_ARGUMENT_VALUES ({MAX_ARGUMENT_VALUES}, "
-            f"root included): {found.entries} object fields and array elements exceed "
-            f"MAX_ARGUMENT_ENTRIES ({MAX_ARGUMENT_ENTRIES})"
+            f"{values} values exceed {limit_name(limits, 'argument_values', ', root included')}"
+            f": {entries} object fields and array elements "
+            + ("exceed " if entries > limits.argument_entries else "within ")
+            + limit_name(limits, "argument_entries")
         )
-    if found.code_points > MAX_ARGUMENT_STRING_CODE_POINTS:
+    if entries > limits.argument_entries:
+        return None, (
+            f"{entries} object fields and array elements exceed "
+            f"{limit_name(limits, 'argument_entries')}"
+        )
+    if found.code_points > limits.argument_string_code_points:
         return None, (
             f"{found.code_points} code points in keys and strings exceed "
-            f"MAX_ARGUMENT_STRING_CODE_POINTS ({MAX_ARGUMENT_STRING_CODE_POINTS})"
+            f"{limit_name(limits, 'argument_string_code_points')}"
         )
     return None, None  # pragma: no cover - arguments_ok() said no, so a check above fires
 
@@ -300,10 +314,17 @@ def reply_problem(reply: object) -> str | None:
             problem = f"Resume.budget must be a Budget or None, got {type(budget).__name__}"
     elif kind is Cancel:
         problem = _str_fields(reply, "reason")
+    elif kind is Steer or kind is FollowUp:
+        message = reply.message  # type: ignore[attr-defined]
+        if type(message) is not UserMessage:
+            problem = f"{kind.__name__}.message must be a UserMessage, got {type(message).__name__}"
+        else:
+            problem = _str_fields(message, "id", "content", where=f"{kind.__name__}.message")
     elif kind is UnrecognizedReply:
         problem = _str_fields(reply, "description")
     else:
         return (
+            # (Steer and FollowUp go unnamed: logs hold these words as they are.)
             "send() expects a reply (ModelChunk, ModelResponse, ModelFailure, ToolResult, "
             f"Resume or Cancel), got {kind.__name__}"
         )

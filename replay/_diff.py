@@ -19,6 +19,7 @@ from agentloop import (
     Cancel,
     Event,
     MessageAcceptedEvent,
+    MessageQueuedEvent,
     ModelChunk,
     ModelChunkEvent,
     ModelFailure,
@@ -214,6 +215,9 @@ def summarize(event: Event) -> str:
         if event.system is not None:
             parts.append(f"system={short(event.system, 40)}")
         return "  ".join(parts)
+    if isinstance(event, MessageQueuedEvent):
+        queued = event.reply.message
+        return f"{event.mode} {queued.id}: {short(queued.content, 50)}"
     if isinstance(event, MessageAcceptedEvent):
         message = event.message
         if type(message) is UserMessage:

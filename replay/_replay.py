@@ -69,6 +69,7 @@ import msgspec
 
 from agentloop import (
     INVALID_TRANSCRIPT,
+    OUTPUT_INVALID,
     AgentLoop,
     BudgetUsage,
     CallerProtocolError,
@@ -78,6 +79,7 @@ from agentloop import (
     HookRegistry,
     Message,
     MessageAcceptedEvent,
+    MessageQueuedEvent,
     ModelChunkEvent,
     ModelRequest,
     Pause,
@@ -95,10 +97,12 @@ from agentloop import (
     ToolRequest,
     ToolResultEvent,
     Usage,
+    UserMessage,
     agent_loop,
     encode_event,
 )
 from agentloop._logging import follow
+from agentloop._output import RecordedOutput
 
 from ._diff import diff_events, summarize
 
@@ -234,6 +238,7 @@ _REPLY_EVENTS: Final = (
     SessionResumeEvent,
     SessionCompleteEvent,
     RunFinishedEvent,
+    MessageQueuedEvent,
 )
 
 
@@ -328,6 +333,7 @@ class _Session:
         past_end: bool = False,
         interrupt: _Plan | None = None,
         messages: Sequence[Message] | None = None,
+        output: Any = None,
     ) -> None:
         self.events = events
         self.past_end = past_end  # regenerated events beyond the log are allowed
@@ -367,6 +373,9 @@ class _Session:
                 started_at=start.at,
                 rules=start.rules,
                 parallel_tools=start.parallel_tools,
+                limits=start.limits,
+                output=_output(start, events, output),
+                output_retries=start.output.retries if start.output is not None else 2,
             )
         except (ValueError, TypeError) as exc:
             raise ReplayDivergence(
@@ -591,6 +600,30 @@ def _initial_messages(
     return given
 
 
+def _output(start: SessionStartEvent, events: Sequence[Event], output: Any) -> Any:
+    """The ``output`` option for a replay: the type given, else (the log records an
+    ``output``) the verdicts the log records, else none."""
+    if output is not None or start.output is None:
+        return output
+    spec = start.output
+    verdicts: list[str | None] = []
+    value: Any = None
+    for event in events:
+        cls = event.__class__
+        if cls is MessageAcceptedEvent:
+            message = event.message  # type: ignore[union-attr]
+            if type(message) is UserMessage and message.id.startswith("output-retry-"):
+                verdicts.append(message.content)
+        elif cls is RunFinishedEvent:
+            error = event.error  # type: ignore[union-attr]
+            if error is not None and error.code == OUTPUT_INVALID:
+                verdicts.append(error.message.partition(": ")[2])
+            elif event.status == "completed":  # type: ignore[union-attr]
+                verdicts.append(None)
+                value = event.output  # type: ignore[union-attr]
+    return RecordedOutput(spec, verdicts, value)
+
+
 def _describe(effect: Effect | None) -> str:
     if type(effect) is ModelRequest:
         return f"ModelRequest {effect.id}"
@@ -684,12 +717,18 @@ def _replayed(
             raise divergence from None
 
 
-def replay(events: Iterable[Event], *, hooks: HookRegistry | None = None) -> ReplayResult:
+def replay(
+    events: Iterable[Event], *, hooks: HookRegistry | None = None, output: Any = None
+) -> ReplayResult:
     """Replay a log through the loop, without a model, checking every event.
 
     Args:
         events: the log (from :func:`read_log`, or an ``EventLog``'s events).
         hooks: the hooks the run had (they run again and must be deterministic).
+        output: the run's structured-output type, to decode its answers again
+            (``result.output`` is then that type); without it, a log that records
+            an ``output`` is replayed by the verdicts it records (``result.output``
+            is the value's JSON form).
 
     Returns:
         :class:`ReplayResult`: the regenerated result and events. For a log that
@@ -724,7 +763,7 @@ def replay(events: Iterable[Event], *, hooks: HookRegistry | None = None) -> Rep
         )
         return result
 
-    return _replayed(items, hooks, body)
+    return _replayed(items, hooks, body, output=output)
 
 
 def state_at(
@@ -807,6 +846,7 @@ def resume(
     *,
     hooks: HookRegistry | None = None,
     messages: Sequence[Message] | None = None,
+    output: Any = None,
 ) -> tuple[AgentLoop, Effect | None]:
     """Continue a run from its log: a live loop at the log's last pull point.
 
@@ -831,6 +871,9 @@ def resume(
             when the log was cut off inside its initial transcript: such a log
             cannot tell whether every initial message was recorded. They must
             begin with the recorded ones.
+
+    A run with structured output (``agent_loop(..., output=T)``) needs ``output=T``
+    again to check the answers still to come.
 
     Returns:
         ``(loop, effect)``: send the reply to ``effect`` next; or ``(loop, None)``
@@ -877,11 +920,15 @@ def resume(
             )
         return session.hand_over()
 
-    return _replayed(items, hooks, body, past_end=True, messages=messages)
+    return _replayed(items, hooks, body, past_end=True, messages=messages, output=output)
 
 
 def fork(
-    events: Iterable[Event], sequence: int, *, hooks: HookRegistry | None = None
+    events: Iterable[Event],
+    sequence: int,
+    *,
+    hooks: HookRegistry | None = None,
+    output: Any = None,
 ) -> tuple[AgentLoop, Effect]:
     """A live loop branched from a log just after event ``sequence``.
 
@@ -890,7 +937,7 @@ def fork(
     the loop's next pull point: the returned effect is what the loop asks next,
     and any reply may be sent to it ("what if the model had answered
     differently"). Events the loop emits before that pull point are already in
-    ``loop.log``.
+    ``loop.log``. ``output``: as for :func:`resume`.
 
     Raises:
         ValueError: ``sequence`` is not the position of an event of the log.
@@ -927,7 +974,7 @@ def fork(
         assert effect is not None  # checked above
         return loop, effect
 
-    return _replayed(items, hooks, body, past_end=True)
+    return _replayed(items, hooks, body, past_end=True, output=output)
 
 
 def _check_position(sequence: int, events: list[Event]) -> None:

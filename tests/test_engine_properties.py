@@ -14,6 +14,7 @@ from agentloop import (
     Budget,
     CallerProtocolError,
     Cancel,
+    FollowUp,
     ModelChunk,
     ModelFailure,
     ModelRequest,
@@ -21,6 +22,7 @@ from agentloop import (
     Pause,
     Resume,
     RunResult,
+    Steer,
     TextBlock,
     ThinkingBlock,
     ToolBatch,
@@ -32,6 +34,7 @@ from agentloop import (
     close_dangling_calls,
     validate_transcript,
 )
+from replay import replay
 from tests.helpers import ADD, ECHO, check_log
 
 json_leaf = st.one_of(
@@ -70,6 +73,10 @@ def random_reply(data: st.DataObject, effect: Any) -> Any:
         call_id = data.draw(st.sampled_from([r.call.id for r in effect.requests]), label="call")
     choice = data.draw(st.integers(0, 29), label="kind")
     at = data.draw(times, label="at")
+    if data.draw(st.integers(0, 9), label="queue") == 0:  # steering, a follow-up
+        kind = data.draw(st.sampled_from([Steer, FollowUp]), label="mode")
+        message_id = data.draw(st.sampled_from(["u1", "m1", "m2", "m3", "message-resp1"]))
+        return kind(UserMessage(message_id, "more"), at)
     if choice >= 20:  # a well-formed answer to what is pending
         if type(effect) is ToolRequest or type(effect) is ToolBatch:
             return ToolResult(call_id, "ok", data.draw(st.booleans()), at)
@@ -160,3 +167,4 @@ def test_arbitrary_replies_always_end_in_a_valid_result(
         msgspec.json.encode(event)
     if parallel_tools and any(e.type == "tool.result" for e in loop.log):
         note_event("parallel tools, results")
+    assert replay(loop.log).result == result  # whatever came, it replays

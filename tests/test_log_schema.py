@@ -73,6 +73,12 @@ def test_the_defaults_that_are_not_always_one_object_are_known() -> None:
         ("BudgetUsage", "wall_seconds"),
         ("ModelFailure", "code"),
         ("ModelAttempt", "kind"),
+        ("Limits", "initial_messages"),
+        ("Limits", "chunks_per_step"),
+        ("Limits", "step_text_code_points"),
+        ("Limits", "assistant_blocks"),
+        ("Limits", "argument_values"),
+        ("Limits", "argument_string_code_points"),
     }
 
 

@@ -586,3 +586,32 @@ def test_cassette_file_names(tmp_path: Path) -> None:
     assert AgentCassette(directory=tmp_path, name="", mode="none").path == (
         tmp_path / "session.jsonl"
     )
+
+
+TYPED = """
+import msgspec
+from agentloop import Limits, ScriptedModel, ScriptedResponse, UserMessage
+
+
+class Point(msgspec.Struct):
+    x: int
+    y: int
+
+
+def test_point(agent_cassette):
+    model = ScriptedModel([
+        ScriptedResponse.text("r1", "no"),
+        ScriptedResponse.text("r2", '{"x": 1, "y": 2}'),
+    ])
+    result = agent_cassette.run(
+        [UserMessage("u1", "A point?")], model=model, tools=[],
+        output=Point, output_retries=1, max_steps=70, limits=Limits(agent_steps=70),
+    )
+    assert result.output == Point(1, 2)  # recorded or replayed: the type
+"""
+
+
+def test_a_cassette_with_limits_and_structured_output(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_typed=TYPED)
+    run_inner(pytester, "--agentloop-record=once").assert_outcomes(passed=1)
+    run_inner(pytester).assert_outcomes(passed=1)

@@ -20,6 +20,7 @@ from agentloop import (
     Cancel,
     HookRegistry,
     MessageAcceptedEvent,
+    MessageQueuedEvent,
     ModelChunk,
     ModelChunkEvent,
     ModelFailure,
@@ -35,6 +36,7 @@ from agentloop import (
     SessionResumeEvent,
     SessionStartEvent,
     State,
+    Steer,
     StepEndEvent,
     StepStartEvent,
     TextBlock,
@@ -266,6 +268,10 @@ USAGE_DRAFT = ModelResponse(
 
 # One line per event kind and variant: what `python -m replay show` prints.
 SUMMARIES = {
+    "message.queued": (
+        MessageQueuedEvent(sequence=3, mode="steer", reply=Steer(UserMessage("s1", "use French"))),
+        "steer s1: 'use French'",
+    ),
     "session.start, budget and system": (
         SessionStartEvent(
             sequence=0,
@@ -275,7 +281,8 @@ SUMMARIES = {
             system="Be brief.",
         ),
         'max_steps=4  tools: add  budget={"max_turns":2,"max_tool_calls":null,'
-        "\"max_wall_seconds\":null}  system='Be brief.'",
+        '"max_wall_seconds":null,"max_input_tokens":null,"max_output_tokens":null,'
+        "\"max_total_tokens\":null}  system='Be brief.'",
     ),
     "session.start, bare": (
         SessionStartEvent(sequence=0, max_steps=8),

@@ -32,6 +32,8 @@ EXPECTED: dict[tuple[State, Input], State] = {
     (S.EXECUTING, I.REQUEST_BATCH): S.AWAITING_BATCH,
     (S.AWAITING_BATCH, I.RECEIVE_BATCH_RESULT): S.AWAITING_BATCH,
     (S.AWAITING_BATCH, I.COMPLETE_BATCH): S.EXECUTING,
+    # a final answer, but a steering/follow-up message or an output retry: one more step
+    (S.PLANNING, I.CONTINUE): S.REFLECTING,
     # pauses park every active state in IDLE ...
     (S.PLANNING, I.PAUSE): S.IDLE,
     (S.EXECUTING, I.PAUSE): S.IDLE,

@@ -41,8 +41,10 @@ from agentloop import (
     CallerProtocolError,
     Cancel,
     EventLog,
+    FollowUp,
     HookAbort,
     HookRegistry,
+    MessageQueuedEvent,
     ModelChunk,
     ModelFailure,
     ModelRequest,
@@ -52,6 +54,7 @@ from agentloop import (
     Resume,
     RunResult,
     State,
+    Steer,
     TextBlock,
     ToolBatch,
     ToolCall,
@@ -64,6 +67,7 @@ from agentloop import (
     validate_transcript,
 )
 from agentloop._state import TRANSITIONS
+from replay import replay
 
 ECHO = ToolSpec("echo", "Echo the text.", {"type": "object"})
 DELETE = ToolSpec("delete", "Delete a path.", {"type": "object"}, requires_approval=True)
@@ -87,7 +91,16 @@ STATE_OF_EFFECT = {
 
 #: The caller's moves, weighted: mostly legal replies, so runs get far enough to
 #: reach budget pauses, approvals and max_steps.
-MOVES = ("reply",) * 16 + ("cancel", "close", "illegal_reply", "illegal_reply", "model_misbehaves")
+MOVES = ("reply",) * 16 + (
+    "cancel",
+    "close",
+    "illegal_reply",
+    "illegal_reply",
+    "model_misbehaves",
+    "steer",
+    "steer",
+    "follow_up",
+)
 DECISIONS: list[dict[str, Any]] = [
     {"approved": True},
     {"approved": True},
@@ -166,6 +179,7 @@ class AgentLoopMachine(RuleBasedStateMachine):
         log = EventLog()
         log.subscribe(lambda event: self.observe())
         self.now = started_at or 0.0
+        self.hooks = hooks
         self.loop = agent_loop(
             [UserMessage("u1", "go")],
             tools=[ECHO, DELETE, WRITE],
@@ -332,6 +346,23 @@ class AgentLoopMachine(RuleBasedStateMachine):
         assert self.result is not None and self.result.status == "failed"
         return None
 
+    # ------------------------------------------------------------------ steering
+
+    def steer(self, data: st.DataObject) -> None:
+        """A Steer at any yield: recorded, and the same effect comes back."""
+        self.queue(Steer(UserMessage(f"s{next(self.ids)}", "change course"), at=self.tick(data)))
+
+    def follow_up(self, data: st.DataObject) -> None:
+        self.queue(FollowUp(UserMessage(f"f{next(self.ids)}", "and then?"), at=self.tick(data)))
+
+    def queue(self, reply: Steer | FollowUp) -> None:
+        before, state = self.effect, self.live.state
+        self.send(reply)
+        assert self.effect is before or self.effect == before
+        assert self.live.state is state
+        last = self.live.log[-1]
+        assert type(last) is MessageQueuedEvent and last.reply == reply
+
     # ------------------------------------------------------------------ disruptions
 
     def cancel(self, data: st.DataObject) -> None:
@@ -438,6 +469,10 @@ class AgentLoopMachine(RuleBasedStateMachine):
             hypothesis_event(f"paused: {pause}")
         if self.live.log[0].parallel_tools:
             hypothesis_event("parallel tools")
+        if any(e.type == "message.queued" for e in events):
+            hypothesis_event("steered or followed up")
+        # Any interleaving of replies (steering and follow-ups included) replays.
+        assert replay(events, hooks=self.hooks).result == result
 
 
 AgentLoopMachine.TestCase.settings = settings(

@@ -394,6 +394,9 @@ def test_the_config_holds_the_budget(store):
         "max_turns": 2,
         "max_tool_calls": None,
         "max_wall_seconds": None,
+        "max_input_tokens": None,
+        "max_output_tokens": None,
+        "max_total_tokens": None,
     }
 
 
