@@ -41,6 +41,7 @@ from ._driver import (
     _Rules,
     abandon,
     first_effect,
+    send_messages,
 )
 from ._engine import AgentLoop
 from ._events import Event, EventLog
@@ -229,6 +230,7 @@ async def _asteps(loop: AgentLoop, driver: _AsyncDriver) -> AsyncGenerator[None,
                     abandon(loop, exc, Cancel(TASK_CANCELLED, at=driver.now()))
                 except BaseException as exc:
                     abandon(loop, exc)
+                send_messages(loop, driver)
             effect = loop.send(reply)
             yield
     except StopIteration:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -61,9 +62,11 @@ from ._events import Event, EventLog, ModelChunkEvent
 from ._hooks import HookRegistry
 from ._limits import Limits
 from ._logging import follow, run_finished
+from ._messages import UserMessage
 from ._protocol import (
     Cancel,
     Effect,
+    FollowUp,
     ModelChunk,
     ModelFailure,
     ModelRequest,
@@ -72,6 +75,7 @@ from ._protocol import (
     Reply,
     Resume,
     RunResult,
+    Steer,
     ToolBatch,
     ToolRequest,
     ToolResult,
@@ -162,8 +166,8 @@ class CancelToken:
 
 
 #: The replies the engine accepts at ANY yield, whatever effect is pending: what
-#: an :class:`Inbox` carries. (Steering and follow-up replies join this tuple.)
-ANYTIME_REPLIES: tuple[type[Reply], ...] = (Cancel,)
+#: an :class:`Inbox` carries.
+ANYTIME_REPLIES: tuple[type[Reply], ...] = (Cancel, Steer, FollowUp)
 
 
 class Inbox:
@@ -172,11 +176,14 @@ class Inbox:
     Pass it to :func:`run`/:func:`drive` (or ``arun``/``adrive``) as ``inbox=``;
     at every yield the driver sends what is waiting here to the loop, in the order
     it was sent, before computing its own reply. Use it to stop a run from a UI
-    thread or a web handler::
+    thread or a web handler, or to redirect it while it works::
 
         inbox = Inbox()
         threading.Timer(5.0, inbox.cancel, ["too slow"]).start()
         result = run(messages, model=model, tools=tools, inbox=inbox)
+
+        inbox.steer("Stop searching; answer with what you have.")  # from another thread
+        inbox.follow_up("Then summarise it in one line.")
 
     A reply is taken when the run reaches its next yield: one sent while a tool
     or a model call is running waits for it to finish (nothing that happened is
@@ -208,6 +215,19 @@ class Inbox:
         """Stop the run: queue ``Cancel(reason)``."""
         self.send(Cancel(reason=reason))
 
+    def steer(self, message: UserMessage | str) -> None:
+        """Redirect the run: queue ``Steer(message)`` (see :class:`Steer`).
+
+        A ``str`` becomes a :class:`UserMessage` with a fresh random id (ids must be
+        unique in the run; pass a ``UserMessage`` to choose it).
+        """
+        self.send(Steer(_user_message(message)))
+
+    def follow_up(self, message: UserMessage | str) -> None:
+        """Ask one more thing once the run would complete: queue ``FollowUp(message)``
+        (see :class:`FollowUp`; a ``str`` as for :meth:`steer`)."""
+        self.send(FollowUp(_user_message(message)))
+
     def take(self) -> Reply | None:
         """Remove and return the oldest waiting reply, or ``None`` (what drivers call)."""
         if not self._queue:  # the common case, without the lock
@@ -215,11 +235,30 @@ class Inbox:
         with self._lock:
             return self._queue.popleft() if self._queue else None
 
+    def take_message(self) -> Steer | FollowUp | None:
+        """:meth:`take`, only if the oldest waiting reply is a ``Steer`` or a
+        ``FollowUp`` (else ``None``, and it stays)."""
+        if not self._queue:
+            return None
+        with self._lock:
+            queue = self._queue
+            if queue and type(queue[0]) in (Steer, FollowUp):
+                return queue.popleft()  # type: ignore[return-value]
+            return None
+
     def __len__(self) -> int:
         return len(self._queue)
 
     def __repr__(self) -> str:
         return f"<Inbox {len(self._queue)} waiting>"
+
+
+def _user_message(message: UserMessage | str) -> UserMessage:
+    if type(message) is str:
+        return UserMessage(f"inbox-{os.urandom(8).hex()}", message)
+    if type(message) is not UserMessage:
+        raise TypeError(f"message must be a UserMessage or a str, got {message!r}")
+    return message
 
 
 Clock = Callable[[], float]
@@ -443,6 +482,7 @@ def _steps(loop: AgentLoop, driver: _Driver) -> Generator[None, None, None]:
                     reply = driver.reply_to(effect)
                 except BaseException as exc:
                     abandon(loop, exc)
+                send_messages(loop, driver)
             effect = loop.send(reply)
             yield
     except StopIteration:
@@ -452,6 +492,18 @@ def _steps(loop: AgentLoop, driver: _Driver) -> Generator[None, None, None]:
         driver.close_batches()
         loop.close()
         unfollow()
+
+
+def send_messages(loop: AgentLoop, driver: _Rules) -> None:
+    """Send the steering and follow-up messages that reached the inbox while the
+    driver computed its reply (a tool ran, the model streamed), before that reply:
+    a ``Steer`` that came during a tool call then skips the calls after it, as
+    the user meant. The loop records each and yields the same effect again. A
+    ``Cancel`` waits for the next yield, so the reply is recorded first."""
+    message = driver.queued_message()
+    while message is not None:
+        loop.send(message)
+        message = driver.queued_message()
 
 
 def _events(
@@ -756,6 +808,15 @@ class _Rules:
         if reply is None or reply.at is not None:
             return reply
         return msgspec.structs.replace(reply, at=self.now())
+
+    def queued_message(self) -> Steer | FollowUp | None:
+        """The oldest reply waiting in the inbox if it is a ``Steer`` or a
+        ``FollowUp``, stamped; else ``None``."""
+        inbox = self._inbox
+        message = inbox.take_message() if inbox is not None else None
+        if message is None or message.at is not None:
+            return message
+        return msgspec.structs.replace(message, at=self.now())
 
     def _cancel(self) -> Cancel | None:
         signal = self._signal
