@@ -394,7 +394,9 @@ def test_inbox_stamps_a_reply_without_time():
 
 def test_inbox_takes_only_replies_accepted_at_any_yield():
     assert Cancel in ANYTIME_REPLIES
-    with pytest.raises(TypeError, match="an Inbox carries Cancel, Steer, FollowUp replies, got ToolResult"):
+    with pytest.raises(
+        TypeError, match="an Inbox carries Cancel, Steer, FollowUp replies, got ToolResult"
+    ):
         Inbox().send(ToolResult("c1", "x"))  # type: ignore[arg-type]
     assert Inbox().take() is None
 

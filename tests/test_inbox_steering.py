@@ -48,7 +48,7 @@ def scripted() -> ScriptedModel:
 
 
 def test_anytime_replies_are_cancel_steer_and_follow_up() -> None:
-    assert ANYTIME_REPLIES == (Cancel, Steer, FollowUp)
+    assert (Cancel, Steer, FollowUp) == ANYTIME_REPLIES
 
 
 def test_a_steer_sent_while_a_tool_runs_skips_the_calls_left() -> None:
