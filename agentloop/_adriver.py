@@ -30,6 +30,7 @@ import inspect
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ._batch import TaskBatches
 from ._budget import Budget
 from ._driver import (
     CancelToken,
@@ -55,7 +56,9 @@ from ._protocol import (
     Pause,
     Reply,
     RunResult,
+    ToolBatch,
     ToolRequest,
+    ToolResult,
 )
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
@@ -94,6 +97,8 @@ async def arun(
     started_at: float | None = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
+    parallel_tools: bool = False,
+    tool_workers: int | None = None,
 ) -> RunResult:
     """:func:`agentloop.run` for asyncio: ``await arun(messages, model=..., tools=...)``.
 
@@ -112,7 +117,7 @@ async def arun(
         CallerProtocolError, BaseException: as for :func:`agentloop.run`.
     """
     loop, tools, clock = _new_loop(
-        messages, tools, system, max_steps, budget, hooks, log, clock, started_at
+        messages, tools, system, max_steps, budget, hooks, log, clock, started_at, parallel_tools
     )
     return await adrive(
         loop,
@@ -123,6 +128,7 @@ async def arun(
         on_pause=on_pause,
         on_event=on_event,
         inbox=inbox,
+        tool_workers=tool_workers,
     )
 
 
@@ -136,12 +142,15 @@ async def adrive(
     on_pause: Any = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
+    tool_workers: int | None = None,
 ) -> RunResult:
     """:func:`agentloop.drive` for asyncio: continue ANY loop to its result.
 
     Arguments, checks and exceptions: as for :func:`agentloop.drive` and :func:`arun`.
     """
-    driver = _AsyncDriver.checked(loop, model, tools, signal, on_pause, clock, on_event, inbox)
+    driver = _AsyncDriver.checked(
+        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
+    )
     async for _ in _asteps(loop, driver):
         pass
     return _result(loop)
@@ -163,6 +172,8 @@ def arun_stream(
     started_at: float | None = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
+    parallel_tools: bool = False,
+    tool_workers: int | None = None,
 ) -> AsyncGenerator[Event | RunResult, None]:
     """:func:`arun`, as an async iterator of its events as they happen, then its result.
 
@@ -178,9 +189,11 @@ def arun_stream(
     Options are checked at once, before the first item.
     """
     loop, tools, clock = _new_loop(
-        messages, tools, system, max_steps, budget, hooks, log, clock, started_at
+        messages, tools, system, max_steps, budget, hooks, log, clock, started_at, parallel_tools
     )
-    driver = _AsyncDriver.checked(loop, model, tools, signal, on_pause, clock, on_event, inbox)
+    driver = _AsyncDriver.checked(
+        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
+    )
     return _aevents(loop, _asteps(loop, driver))
 
 
@@ -206,6 +219,7 @@ async def _asteps(loop: AgentLoop, driver: _AsyncDriver) -> AsyncGenerator[None,
         pass
     finally:
         await driver.close_stream()
+        await driver.close_batches()
         loop.close()
         unfollow()
 
@@ -231,9 +245,11 @@ async def _aevents(
 class _AsyncDriver(_Rules):
     """The async driver: the sync driver's replies, awaiting the I/O."""
 
-    __slots__ = ()
+    __slots__ = ("_batches",)
 
     asynchronous = True
+
+    _batches: TaskBatches | None
 
     async def reply_to(self, effect: Effect) -> Reply | Any:
         kind = type(effect)
@@ -246,6 +262,8 @@ class _AsyncDriver(_Rules):
                 return cancel
             outcome = await self._registry.aexecute(effect.call)  # type: ignore[union-attr]
             return self._tool_result(effect, outcome)  # type: ignore[arg-type]
+        if kind is ToolBatch:
+            return await self._batch_reply(effect)  # type: ignore[arg-type]
         if kind is Pause:
             unasked = self._unasked(effect)  # type: ignore[arg-type]
             if unasked is not None or self._on_pause is None:
@@ -283,6 +301,22 @@ class _AsyncDriver(_Rules):
                 return reply
         await self.close_stream()
         return reply
+
+    async def _batch_reply(self, batch: ToolBatch) -> ToolResult | Cancel:
+        """The next result of ``batch`` to complete, each call a task (started on
+        the first batch's first reply)."""
+        batches = getattr(self, "_batches", None)
+        if batches is None:
+            batches = self._batches = TaskBatches(
+                self._registry.aexecute, self._signal, self._tool_workers
+            )
+        return self._batched(await batches.next_result(batch))
+
+    async def close_batches(self) -> None:
+        """Cancel the batched calls still running and wait for them."""
+        batches = getattr(self, "_batches", None)
+        if batches is not None:
+            await batches.close()
 
     async def close_stream(self) -> None:
         stream, self._stream, self._stream_id = self._stream, None, None

@@ -53,7 +53,7 @@ from typing import Any, NoReturn, Protocol, runtime_checkable
 import msgspec
 from typing_extensions import Self
 
-from ._batch import ThreadPoolBatches
+from ._batch import Done, ThreadPoolBatches
 from ._budget import Budget
 from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
@@ -779,6 +779,15 @@ class _Rules:
         content, is_error = outcome
         return ToolResult(request.call.id, escape_surrogates(content), is_error, at=self.now())
 
+    def _batched(self, done: Done) -> ToolResult | Cancel:
+        """The reply for the next result of a batch to complete; ``None`` means the
+        run was cancelled and every call that started has been reported."""
+        if done is None:
+            cancel = self._cancel()
+            assert cancel is not None
+            return cancel
+        return self._tool_result(*done)
+
     def _unasked(self, pause: Pause) -> Cancel | None:
         """The reply to ``pause`` when ``on_pause`` is not asked: a cancel, or no
         callback (a pause then cancels the run with its reason)."""
@@ -858,22 +867,14 @@ class _Driver(_Rules):
 
     def _batch_reply(self, batch: ToolBatch) -> ToolResult | Cancel:
         """The next result of ``batch`` to complete, run on the run's thread pool
-        (started on the first batch); once cancelled, the cancel after the calls
-        already running reported."""
+        (started on the first batch)."""
         batches = getattr(self, "_batches", None)
         if batches is None:
             registry = self._registry
             batches = self._batches = ThreadPoolBatches(
-                lambda call: execute_tool(registry, call), self._tool_workers
+                lambda call: execute_tool(registry, call), self._signal, self._tool_workers
             )
-        signal = self._signal
-        done = batches.next_result(batch, signal is not None and signal.cancelled)
-        if done is None:  # cancelled: every call that started has been reported
-            cancel = self._cancel()
-            assert cancel is not None
-            return cancel
-        call_id, content, is_error = done
-        return ToolResult(call_id, escape_surrogates(content), is_error, at=self.now())
+        return self._batched(batches.next_result(batch))
 
     def close_batches(self) -> None:
         """Let no batched call start any more; wait for the running ones."""
