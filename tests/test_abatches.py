@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -26,56 +26,18 @@ from agentloop import (
     PauseRequest,
     Resume,
     RunResult,
-    ScriptedModel,
-    ScriptedResponse,
-    TextBlock,
     Tool,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
     adrive,
     agent_loop,
     arun,
     arun_stream,
-    encode_event,
     run,
     tool,
 )
 from replay import replay
 
-T = TypeVar("T")
-USER = UserMessage("u1", "go")
-#: Generous: a test only waits this long when the code under test is broken.
-PATIENCE = 10.0
-
-
-def go(coroutine: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coroutine)
-
-
-def script(*names: str) -> ScriptedModel:
-    """One response asking for a call per name (``c1``: ``k1``, ...), then ``done``."""
-    calls = tuple(ToolCall(f"c{i}", name, {"key": f"k{i}"}) for i, name in enumerate(names, 1))
-    return ScriptedModel(
-        [
-            ScriptedResponse("r1", calls, "tool_call"),
-            ScriptedResponse("r2", (TextBlock("done"),), "stop"),
-        ]
-    )
-
-
-def results(messages: Any) -> list[tuple[str, str, bool]]:
-    return [
-        (m.tool_call_id, m.content, m.is_error) for m in messages if type(m) is ToolResultMessage
-    ]
-
-
-def arrival(log: EventLog) -> list[str]:
-    return [e.message.tool_call_id for e in log if e.type in ("tool.result", "tool.error")]
-
-
-def encoded(events: Any) -> list[bytes]:
-    return [encode_event(event) for event in events]
+from .test_adrive import Ticker, encoded, go
+from .test_batches_run import PATIENCE, USER, arrival, results, script
 
 
 def replays(log: EventLog, hooks: HookRegistry | None = None) -> None:
@@ -83,13 +45,14 @@ def replays(log: EventLog, hooks: HookRegistry | None = None) -> None:
     assert encoded(replay(log.events, hooks=hooks).events) == encoded(log)
 
 
-class Ticker:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 1
-        return self.now
+async def until_cancelled(key: str, cancelled: list[str]) -> str:
+    """Wait until the task is cancelled, then add ``key`` to ``cancelled``."""
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        cancelled.append(key)
+        raise
+    raise AssertionError("the event is never set")
 
 
 def left_behind() -> set[asyncio.Task[Any]]:
@@ -137,26 +100,35 @@ class InOrder:
         return Tool(lookup, name=name)
 
 
-# --------------------------------------------------------------------------- order
+def arun_in_order(
+    order: Sequence[str], together: int | None = None, **options: Any
+) -> tuple[RunResult, EventLog, InOrder]:
+    """``arun`` of a step asking for a ``lookup`` per key, the calls finishing in
+    ``order`` (see :class:`InOrder`); checks that no task is left behind."""
 
-
-def test_results_are_sent_in_completion_order_and_kept_in_source_order() -> None:
     async def main() -> tuple[RunResult, EventLog, InOrder]:
-        calls = InOrder(["k3", "k1", "k2"])
+        calls = InOrder(order, together)
         log = EventLog()
         result = await arun(
             [USER],
-            model=script("lookup", "lookup", "lookup"),
+            model=script(*["lookup"] * len(order)),
             tools=[calls.tool()],
             hooks=calls.hooks,
             parallel_tools=True,
             log=log,
-            clock=Ticker(),
+            **options,
         )
         assert left_behind() == set()
         return result, log, calls
 
-    result, log, calls = go(main())
+    return go(main())
+
+
+# --------------------------------------------------------------------------- order
+
+
+def test_results_are_sent_in_completion_order_and_kept_in_source_order() -> None:
+    result, log, calls = arun_in_order(["k3", "k1", "k2"], clock=Ticker())
     assert result.status == "completed" and result.final_text == "done"
     assert calls.started == ["k1", "k2", "k3"]  # all three ran at the same time
     assert arrival(log) == ["c3", "c1", "c2"]
@@ -174,20 +146,7 @@ def test_results_are_sent_in_completion_order_and_kept_in_source_order() -> None
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 5).flatmap(lambda n: st.permutations([f"k{i}" for i in range(1, n + 1)])))
 def test_any_completion_order_keeps_the_models_order_and_replays(order: list[str]) -> None:
-    async def main() -> tuple[RunResult, EventLog, InOrder]:
-        calls = InOrder(order)
-        log = EventLog()
-        result = await arun(
-            [USER],
-            model=script(*["lookup"] * len(order)),
-            tools=[calls.tool()],
-            hooks=calls.hooks,
-            parallel_tools=True,
-            log=log,
-        )
-        return result, log, calls
-
-    result, log, calls = go(main())
+    result, log, calls = arun_in_order(order)
     ids = [f"c{key[1:]}" for key in order]
     assert arrival(log) == ids
     assert [call_id for call_id, _, _ in results(result.messages)] == sorted(ids)
@@ -231,6 +190,7 @@ def test_arun_writes_the_log_run_writes_for_the_same_completion_order() -> None:
     assert result == expected
     assert arrival(sync_log) == ["c2", "c3", "c1"]
     assert encoded(options["log"]) == encoded(sync_log)
+    assert sync_log[0].parallel_tools is True  # recorded in session.start
 
 
 def test_async_and_sync_tools_run_together_in_one_batch() -> None:
@@ -337,22 +297,12 @@ def test_tool_workers_caps_the_calls_running_at_once() -> None:
 
 
 def test_the_budget_cuts_a_batch_where_the_sequential_loop_pauses() -> None:
-    async def main() -> tuple[RunResult, EventLog, InOrder]:
-        calls = InOrder(["k2", "k1", "k3"], together=2)  # c1 and c2 together, then c3
-        log = EventLog()
-        result = await arun(
-            [USER],
-            model=script("lookup", "lookup", "lookup"),
-            tools=[calls.tool()],
-            hooks=calls.hooks,
-            budget=Budget(max_tool_calls=2),
-            on_pause=lambda pause: Resume(),
-            parallel_tools=True,
-            log=log,
-        )
-        return result, log, calls
-
-    result, log, calls = go(main())
+    result, log, calls = arun_in_order(
+        ["k2", "k1", "k3"],  # c1 and c2 run together, then c3
+        together=2,
+        budget=Budget(max_tool_calls=2),
+        on_pause=lambda pause: Resume(),
+    )
     assert result.status == "completed"
     shape = [
         e.type + (f" {e.call.id}" if e.type == "tool.call" else "")
@@ -447,7 +397,7 @@ def test_arun_stream_yields_a_batchs_results_as_they_arrive() -> None:
 # --------------------------------------------------------------------------- errors
 
 
-def test_a_tool_raising_in_a_batch_is_an_error_result_for_that_call_only() -> None:
+def test_an_async_tool_raising_in_a_batch_is_an_error_result_for_that_call_only() -> None:
     @tool
     async def lookup(key: str) -> str:
         """Fails for k2."""
@@ -456,22 +406,14 @@ def test_a_tool_raising_in_a_batch_is_an_error_result_for_that_call_only() -> No
             raise LookupError("no such key")
         return key
 
-    model = ScriptedModel(
-        [
-            ScriptedResponse(
-                "r1",
-                (
-                    ToolCall("c1", "lookup", {"key": "k1"}),
-                    ToolCall("c2", "lookup", {"key": "k2"}),
-                    ToolCall("c3", "lookup", {"key": 3}),
-                ),
-                "tool_call",
-            ),
-            ScriptedResponse("r2", (TextBlock("done"),), "stop"),
-        ]
-    )
+    @tool
+    async def count(key: int) -> int:
+        """Takes an int, and the model sends a string."""
+        return key  # never called
+
+    model = script("lookup", "lookup", "count")
     log = EventLog()
-    result = go(arun([USER], model=model, tools=[lookup], parallel_tools=True, log=log))
+    result = go(arun([USER], model=model, tools=[lookup, count], parallel_tools=True, log=log))
     assert result.status == "completed"
     got = results(result.messages)
     assert got[0] == ("c1", "k1", False)
@@ -502,12 +444,7 @@ def test_a_base_exception_from_a_batch_tool_is_recorded_then_raised(
         @tool
         async def lookup(key: str) -> str:
             """Waits until cancelled."""
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                cancelled.append(key)
-                raise
-            return key  # never set
+            return await until_cancelled(key, cancelled)
 
         log = EventLog()
         with pytest.raises((KeyboardInterrupt, Halt)) as raised:
@@ -533,7 +470,7 @@ def test_a_base_exception_from_a_batch_tool_is_recorded_then_raised(
 # --------------------------------------------------------------------------- cancel
 
 
-def test_a_cancel_token_lets_running_calls_finish_and_starts_no_more() -> None:
+def test_a_cancel_lets_the_calls_running_finish_and_a_waiting_one_never_starts() -> None:
     signal = CancelToken()
     started: list[str] = []
 
@@ -579,62 +516,6 @@ def test_a_cancel_token_lets_running_calls_finish_and_starts_no_more() -> None:
     assert replay(log.events).result == result
 
 
-def test_a_cancel_token_set_by_the_one_running_call_starts_no_other() -> None:
-    signal = CancelToken()
-    started: list[str] = []
-
-    @tool
-    async def lookup(key: str) -> str:
-        """Cancels the run."""
-        started.append(key)
-        signal.cancel("enough")
-        return key
-
-    log = EventLog()
-    result = go(
-        arun(
-            [USER],
-            model=script(*["lookup"] * 3),
-            tools=[lookup],
-            parallel_tools=True,
-            tool_workers=1,
-            signal=signal,
-            log=log,
-        )
-    )
-    assert (result.status, result.reason) == ("cancelled", "enough")
-    assert started == ["k1"]
-    assert results(result.messages) == [("c1", "k1", False)]  # none invented for c2, c3
-    replays(log)
-
-
-def test_a_cancel_before_the_batch_starts_runs_no_call() -> None:
-    signal = CancelToken()
-    started: list[str] = []
-
-    @tool
-    async def lookup(key: str) -> str:
-        """Never runs."""
-        started.append(key)  # never runs
-        return key
-
-    def before(payload: dict[str, Any]) -> None:
-        signal.cancel("changed my mind")
-
-    result = go(
-        arun(
-            [USER],
-            model=script("lookup", "lookup"),
-            tools=[lookup],
-            parallel_tools=True,
-            signal=signal,
-            hooks=HookRegistry({"before_tool_call": before}),
-        )
-    )
-    assert (result.status, result.reason) == ("cancelled", "changed my mind")
-    assert started == [] and results(result.messages) == []
-
-
 def test_cancelling_the_task_mid_batch_cancels_the_calls_then_raises() -> None:
     cancelled: list[str] = []
     release = threading.Event()  # a thread cannot be interrupted: the test lets it go
@@ -648,12 +529,7 @@ def test_cancelling_the_task_mid_batch_cancels_the_calls_then_raises() -> None:
             """k1 finishes at once; the others wait until cancelled."""
             if key == "k1":
                 return key
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                cancelled.append(key)
-                raise
-            return key  # never set
+            return await until_cancelled(key, cancelled)
 
         @tool
         def blocking(key: str) -> str:
@@ -704,12 +580,7 @@ def test_an_inbox_cancel_mid_batch_cancels_the_calls_still_running() -> None:
             if key == "k1":
                 inbox.cancel("stop")
                 return key
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                cancelled.append(key)
-                raise
-            return key  # never set
+            return await until_cancelled(key, cancelled)
 
         result = await arun(
             [USER],
@@ -744,12 +615,3 @@ def test_options_are_checked_as_run_checks_them() -> None:
         go(arun([USER], model=model, tools=[], parallel_tools="yes"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=str(raised.value)):
         run([USER], model=model, tools=[], parallel_tools="yes")  # type: ignore[arg-type]
-
-
-def test_parallel_tools_is_recorded_as_run_records_it() -> None:
-    model: Callable[[], ScriptedModel] = lambda: ScriptedModel([ScriptedResponse.text("r1", "hi")])  # noqa: E731
-    log, sync_log = EventLog(), EventLog()
-    go(arun([USER], model=model(), tools=[], parallel_tools=True, log=log, clock=Ticker()))
-    run([USER], model=model(), tools=[], parallel_tools=True, log=sync_log, clock=Ticker())
-    assert encoded(log) == encoded(sync_log)
-    assert log[0].parallel_tools is True
