@@ -308,7 +308,7 @@ class _AsyncDriver(_Rules):
         batches = getattr(self, "_batches", None)
         if batches is None:
             batches = self._batches = TaskBatches(
-                self._registry.aexecute, self._signal, self._tool_workers
+                self._registry.aexecute, self._signal, self._tool_workers, self._log
             )
         return self._batched(await batches.next_result(batch))
 

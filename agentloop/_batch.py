@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from ._events import EventLog, PlanCommitEvent, ToolErrorEvent, ToolResultEvent
 from ._messages import ToolCall
 from ._protocol import ToolBatch, ToolRequest
 
@@ -63,6 +64,28 @@ Done = tuple[ToolRequest, Outcome] | None
 Handle = TypeVar("Handle")
 
 
+def answered(log: EventLog, batch: ToolBatch) -> frozenset[str]:
+    """The calls of ``batch`` whose results ``log`` holds already.
+
+    A loop resumed from a log that stops inside a batch yields the whole batch
+    again; the calls answered before it stopped have their ``tool.result`` /
+    ``tool.error`` after the step's ``plan.commit``, and must not run twice.
+    """
+    ids = {request.call.id for request in batch.requests}
+    found: set[str] = set()
+    index = len(log)
+    while True:  # back to the step's plan.commit, which comes before any batch
+        index -= 1
+        event = log[index]
+        kind = type(event)
+        if kind is PlanCommitEvent:
+            return frozenset(found)
+        if kind is ToolResultEvent or kind is ToolErrorEvent:
+            call_id = event.message.tool_call_id  # type: ignore[union-attr]
+            if call_id in ids:
+                found.add(call_id)
+
+
 class _Batches(Generic[Handle]):
     """What both executors keep: the batch being answered and the request each
     running call (a future, a task) answers.
@@ -71,11 +94,14 @@ class _Batches(Generic[Handle]):
     reports their results in completion order.
     """
 
-    __slots__ = ("_batch", "_calls", "_signal", "_workers")
+    __slots__ = ("_batch", "_calls", "_log", "_signal", "_workers")
 
-    def __init__(self, signal: CancelToken | None, workers: int | None) -> None:
+    def __init__(
+        self, signal: CancelToken | None, workers: int | None, log: EventLog | None
+    ) -> None:
         self._signal = signal
         self._workers = workers
+        self._log = log
         self._batch: ToolBatch | None = None
         self._calls: dict[Handle, ToolRequest] = {}
 
@@ -86,8 +112,13 @@ class _Batches(Generic[Handle]):
             return True
         if not self._starts():
             return False
+        requests: Collection[ToolRequest] = batch.requests
+        log = self._log
+        if self._batch is None and log is not None:  # the first: maybe a resumed one
+            done = answered(log, batch)
+            requests = [request for request in requests if request.call.id not in done]
         self._batch = batch
-        self._calls = self._start(batch.requests)
+        self._calls = self._start(requests)
         return True
 
     def _starts(self) -> bool:
@@ -95,8 +126,8 @@ class _Batches(Generic[Handle]):
         signal = self._signal
         return signal is None or not signal.cancelled
 
-    def _start(self, requests: Collection[ToolRequest]) -> dict[Handle, ToolRequest]:
-        raise NotImplementedError  # pragma: no cover (abstract)
+    #: Starts each call of ``requests``: the handles, each with its request.
+    _start: Callable[[Collection[ToolRequest]], dict[Handle, ToolRequest]]
 
     def _reported(self, handle: Handle, outcome: Outcome | None) -> Done:
         """What to send for ``handle``'s ``outcome``: nothing for a call that never
@@ -119,8 +150,9 @@ class ThreadPoolBatches(_Batches["Future[Outcome | None]"]):
         execute: Callable[[ToolCall], Outcome],
         signal: CancelToken | None,
         workers: int | None,
+        log: EventLog | None = None,
     ) -> None:
-        super().__init__(signal, DEFAULT_TOOL_WORKERS if workers is None else workers)
+        super().__init__(signal, DEFAULT_TOOL_WORKERS if workers is None else workers, log)
         self._execute = execute
         self._pool: ThreadPoolExecutor | None = None
         self._done: Iterator[Future[Outcome | None]] = iter(())
@@ -177,8 +209,9 @@ class TaskBatches(_Batches["asyncio.Task[Outcome | BaseException | None]"]):
         execute: Callable[[ToolCall], Awaitable[Outcome]],
         signal: CancelToken | None,
         workers: int | None,
+        log: EventLog | None = None,
     ) -> None:
-        super().__init__(signal, workers)
+        super().__init__(signal, workers, log)
         self._execute = execute
         self._limit: asyncio.Semaphore | None = None
         self._finished: asyncio.Queue[asyncio.Task[Outcome | BaseException | None]] | None = None

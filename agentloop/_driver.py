@@ -615,6 +615,7 @@ class _Rules:
     __slots__ = (
         "_clock",
         "_inbox",
+        "_log",
         "_model",
         "_on_event",
         "_on_pause",
@@ -648,6 +649,7 @@ class _Rules:
         self._stream: Any = None
         self._stream_id: str | None = None
         self._tool_workers = tool_workers
+        self._log: EventLog | None = None  # the driven loop's (watch)
 
     @classmethod
     def checked(
@@ -694,7 +696,7 @@ class _Rules:
     def watch(self, loop: AgentLoop) -> Callable[[], None]:
         """Subscribe ``on_event`` and the DEBUG logger to ``loop.log``; the returned
         function unsubscribes them and logs the result (call it after the end)."""
-        log = loop.log
+        log = self._log = loop.log
         unsubscribe = log.subscribe(self._on_event) if self._on_event is not None else None
         unfollow = follow(log)  # DEBUG per event, only if enabled now: free otherwise
 
@@ -872,7 +874,10 @@ class _Driver(_Rules):
         if batches is None:
             registry = self._registry
             batches = self._batches = ThreadPoolBatches(
-                lambda call: execute_tool(registry, call), self._signal, self._tool_workers
+                lambda call: execute_tool(registry, call),
+                self._signal,
+                self._tool_workers,
+                self._log,
             )
         return self._batched(batches.next_result(batch))
 

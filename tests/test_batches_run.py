@@ -17,19 +17,24 @@ from agentloop import (
     CancelToken,
     EventLog,
     HookRegistry,
+    ModelResponse,
     RunResult,
     ScriptedModel,
     ScriptedResponse,
     TextBlock,
     ToolCall,
+    ToolResult,
     ToolResultMessage,
     UserMessage,
+    adrive,
+    agent_loop,
     arun,
+    drive,
     encode_event,
     run,
     tool,
 )
-from replay import replay
+from replay import replay, resume
 
 USER = UserMessage("u1", "go")
 #: Generous: a test only waits this long when the code under test is broken.
@@ -63,6 +68,10 @@ def arun_to_end(messages: Any, **options: Any) -> RunResult:
 Driver = Callable[..., RunResult]
 #: Both drivers, for the tests of what they share.
 DRIVERS = pytest.mark.parametrize("driver", [run, arun_to_end], ids=["run", "arun"])
+
+
+def adrive_to_end(loop: Any, **options: Any) -> RunResult:
+    return asyncio.run(adrive(loop, **options))
 
 
 def ticking() -> Any:
@@ -258,3 +267,35 @@ def test_tool_workers_must_be_a_positive_int(driver: Driver) -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="tool_workers must be a positive int or None"):
             driver([USER], model=script("x"), tools=[], tool_workers=bad)
+
+
+@pytest.mark.parametrize("driver", [drive, adrive_to_end], ids=["drive", "adrive"])
+def test_a_loop_resumed_inside_a_batch_runs_only_the_calls_not_answered(driver: Driver) -> None:
+    ran: list[str] = []
+
+    @tool
+    def lookup(key: str) -> str:
+        ran.append(key)
+        return key
+
+    @tool(sequential=True)
+    def write(key: str) -> str:
+        ran.append(key)
+        return key
+
+    loop = agent_loop([USER], tools=[lookup, write], parallel_tools=True)
+    request = next(loop)
+    names = ("lookup", "write", "lookup", "lookup")
+    calls = tuple(ToolCall(f"c{i}", name, {"key": f"k{i}"}) for i, name in enumerate(names, 1))
+    loop.send(ModelResponse(request.id, "r1", calls, "tool_call"))
+    for call_id in ("c1", "c2", "c4"):  # batch(c1), write(c2), batch(c3, c4)
+        loop.send(ToolResult(call_id, f"k{call_id[1:]}"))
+    events = list(loop.log.events)  # the process died here, inside the last batch
+    loop.close()
+
+    live, _ = resume(events)
+    model = ScriptedModel([ScriptedResponse("r2", (TextBlock("done"),), "stop")])
+    result = driver(live, model=model, tools=[lookup, write])
+    assert ran == ["k3"]  # c4 does not run twice
+    assert [m[0] for m in results(result.messages)] == ["c1", "c2", "c3", "c4"]
+    assert replay(live.log.events).result == result
