@@ -14,11 +14,15 @@ the sync driver uses (``_Rules``).
   then the response (an ``async def`` returning one is awaited first);
 - ``ToolRequest``: :meth:`ToolRegistry.aexecute`: an ``async def`` tool is
   awaited, a sync one runs in a worker thread (``asyncio.to_thread``);
+- ``ToolBatch`` (``parallel_tools=True``): each call an asyncio task (at most
+  ``tool_workers`` at once when given, see ``_batch.py``), the results sent in
+  completion order;
 - ``Pause``: ``on_pause`` may be a plain function or an ``async def``.
 
 Cancelling the task that awaits the driver (``task.cancel()``, a timeout, a
 closed web request) sends ``Cancel("task cancelled")`` to the loop, so the log is
-finished, then lets ``CancelledError`` go on.
+finished, then lets ``CancelledError`` go on -- after cancelling and awaiting the
+tool tasks of a batch still running, so none outlives the run.
 
 ``asyncio`` is imported on first use, so ``import agentloop`` stays light for sync
 programs.
@@ -107,7 +111,9 @@ async def arun(
     needs ``astream`` (:class:`AsyncModel`; ``ScriptedModel`` and ``FunctionModel``
     have it, and so do the provider adapters given an async SDK client), tools may
     be ``async def`` (sync tools run in a worker thread), and ``on_pause`` may be
-    ``async def``.
+    ``async def``. With ``parallel_tools=True`` the calls of a batch run as
+    asyncio tasks, at most ``tool_workers`` at once (default: no limit; sync tools
+    also share the event loop's default thread pool).
 
     Raises:
         TypeError, ValueError: bad options (before anything runs), a model without

@@ -27,6 +27,10 @@ threads (they cannot be interrupted); the asyncio executor cancels the tool task
 still running (the awaiting task was cancelled, or a tool raised) and awaits them,
 so no task outlives the run.
 
+A loop resumed from a log that stops inside a batch yields the whole batch again:
+the first batch an executor sees runs only the calls the log has no result for
+(:func:`answered`).
+
 ``asyncio`` is imported on first use: ``import agentloop`` stays light for sync
 programs.
 """
@@ -53,8 +57,8 @@ __all__ = ["DEFAULT_TOOL_WORKERS", "TaskBatches", "ThreadPoolBatches"]
 #: started only as calls need them).
 DEFAULT_TOOL_WORKERS = 32
 
-#: What a call produced: ``(content, is_error)``, or ``None`` when it never started
-#: (the run was cancelled first).
+#: What a call produced: ``(content, is_error)`` (``None`` in its place: the call
+#: never started, the run was cancelled first).
 Outcome = tuple[str, bool]
 #: The next result of a batch to complete, for the driver: the request and its
 #: outcome; ``None`` once the run was cancelled and every call that started has been
