@@ -394,6 +394,33 @@ def test_arun_stream_yields_a_batchs_results_as_they_arrive() -> None:
     assert type(items[-1]) is RunResult and items[-1].final_text == "done"
 
 
+def test_leaving_arun_stream_mid_batch_cancels_the_calls_still_running() -> None:
+    cancelled: list[str] = []
+
+    async def main() -> EventLog:
+        @tool
+        async def lookup(key: str) -> str:
+            """k1 finishes at once; k2 waits until cancelled."""
+            if key == "k1":
+                return key
+            return await until_cancelled(key, cancelled)
+
+        log = EventLog()
+        items = arun_stream(
+            [USER], model=script("lookup", "lookup"), tools=[lookup], parallel_tools=True, log=log
+        )
+        async with contextlib.aclosing(items):
+            async for item in items:
+                if item.type == "tool.result":  # type: ignore[union-attr]
+                    break
+        assert left_behind() == set()
+        return log
+
+    log = go(main())
+    assert cancelled == ["k2"] and arrival(log) == ["c1"]
+    assert log[-1].type == "run.finished" and log[-1].reason == "closed"
+
+
 # --------------------------------------------------------------------------- errors
 
 
