@@ -14,11 +14,15 @@ the sync driver uses (``_Rules``).
   then the response (an ``async def`` returning one is awaited first);
 - ``ToolRequest``: :meth:`ToolRegistry.aexecute`: an ``async def`` tool is
   awaited, a sync one runs in a worker thread (``asyncio.to_thread``);
+- ``ToolBatch`` (``parallel_tools=True``): each call an asyncio task (at most
+  ``tool_workers`` at once when given, see ``_batch.py``), the results sent in
+  completion order;
 - ``Pause``: ``on_pause`` may be a plain function or an ``async def``.
 
 Cancelling the task that awaits the driver (``task.cancel()``, a timeout, a
 closed web request) sends ``Cancel("task cancelled")`` to the loop, so the log is
-finished, then lets ``CancelledError`` go on.
+finished, then lets ``CancelledError`` go on -- after cancelling and awaiting the
+tool tasks of a batch still running, so none outlives the run.
 
 ``asyncio`` is imported on first use, so ``import agentloop`` stays light for sync
 programs.
@@ -30,6 +34,7 @@ import inspect
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ._batch import TaskBatches
 from ._budget import Budget
 from ._driver import (
     CancelToken,
@@ -57,7 +62,9 @@ from ._protocol import (
     Pause,
     Reply,
     RunResult,
+    ToolBatch,
     ToolRequest,
+    ToolResult,
 )
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
@@ -96,6 +103,8 @@ async def arun(
     started_at: float | None = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
+    parallel_tools: bool = False,
+    tool_workers: int | None = None,
     limits: Limits | None = None,
     output: Any = None,
     output_retries: int = 2,
@@ -107,7 +116,9 @@ async def arun(
     needs ``astream`` (:class:`AsyncModel`; ``ScriptedModel`` and ``FunctionModel``
     have it, and so do the provider adapters given an async SDK client), tools may
     be ``async def`` (sync tools run in a worker thread), and ``on_pause`` may be
-    ``async def``.
+    ``async def``. With ``parallel_tools=True`` the calls of a batch run as
+    asyncio tasks, at most ``tool_workers`` at once (default: no limit; sync tools
+    also share the event loop's default thread pool).
 
     Raises:
         TypeError, ValueError: bad options (before anything runs), a model without
@@ -126,9 +137,10 @@ async def arun(
         log,
         clock,
         started_at,
-        limits=limits,
-        output=output,
-        output_retries=output_retries,
+        parallel_tools,
+        limits,
+        output,
+        output_retries,
     )
     return await adrive(
         loop,
@@ -139,6 +151,7 @@ async def arun(
         on_pause=on_pause,
         on_event=on_event,
         inbox=inbox,
+        tool_workers=tool_workers,
     )
 
 
@@ -152,12 +165,15 @@ async def adrive(
     on_pause: Any = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
+    tool_workers: int | None = None,
 ) -> RunResult:
     """:func:`agentloop.drive` for asyncio: continue ANY loop to its result.
 
     Arguments, checks and exceptions: as for :func:`agentloop.drive` and :func:`arun`.
     """
-    driver = _AsyncDriver.checked(loop, model, tools, signal, on_pause, clock, on_event, inbox)
+    driver = _AsyncDriver.checked(
+        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
+    )
     async for _ in _asteps(loop, driver):
         pass
     return _result(loop)
@@ -179,6 +195,8 @@ def arun_stream(
     started_at: float | None = None,
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
+    parallel_tools: bool = False,
+    tool_workers: int | None = None,
     limits: Limits | None = None,
     output: Any = None,
     output_retries: int = 2,
@@ -206,11 +224,14 @@ def arun_stream(
         log,
         clock,
         started_at,
-        limits=limits,
-        output=output,
-        output_retries=output_retries,
+        parallel_tools,
+        limits,
+        output,
+        output_retries,
     )
-    driver = _AsyncDriver.checked(loop, model, tools, signal, on_pause, clock, on_event, inbox)
+    driver = _AsyncDriver.checked(
+        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
+    )
     return _aevents(loop, _asteps(loop, driver))
 
 
@@ -237,6 +258,7 @@ async def _asteps(loop: AgentLoop, driver: _AsyncDriver) -> AsyncGenerator[None,
         pass
     finally:
         await driver.close_stream()
+        await driver.close_batches()
         loop.close()
         unfollow()
 
@@ -262,9 +284,11 @@ async def _aevents(
 class _AsyncDriver(_Rules):
     """The async driver: the sync driver's replies, awaiting the I/O."""
 
-    __slots__ = ()
+    __slots__ = ("_batches",)
 
     asynchronous = True
+
+    _batches: TaskBatches | None
 
     async def reply_to(self, effect: Effect) -> Reply | Any:
         kind = type(effect)
@@ -277,6 +301,8 @@ class _AsyncDriver(_Rules):
                 return cancel
             outcome = await self._registry.aexecute(effect.call)  # type: ignore[union-attr]
             return self._tool_result(effect, outcome)  # type: ignore[arg-type]
+        if kind is ToolBatch:
+            return await self._batch_reply(effect)  # type: ignore[arg-type]
         if kind is Pause:
             unasked = self._unasked(effect)  # type: ignore[arg-type]
             if unasked is not None or self._on_pause is None:
@@ -314,6 +340,22 @@ class _AsyncDriver(_Rules):
                 return reply
         await self.close_stream()
         return reply
+
+    async def _batch_reply(self, batch: ToolBatch) -> ToolResult | Cancel:
+        """The next result of ``batch`` to complete, each call a task (started on
+        the first batch's first reply)."""
+        batches = getattr(self, "_batches", None)
+        if batches is None:
+            batches = self._batches = TaskBatches(
+                self._registry.aexecute, self._signal, self._tool_workers, self._log
+            )
+        return self._batched(await batches.next_result(batch))
+
+    async def close_batches(self) -> None:
+        """Cancel the batched calls still running and wait for them."""
+        batches = getattr(self, "_batches", None)
+        if batches is not None:
+            await batches.close()
 
     async def close_stream(self) -> None:
         stream, self._stream, self._stream_id = self._stream, None, None

@@ -54,7 +54,7 @@ from typing import Any, NoReturn, Protocol, runtime_checkable
 import msgspec
 from typing_extensions import Self
 
-from ._batch import ThreadPoolBatches
+from ._batch import Done, ThreadPoolBatches
 from ._budget import Budget
 from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
@@ -706,6 +706,7 @@ class _Rules:
     __slots__ = (
         "_clock",
         "_inbox",
+        "_log",
         "_model",
         "_on_event",
         "_on_pause",
@@ -739,6 +740,7 @@ class _Rules:
         self._stream: Any = None
         self._stream_id: str | None = None
         self._tool_workers = tool_workers
+        self._log: EventLog | None = None  # the driven loop's (watch)
 
     @classmethod
     def checked(
@@ -785,7 +787,7 @@ class _Rules:
     def watch(self, loop: AgentLoop) -> Callable[[], None]:
         """Subscribe ``on_event`` and the DEBUG logger to ``loop.log``; the returned
         function unsubscribes them and logs the result (call it after the end)."""
-        log = loop.log
+        log = self._log = loop.log
         unsubscribe = log.subscribe(self._on_event) if self._on_event is not None else None
         unfollow = follow(log)  # DEBUG per event, only if enabled now: free otherwise
 
@@ -879,6 +881,15 @@ class _Rules:
         content, is_error = outcome
         return ToolResult(request.call.id, escape_surrogates(content), is_error, at=self.now())
 
+    def _batched(self, done: Done) -> ToolResult | Cancel:
+        """The reply for the next result of a batch to complete; ``None`` means the
+        run was cancelled and every call that started has been reported."""
+        if done is None:
+            cancel = self._cancel()
+            assert cancel is not None
+            return cancel
+        return self._tool_result(*done)
+
     def _unasked(self, pause: Pause) -> Cancel | None:
         """The reply to ``pause`` when ``on_pause`` is not asked: a cancel, or no
         callback (a pause then cancels the run with its reason)."""
@@ -958,22 +969,17 @@ class _Driver(_Rules):
 
     def _batch_reply(self, batch: ToolBatch) -> ToolResult | Cancel:
         """The next result of ``batch`` to complete, run on the run's thread pool
-        (started on the first batch); once cancelled, the cancel after the calls
-        already running reported."""
+        (started on the first batch)."""
         batches = getattr(self, "_batches", None)
         if batches is None:
             registry = self._registry
             batches = self._batches = ThreadPoolBatches(
-                lambda call: execute_tool(registry, call), self._tool_workers
+                lambda call: execute_tool(registry, call),
+                self._signal,
+                self._tool_workers,
+                self._log,
             )
-        signal = self._signal
-        done = batches.next_result(batch, signal is not None and signal.cancelled)
-        if done is None:  # cancelled: every call that started has been reported
-            cancel = self._cancel()
-            assert cancel is not None
-            return cancel
-        call_id, content, is_error = done
-        return ToolResult(call_id, escape_surrogates(content), is_error, at=self.now())
+        return self._batched(batches.next_result(batch))
 
     def close_batches(self) -> None:
         """Let no batched call start any more; wait for the running ones."""

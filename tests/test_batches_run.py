@@ -1,8 +1,14 @@
-"""``run(..., parallel_tools=True)``: tool batches on a thread pool (DESIGN §18)."""
+"""``run(..., parallel_tools=True)``: tool batches on a thread pool (DESIGN §18).
+
+The tests of behaviour both drivers share run under ``arun`` too (its batches are
+asyncio tasks; these sync tools run in worker threads); ``test_abatches.py`` has
+the asyncio-only ones."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,17 +17,24 @@ from agentloop import (
     CancelToken,
     EventLog,
     HookRegistry,
+    ModelResponse,
+    RunResult,
     ScriptedModel,
     ScriptedResponse,
     TextBlock,
     ToolCall,
+    ToolResult,
     ToolResultMessage,
     UserMessage,
+    adrive,
+    agent_loop,
+    arun,
+    drive,
     encode_event,
     run,
     tool,
 )
-from replay import replay
+from replay import replay, resume
 
 USER = UserMessage("u1", "go")
 #: Generous: a test only waits this long when the code under test is broken.
@@ -46,6 +59,19 @@ def results(messages: Any) -> list[tuple[str, str, bool]]:
 
 def arrival(log: EventLog) -> list[str]:
     return [e.message.tool_call_id for e in log if e.type in ("tool.result", "tool.error")]
+
+
+def arun_to_end(messages: Any, **options: Any) -> RunResult:
+    return asyncio.run(arun(messages, **options))
+
+
+Driver = Callable[..., RunResult]
+#: Both drivers, for the tests of what they share.
+DRIVERS = pytest.mark.parametrize("driver", [run, arun_to_end], ids=["run", "arun"])
+
+
+def adrive_to_end(loop: Any, **options: Any) -> RunResult:
+    return asyncio.run(adrive(loop, **options))
 
 
 def ticking() -> Any:
@@ -106,14 +132,15 @@ def test_results_are_sent_in_completion_order_and_kept_in_source_order() -> None
     assert [encode_event(e) for e in replayed.events] == [encode_event(e) for e in log]
 
 
-def test_a_tool_raising_in_a_batch_is_an_error_result_for_that_call_only() -> None:
+@DRIVERS
+def test_a_tool_raising_in_a_batch_is_an_error_result_for_that_call_only(driver: Driver) -> None:
     @tool
     def lookup(key: str) -> str:
         if key == "k2":
             raise LookupError("no such key")
         return key
 
-    result = run([USER], model=script(*["lookup"] * 3), tools=[lookup], parallel_tools=True)
+    result = driver([USER], model=script(*["lookup"] * 3), tools=[lookup], parallel_tools=True)
     assert result.status == "completed"
     got = results(result.messages)
     assert got[0] == ("c1", "k1", False) and got[2] == ("c3", "k3", False)
@@ -164,7 +191,8 @@ def test_a_sequential_tool_runs_alone_between_batches() -> None:
     assert ("write", 1) in seen and most == 2
 
 
-def test_a_cancel_lets_running_calls_finish_and_starts_no_more() -> None:
+@DRIVERS
+def test_a_cancel_lets_running_calls_finish_and_starts_no_more(driver: Driver) -> None:
     signal = CancelToken()
     started: list[str] = []
 
@@ -175,7 +203,7 @@ def test_a_cancel_lets_running_calls_finish_and_starts_no_more() -> None:
         return key
 
     log = EventLog()
-    result = run(
+    result = driver(
         [USER],
         model=script(*["lookup"] * 3),
         tools=[lookup],
@@ -191,7 +219,8 @@ def test_a_cancel_lets_running_calls_finish_and_starts_no_more() -> None:
     assert replay(log.events).result == result
 
 
-def test_a_cancel_before_the_batch_starts_runs_no_call() -> None:
+@DRIVERS
+def test_a_cancel_before_the_batch_starts_runs_no_call(driver: Driver) -> None:
     signal = CancelToken()
     started: list[str] = []
 
@@ -203,7 +232,7 @@ def test_a_cancel_before_the_batch_starts_runs_no_call() -> None:
     def before(payload: dict[str, Any]) -> None:
         signal.cancel("changed my mind")
 
-    result = run(
+    result = driver(
         [USER],
         model=script("lookup", "lookup"),
         tools=[lookup],
@@ -215,7 +244,8 @@ def test_a_cancel_before_the_batch_starts_runs_no_call() -> None:
     assert started == [] and results(result.messages) == []
 
 
-def test_an_interrupt_in_a_batch_tool_is_recorded_then_raised() -> None:
+@DRIVERS
+def test_an_interrupt_in_a_batch_tool_is_recorded_then_raised(driver: Driver) -> None:
     @tool
     def lookup(key: str) -> str:
         if key == "k2":
@@ -224,13 +254,48 @@ def test_an_interrupt_in_a_batch_tool_is_recorded_then_raised() -> None:
 
     log = EventLog()
     with pytest.raises(KeyboardInterrupt):
-        run([USER], model=script("lookup", "lookup"), tools=[lookup], parallel_tools=True, log=log)
+        driver(
+            [USER], model=script("lookup", "lookup"), tools=[lookup], parallel_tools=True, log=log
+        )
     finished = log[-1]
     assert finished.type == "run.finished" and finished.status == "cancelled"
     assert finished.reason == "KeyboardInterrupt: stop it"
 
 
-def test_tool_workers_must_be_a_positive_int() -> None:
+@DRIVERS
+def test_tool_workers_must_be_a_positive_int(driver: Driver) -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="tool_workers must be a positive int or None"):
-            run([USER], model=script("x"), tools=[], tool_workers=bad)  # type: ignore[arg-type]
+            driver([USER], model=script("x"), tools=[], tool_workers=bad)
+
+
+@pytest.mark.parametrize("driver", [drive, adrive_to_end], ids=["drive", "adrive"])
+def test_a_loop_resumed_inside_a_batch_runs_only_the_calls_not_answered(driver: Driver) -> None:
+    ran: list[str] = []
+
+    @tool
+    def lookup(key: str) -> str:
+        ran.append(key)
+        return key
+
+    @tool(sequential=True)
+    def write(key: str) -> str:
+        ran.append(key)
+        return key
+
+    loop = agent_loop([USER], tools=[lookup, write], parallel_tools=True)
+    request = next(loop)
+    names = ("lookup", "write", "lookup", "lookup")
+    calls = tuple(ToolCall(f"c{i}", name, {"key": f"k{i}"}) for i, name in enumerate(names, 1))
+    loop.send(ModelResponse(request.id, "r1", calls, "tool_call"))
+    for call_id in ("c1", "c2", "c4"):  # batch(c1), write(c2), batch(c3, c4)
+        loop.send(ToolResult(call_id, f"k{call_id[1:]}"))
+    events = list(loop.log.events)  # the process died here, inside the last batch
+    loop.close()
+
+    live, _ = resume(events)
+    model = ScriptedModel([ScriptedResponse("r2", (TextBlock("done"),), "stop")])
+    result = driver(live, model=model, tools=[lookup, write])
+    assert ran == ["k3"]  # c4 does not run twice
+    assert [m[0] for m in results(result.messages)] == ["c1", "c2", "c3", "c4"]
+    assert replay(live.log.events).result == result

@@ -24,7 +24,17 @@ def test_quick_run_prints_and_writes_every_number(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    for needle in ("B1 5 tool calls of 50 ms each", "sequential", "parallel_tools=True", "goal"):
+    for needle in (
+        "B1 5 tool calls of 50 ms each, wall time of run()",
+        "B2 5 tool calls of 50 ms each, wall time of arun()",
+        "sequential",
+        "parallel_tools=True",
+        "one call",
+        "goal",
+    ):
         assert needle in done.stdout, done.stdout
-    numbers = json.loads(out.read_text())["B1"]
-    assert numbers["calls"] == 5 and numbers["sequential_ms"] > 0 and numbers["parallel_ms"] > 0
+    for case in ("B1", "B2"):
+        numbers = json.loads(out.read_text())[case]
+        assert numbers["calls"] == 5
+        assert numbers["sequential_ms"] > 0 and numbers["parallel_ms"] > 0
+        assert numbers["one_call_ms"] > 0
