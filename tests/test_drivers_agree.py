@@ -1,0 +1,169 @@
+"""Protocol fuzzing across drivers: any scripted session -- text, tool calls (known,
+unknown, failing, with bad arguments), several calls per step, sequential or
+parallel tools, steering and follow-ups from the inbox, a cancel, a budget -- writes
+the same log, byte for byte, under ``run`` and under ``arun``, and that log replays.
+
+Parallel tools are run one at a time here (``tool_workers=1``) so that completion
+order, and with it the log, is the same under both drivers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import replay
+from agentloop import (
+    Budget,
+    EventLog,
+    Inbox,
+    Resume,
+    ScriptedModel,
+    ScriptedResponse,
+    ToolCall,
+    UserMessage,
+    arun,
+    encode_event,
+    run,
+    tool,
+)
+
+NAMES = ("add", "fail", "nope")
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> dict[str, Any]:
+    steps: list[list[tuple[str, dict[str, Any]]]] = []
+    for _ in range(draw(st.integers(0, 4))):
+        calls = draw(
+            st.lists(
+                st.tuples(
+                    st.sampled_from(NAMES),
+                    st.one_of(
+                        st.fixed_dictionaries({"a": st.integers(-5, 5), "b": st.integers(0, 3)}),
+                        st.just({"a": "not a number", "b": 1}),
+                    ),
+                ),
+                min_size=1,
+                max_size=3,
+            )
+        )
+        steps.append(calls)
+    return {
+        "steps": steps,
+        "parallel": draw(st.booleans()),
+        # (call number, what the tool sends to the inbox while it runs)
+        "inbox": draw(
+            st.lists(
+                st.tuples(st.integers(1, 8), st.sampled_from(["steer", "follow_up", "cancel"])),
+                max_size=2,
+            )
+        ),
+        "max_tool_calls": draw(st.none() | st.integers(1, 6)),
+        "max_steps": draw(st.integers(1, 8)),
+    }
+
+
+def script(session: dict[str, Any]) -> ScriptedModel:
+    responses = []
+    for step, calls in enumerate(session["steps"]):
+        responses.append(
+            ScriptedResponse.tool_calls(
+                f"r{step}",
+                *(ToolCall(f"c{step}-{i}", name, args) for i, (name, args) in enumerate(calls)),
+            )
+        )
+    # answers for the steps steering, follow-ups and the last step may need
+    responses += [ScriptedResponse.text(f"t{i}", f"answer {i}") for i in range(10)]
+    return ScriptedModel(responses)
+
+
+def setup(
+    session: dict[str, Any], asynchronous: bool
+) -> tuple[Inbox, list[Any], Callable[[], float]]:
+    inbox = Inbox()
+    calls = [0]
+    plan = dict(session["inbox"])
+
+    def on_call() -> None:
+        calls[0] += 1
+        action = plan.get(calls[0])
+        if action == "cancel":
+            inbox.cancel("from the inbox")
+        elif action is not None:
+            getattr(inbox, action)(UserMessage(f"m{calls[0]}", f"{action} {calls[0]}"))
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Adds."""
+        on_call()
+        return a + b
+
+    def fail(a: int, b: int) -> int:
+        """Always fails."""
+        on_call()
+        raise ValueError(f"no {a}")
+
+    async def afail(a: int, b: int) -> int:
+        """Always fails."""
+        return fail(a, b)
+
+    # arun awaits an async tool; run() cannot, so it gets the sync one (same spec)
+    failing = tool(afail, name="fail") if asynchronous else tool(fail)
+    ticks = iter(range(1_000, 100_000))
+    return inbox, [add, failing], lambda: float(next(ticks))
+
+
+def options(session: dict[str, Any], clock: Callable[[], float]) -> dict[str, Any]:
+    budget = session["max_tool_calls"]
+    return {
+        "max_steps": session["max_steps"],
+        "budget": None if budget is None else Budget(max_tool_calls=budget),
+        "parallel_tools": session["parallel"],
+        "tool_workers": 1,
+        "clock": clock,
+        "started_at": 0.0,
+        "on_pause": lambda pause: Resume(budget=Budget(max_tool_calls=99)),
+    }
+
+
+def sync_log(session: dict[str, Any]) -> EventLog:
+    inbox, tools, clock = setup(session, asynchronous=False)
+    log = EventLog()
+    run(
+        [UserMessage("u1", "go")],
+        model=script(session),
+        tools=tools,
+        log=log,
+        inbox=inbox,
+        **options(session, clock),
+    )
+    return log
+
+
+def async_log(session: dict[str, Any]) -> EventLog:
+    inbox, tools, clock = setup(session, asynchronous=True)
+    log = EventLog()
+    asyncio.run(
+        arun(
+            [UserMessage("u1", "go")],
+            model=script(session),
+            tools=tools,
+            log=log,
+            inbox=inbox,
+            **options(session, clock),
+        )
+    )
+    return log
+
+
+@settings(max_examples=60, deadline=None)
+@given(sessions())
+def test_run_and_arun_write_the_same_log_and_it_replays(session: dict[str, Any]) -> None:
+    sync, concurrent = sync_log(session), async_log(session)
+    assert [encode_event(e) for e in concurrent] == [encode_event(e) for e in sync]
+    regenerated = replay.replay(list(sync))
+    assert [encode_event(e) for e in regenerated.events] == [encode_event(e) for e in sync]
