@@ -112,7 +112,7 @@ def setup(
         return fail(a, b)
 
     # arun awaits an async tool; run() cannot, so it gets the sync one (same spec)
-    failing = tool(afail, name="fail") if asynchronous else tool(fail)
+    failing = tool(name="fail")(afail) if asynchronous else tool(fail)
     ticks = iter(range(1_000, 100_000))
     return inbox, [add, failing], lambda: float(next(ticks))
 

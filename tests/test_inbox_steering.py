@@ -4,6 +4,7 @@ by the driver at its next yield, recorded, and replayed byte for byte."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import pytest
 
@@ -14,7 +15,9 @@ from agentloop import (
     EventLog,
     FollowUp,
     Inbox,
+    ModelChunk,
     ModelRequest,
+    ModelResponse,
     ScriptedModel,
     ScriptedResponse,
     Steer,
@@ -91,7 +94,7 @@ def test_a_follow_up_turns_the_final_answer_into_one_more_step() -> None:
     model = scripted()
     stream = model.stream
 
-    def recording(request: ModelRequest) -> object:
+    def recording(request: ModelRequest) -> Iterator[ModelChunk | ModelResponse]:
         requests.append(request)
         return stream(request)
 
