@@ -886,11 +886,13 @@ class TestEdgeCases:
         )
 
 
-def test_the_providers_page_examples_run() -> None:
+def test_the_providers_page_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     import re
 
     page = (PROVIDERS.parent.parent / "docs" / "providers.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", page, re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 4
     for code in blocks:
         exec(compile(code, "docs/providers.md", "exec"), {})
+    # (the offline arun session)
+    assert capsys.readouterr().out == "Hello from an async client.\n"
