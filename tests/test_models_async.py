@@ -466,6 +466,11 @@ def test_a_plain_sleep_function_is_called_with_an_async_client() -> None:
     assert slept == [0.25]
 
 
+def test_an_async_sleep_is_refused_with_a_sync_client() -> None:
+    with pytest.raises(TypeError, match="is an async function, but the client is sync"):
+        make("chat", Server(), False, retry=RetryPolicy(2), sleep=asyncio.sleep)
+
+
 # =========================================================================== which driver
 
 

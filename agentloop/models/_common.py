@@ -297,6 +297,11 @@ class StreamingModel:
             raise TypeError(f"retry must be a RetryPolicy or None, got {retry!r}")
         if sleep is not None and not callable(sleep):
             raise TypeError(f"sleep must be callable, got {sleep!r}")
+        if not asynchronous and inspect.iscoroutinefunction(sleep):
+            raise TypeError(
+                f"sleep {sleep!r} is an async function, but the client is sync: pass a "
+                "plain function (time.sleep), or give the adapter the SDK's async client"
+            )
         self.retry = retry
         #: The most recent attempts (up to 256), oldest first.
         self.attempts: collections.deque[RetryAttempt] = collections.deque(maxlen=_ATTEMPTS_KEPT)
