@@ -61,6 +61,7 @@ from agentloop.models.anthropic import AnthropicModel
 from agentloop.models.gemini import GeminiModel
 from agentloop.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
+from . import test_models_recorded as recorded
 from .test_models_recorded import (
     A_NO_ARGS,
     A_REDACTED,
@@ -125,32 +126,8 @@ class Body(httpx2.SyncByteStream, httpx2.AsyncByteStream):
         self.closed = True
 
 
-Reply = bytes | Body | tuple[int, bytes] | Exception
-
-
-class Server:
-    """Answers each HTTP request, from either client, with the next reply."""
-
-    def __init__(self, *replies: Reply) -> None:
-        self.replies = list(replies)
-        self.requests: list[httpx2.Request] = []
-        self.transport = httpx2.MockTransport(self._handle)
-
-    def _handle(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
-        assert self.replies, f"unexpected request {request.method} {request.url}"
-        reply = self.replies.pop(0)
-        if isinstance(reply, Exception):
-            raise reply
-        if isinstance(reply, tuple):
-            status, body = reply
-            return httpx2.Response(
-                status, headers={"content-type": "application/json"}, content=body
-            )
-        headers = {"content-type": "text/event-stream"}
-        if isinstance(reply, Body):
-            return httpx2.Response(200, headers=headers, stream=reply)
-        return httpx2.Response(200, headers=headers, content=reply)
+class Server(recorded.Server):
+    """:class:`tests.test_models_recorded.Server`, for either client."""
 
     def sent(self) -> list[tuple[str, bytes]]:
         return [(str(r.url), r.content) for r in self.requests]
@@ -219,7 +196,7 @@ def acollect(model: StreamingModel, request: ModelRequest = REQUEST) -> Outcome:
     return asyncio.run(main())
 
 
-def both(kind: str, *replies: Reply, **options: Any) -> tuple[Outcome, Outcome]:
+def both(kind: str, *replies: recorded.Reply, **options: Any) -> tuple[Outcome, Outcome]:
     """What the sync and the async client make of the same replies (and check that
     both sent the same requests)."""
     sync_server, async_server = Server(*replies), Server(*replies)
@@ -614,35 +591,25 @@ SESSIONS: dict[str, tuple[Callable[[], list[bytes]], list[Any], dict[str, Any]]]
 }
 
 
-def clock() -> Callable[[], float]:
-    return itertools.count(1_700_000_000.0, 0.25).__next__
+def session(messages: list[Any], model: Any, **options: Any) -> tuple[RunResult, EventLog]:
+    """``run`` (sync-client adapter) or ``arun`` (async-client adapter), on a fixed
+    clock; the result and the log."""
+    log = EventLog()
+    clock = itertools.count(1_700_000_000.0, 0.25).__next__
+    options.update(log=log, clock=clock, started_at=1_699_999_999.0)
+    if model.asynchronous:
+        return asyncio.run(arun(messages, model=model, **options)), log
+    return run(messages, model=model, **options), log
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_arun_session_writes_the_log_run_writes_byte_for_byte(kind: str, tmp_path: Path) -> None:
     bodies, tools, options = SESSIONS[kind]
     messages = [UserMessage("u1", "Go on.")]
-    sync_log, async_log = EventLog(), EventLog()
-    expected = run(
-        messages,
-        model=make(kind, Server(*bodies()), False, **options),
-        tools=tools,
-        system="Be brief.",
-        log=sync_log,
-        clock=clock(),
-        started_at=1_699_999_999.0,
-    )
-    got = asyncio.run(
-        arun(
-            messages,
-            model=make(kind, Server(*bodies()), True, **options),
-            tools=tools,
-            system="Be brief.",
-            log=async_log,
-            clock=clock(),
-            started_at=1_699_999_999.0,
-        )
-    )
+    sync_model = make(kind, Server(*bodies()), False, **options)
+    expected, sync_log = session(messages, sync_model, tools=tools, system="Be brief.")
+    async_model = make(kind, Server(*bodies()), True, **options)
+    got, async_log = session(messages, async_model, tools=tools, system="Be brief.")
     assert type(got) is RunResult and got == expected
     assert got.status == "completed" and got.steps >= 2
     assert [encode_event(e) for e in async_log] == [encode_event(e) for e in sync_log]
@@ -666,11 +633,9 @@ def test_fallback_over_async_adapters_writes_the_log_of_the_sync_ones(tmp_path: 
 
     sync_model, async_model = fallback(False), fallback(True)
     assert (sync_model.asynchronous, async_model.asynchronous) == (False, True)
-    sync_log, async_log = EventLog(), EventLog()
     hi = [UserMessage("u1", "Hi")]
-    options: dict[str, Any] = {"tools": [], "started_at": 1_699_999_999.0}
-    expected = run(hi, model=sync_model, log=sync_log, clock=clock(), **options)
-    got = asyncio.run(arun(hi, model=async_model, log=async_log, clock=clock(), **options))
+    expected, sync_log = session(hi, sync_model, tools=[])
+    got, async_log = session(hi, async_model, tools=[])
     assert got == expected and got.status == "completed"
     assert [encode_event(e) for e in async_log] == [encode_event(e) for e in sync_log]
     response = next(e.reply for e in async_log if type(e) is PlanDraftEvent)
