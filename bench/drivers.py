@@ -15,6 +15,11 @@ Prints, never asserts (timing is not a test):
 - A2 concurrency: 1,000 ``arun`` sessions in one event loop, each a tool call then
   the answer, with a scripted model that awaits 10 ms per call: total wall time
   (ideal: about 20 ms, two model calls) and peak RSS of the process.
+- A3 an adapter over a recorded stream: µs per model step of ``OpenAIChatModel``
+  answering from a recorded Chat Completions stream (DeepSeek, thinking and a tool
+  call: ``fixtures/providers/openai/recorded/``) served by an ``httpx2.MockTransport``,
+  with ``openai.OpenAI`` (``stream``) and with ``openai.AsyncOpenAI`` (``astream``,
+  in one event loop): SDK, HTTP client and adapter together.
 
 Each timing is the best of several rounds (the garbage collector runs before each).
 """
@@ -135,6 +140,55 @@ async def concurrent(sessions: int, delay: float) -> float:
     return wall
 
 
+RECORDED = (
+    Path(__file__).resolve().parent.parent
+    / "fixtures/providers/openai/recorded/deepseek-tool-call.chunks.txt"
+)
+
+
+def adapter_per_step(rounds: int, requests: int) -> dict[str, float]:
+    """µs per request of the OpenAI Chat adapter over a recorded stream, sync vs async."""
+    import httpx2
+    import openai
+
+    from agentloop.models.openai import OpenAIChatModel
+
+    lines = [line for line in RECORDED.read_text().splitlines() if line.strip()]
+    body = "".join(f"data: {line}\n\n" for line in lines).encode()
+
+    def api(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    transport = httpx2.MockTransport(api)
+    options: dict[str, Any] = {"api_key": "bench", "base_url": "https://api.openai.test/v1"}
+    sync_model = OpenAIChatModel(
+        openai.OpenAI(http_client=httpx2.Client(transport=transport), **options), "deepseek"
+    )
+    async_model = OpenAIChatModel(
+        openai.AsyncOpenAI(http_client=httpx2.AsyncClient(transport=transport), **options),
+        "deepseek",
+    )
+    request = ModelRequest("request-001", 1, (UserMessage("u1", "Weather in SF?"),), ())
+
+    def sync() -> None:
+        for _ in range(requests):
+            assert type(list(sync_model.stream(request))[-1]) is ModelResponse
+
+    def asynchronous() -> None:
+        async def session() -> None:
+            for _ in range(requests):
+                assert type([item async for item in async_model.astream(request)][-1]) is (
+                    ModelResponse
+                )
+
+        asyncio.run(session())
+
+    sessions = {"OpenAI client (stream)": sync, "AsyncOpenAI client (astream)": asynchronous}
+    for session in sessions.values():  # warm up
+        session()
+    return {name: best_per_step(session, rounds, requests) for name, session in sessions.items()}
+
+
 def peak_rss_mib() -> float:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
@@ -166,10 +220,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"A2 {sessions} concurrent arun sessions (model awaits 10 ms per call, 2 calls each): "
         f"{wall * 1000:.0f} ms wall, peak RSS {after:.1f} MiB (before: {before:.1f} MiB)"
     )
+    adapter = adapter_per_step(rounds, 5 if options.quick else 50)
+    (sync_name, sync_cost), (async_name, async_cost) = adapter.items()
+    print(
+        f"A3 OpenAIChatModel over a recorded stream (best of {rounds}): {sync_name} "
+        f"{sync_cost:.0f} µs/step, {async_name} {async_cost:.0f} µs/step "
+        f"({async_cost / sync_cost:.2f}x)"
+    )
     if options.json:
         data = {
             "A1": {"us_per_step": costs, "ratio": ratio, "ratio_async_tool": ratio_async},
             "A2": {"sessions": sessions, "wall_ms": wall * 1000, "peak_rss_mib": after},
+            "A3": {"us_per_step": adapter, "ratio": async_cost / sync_cost},
         }
         Path(options.json).write_text(json.dumps(data, indent=2) + "\n")
     return 0

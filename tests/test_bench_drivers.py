@@ -22,7 +22,12 @@ def test_quick_run_prints_and_writes_every_number(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    for needle in ("A1 per step", "arun vs run (sync tools), goal <= 2x", "A2 50 concurrent"):
+    for needle in (
+        "A1 per step",
+        "arun vs run (sync tools), goal <= 2x",
+        "A2 50 concurrent",
+        "A3 OpenAIChatModel over a recorded stream",
+    ):
         assert needle in done.stdout, done.stdout
     data = json.loads(out.read_text())
     assert set(data["A1"]["us_per_step"]) == {
@@ -31,3 +36,7 @@ def test_quick_run_prints_and_writes_every_number(tmp_path: Path) -> None:
         "arun (async tool)",
     }
     assert data["A2"]["sessions"] == 50 and data["A2"]["peak_rss_mib"] > 0
+    assert set(data["A3"]["us_per_step"]) == {
+        "OpenAI client (stream)",
+        "AsyncOpenAI client (astream)",
+    }

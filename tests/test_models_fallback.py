@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import msgspec
@@ -180,7 +180,7 @@ class Flaky(StreamingModel):
     def __repr__(self) -> str:
         return "Flaky()"
 
-    def _attempt(self, request: ModelRequest) -> Iterator[Any]:
+    def _attempt(self, request: ModelRequest) -> Generator[Any, None, None]:
         if self.failures:
             self.failures -= 1
             raise ModelError("HTTP 500", kind="server", status_code=500)

@@ -104,10 +104,12 @@ class TestStream:
     def test_finish_message_is_kept_when_the_sdk_has_it(self) -> None:
         from google.genai import types
 
+        from agentloop.models._common import END, Feed
         from agentloop.models.gemini import _replies, _Usage
 
         chunk = types.GenerateContentResponse.model_validate_json(read("gemini/safety.chunks.txt"))
-        answer = final(list(_replies(request(), iter([chunk]), _Usage())))
+        feed = Feed(_replies(request(), _Usage()), "request-001")
+        answer = final([*feed.send(chunk), *feed.send(END)])
         assert answer.stop_message == (
             "finish_reason SAFETY: The response was blocked by the safety filters."
         )

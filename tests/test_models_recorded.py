@@ -57,17 +57,23 @@ from agentloop.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
 PROVIDERS = Path(__file__).resolve().parent.parent / "fixtures" / "providers"
 
-Reply = bytes | tuple[int, bytes] | Exception
+Reply = bytes | httpx2.SyncByteStream | httpx2.AsyncByteStream | tuple[int, bytes] | Exception
 
 
 class Server:
-    """Answers each HTTP request with the next scripted body and keeps the requests."""
+    """Answers each HTTP request with the next scripted body and keeps the requests.
+
+    A body is ``bytes``, or a byte stream (served as it comes); ``(status, bytes)`` is
+    a JSON error; an exception is raised by the transport. ``transport`` serves the
+    SDKs' async clients too (``httpx2.AsyncClient(transport=server.transport)``).
+    """
 
     def __init__(self, *replies: Reply, content_type: str = "text/event-stream") -> None:
         self.replies = list(replies)
         self.requests: list[httpx2.Request] = []
         self.content_type = content_type
-        self.http = httpx2.Client(transport=httpx2.MockTransport(self._handle))
+        self.transport = httpx2.MockTransport(self._handle)
+        self.http = httpx2.Client(transport=self.transport)
 
     def _handle(self, request: httpx2.Request) -> httpx2.Response:
         self.requests.append(request)
@@ -80,7 +86,10 @@ class Server:
             return httpx2.Response(
                 status, headers={"content-type": "application/json"}, content=body
             )
-        return httpx2.Response(200, headers={"content-type": self.content_type}, content=reply)
+        headers = {"content-type": self.content_type}
+        if isinstance(reply, bytes):
+            return httpx2.Response(200, headers=headers, content=reply)
+        return httpx2.Response(200, headers=headers, stream=reply)
 
     def body(self, index: int = -1) -> dict[str, Any]:
         loaded: dict[str, Any] = json.loads(self.requests[index].content)
@@ -886,11 +895,13 @@ class TestEdgeCases:
         )
 
 
-def test_the_providers_page_examples_run() -> None:
+def test_the_providers_page_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     import re
 
     page = (PROVIDERS.parent.parent / "docs" / "providers.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", page, re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 4
     for code in blocks:
         exec(compile(code, "docs/providers.md", "exec"), {})
+    # (the offline arun session)
+    assert capsys.readouterr().out == "Hello from an async client.\n"

@@ -11,6 +11,8 @@ package) never imports a provider SDK:
   ``pip install 'agentloop-replay[gemini]'``.
 
 Importing one of them without its SDK raises ``ImportError`` naming the extra.
+Each adapter takes the SDK's sync client (it then serves ``run``/``drive``) or its
+async client (``arun``/``adrive``): ``docs/providers.md``, "Async clients".
 :class:`RetryPolicy` and :class:`RetryAttempt` (shared by all adapters) and
 :class:`FallbackModel` (any models, in order) are here; :func:`model_from_spec`
 builds an adapter from ``"openai:<model>"``-style strings. What each adapter maps

@@ -5,9 +5,21 @@ Theory of operation
 An adapter's :meth:`~StreamingModel.stream` is a generator of replies for one
 :class:`~agentloop.ModelRequest`: zero or more :class:`~agentloop.ModelChunk`, then
 one :class:`~agentloop.ModelResponse` or one :class:`~agentloop.ModelFailure`.
-Subclasses implement ``_attempt(request)``: open the provider's stream and turn its
-events into replies through a :class:`StreamAssembler`, which guarantees what the
-loop checks (DESIGN §8):
+Given the SDK's async client instead, the adapter has the same replies as an async
+iterator, :meth:`~StreamingModel.astream` (and :attr:`~StreamingModel.asynchronous`
+is ``True``, so ``arun``/``adrive`` take it and ``run``/``drive`` refuse it).
+
+Both are built on one parser per provider, which does no I/O (the engine's own
+sans-IO shape, one level down): a generator that yields :data:`NEXT` when it wants
+the next event of the provider's stream, is sent that event (or :data:`END` when
+the stream is over), and yields the replies it makes of them. A :class:`Feed`
+drives it one event at a time; the sync attempt feeds it from a ``for`` loop, the
+async one from an ``async for`` loop, and nothing else differs: the same replies,
+the same usage, the same errors. Subclasses implement ``_call(request)``: how to
+start the provider's stream (the same SDK call for either client: the async
+client's returns an awaitable), its parser, and what its exceptions mean
+(:class:`ProviderCall`). The parser turns events into replies through a
+:class:`StreamAssembler`, which guarantees what the loop checks (DESIGN §8):
 
 - the streamed chunks, normalized (adjacent text merged, other blocks as
   boundaries), equal the final content; the final content is *built from* what was
@@ -21,9 +33,9 @@ loop checks (DESIGN §8):
   as one complete block each, when the provider says they are complete.
 
 Output the adapter cannot make sense of (tool arguments that are not a JSON object,
-a stream that ends early) raises :class:`MalformedOutput` inside ``_attempt``; the
-base class turns it into ``ModelFailure(code="MODEL_PROTOCOL_ERROR")`` and the
-stream ends. It never raises out of ``stream()``.
+a stream that ends early) raises :class:`MalformedOutput` inside the parser; the
+:class:`Feed` turns it into ``ModelFailure(code="MODEL_PROTOCOL_ERROR")`` and the
+stream ends. It never raises out of ``stream()``/``astream()``.
 
 Provider errors (HTTP status, connection, an error event mid-stream) are raised as
 :class:`~agentloop.ModelError`; :func:`agentloop.run` turns them into
@@ -32,7 +44,11 @@ given a :class:`RetryPolicy`: then an error of a retryable kind is retried with
 backoff, but only while nothing has been yielded for the request yet (a stream that
 already produced chunks cannot be taken back). Every attempt, successful or not, is
 recorded in the adapter's ``attempts``, and each retry is logged as a WARNING on
-the ``agentloop.models`` logger.
+the ``agentloop.models`` logger (:class:`_Tries` keeps that book for both paths).
+The async path waits with an async ``sleep`` (``asyncio.sleep`` unless given one).
+
+Cancelling the task that awaits ``astream`` (as ``arun`` does when its task is
+cancelled) closes the SDK's stream, and with it the HTTP response, on the way out.
 
 Provider blocks (:class:`~agentloop.ProviderBlock`) of another provider are never
 sent: :func:`sendable` drops them, with a DEBUG line on the same logger.
@@ -41,10 +57,13 @@ sent: :func:`sendable` drops them, with a DEBUG line on the same logger.
 from __future__ import annotations
 
 import collections
+import contextlib
+import enum
+import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, ClassVar, Final
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterable, Iterator
+from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -56,8 +75,13 @@ from .._protocol import ModelChunk, ModelFailure, ModelRequest, ModelResponse, U
 
 __all__ = [
     "DEFAULT_RETRY_ON",
+    "END",
+    "NEXT",
+    "Feed",
     "MalformedOutput",
     "ModelReply",
+    "Parser",
+    "ProviderCall",
     "RetryAttempt",
     "RetryPolicy",
     "StreamAssembler",
@@ -74,6 +98,26 @@ __all__ = [
 logger = logging.getLogger("agentloop.models")
 
 ModelReply = ModelChunk | ModelResponse | ModelFailure
+
+
+class Signal(enum.Enum):
+    """What a parser and its :class:`Feed` say to each other besides events and replies."""
+
+    #: Yielded by a parser: it wants the next event of the provider's stream.
+    NEXT = "next"
+    #: Sent to a parser instead of an event: the provider's stream is over.
+    END = "end"
+
+
+NEXT: Final = Signal.NEXT
+END: Final = Signal.END
+
+E = TypeVar("E")
+
+#: A provider's stream parser: yields :data:`NEXT` to ask for an event (and is sent
+#: the event, or :data:`END`), and yields the replies it makes of the events. It
+#: asks for its first event before it replies, and returns after its last reply.
+Parser = Generator[ModelReply | Literal[Signal.NEXT], E | Literal[Signal.END], None]
 
 #: Error kinds a :class:`RetryPolicy` retries unless told otherwise.
 DEFAULT_RETRY_ON: Final = frozenset({"rate_limit", "connection", "server"})
@@ -154,88 +198,284 @@ class MalformedOutput(Exception):
     ``ModelFailure`` with code ``MODEL_PROTOCOL_ERROR``; never leaves the adapter)."""
 
 
-class StreamingModel:
-    """Base class of the adapters: the retry loop around ``_attempt``.
+class Feed(Generic[E]):
+    """Drives a :data:`Parser` one provider event at a time.
 
-    Subclasses set :attr:`provider` and implement ``_attempt``.
+    :meth:`send` gives the replies the parser made of an event; :attr:`done` is set
+    once the parser has returned (it read all it needed: the caller stops reading
+    the stream). :class:`MalformedOutput` raised by the parser becomes the
+    request's last reply, ``ModelFailure(code="MODEL_PROTOCOL_ERROR")``.
+    """
+
+    __slots__ = ("_parser", "done", "request_id")
+
+    def __init__(self, parser: Parser[E], request_id: str) -> None:
+        self._parser = parser
+        self.request_id = request_id
+        #: The parser has returned: no more events are wanted.
+        self.done = False
+        first = next(parser)  # the parser's set-up, up to its first ask for an event
+        assert first is NEXT, "a parser asks for an event before it replies"
+
+    def send(self, event: E | Literal[Signal.END]) -> list[ModelReply]:
+        """The replies the parser makes of ``event`` before it asks for another."""
+        parser = self._parser
+        ready: list[ModelReply] = []
+        try:
+            item = parser.send(event)
+            while item is not NEXT:
+                ready.append(item)
+                item = next(parser)
+        except StopIteration:
+            self.done = True
+        except MalformedOutput as problem:
+            self.done = True
+            ready.append(ModelFailure(self.request_id, str(problem), code=MODEL_PROTOCOL_ERROR))
+        return ready
+
+
+class ProviderCall(Generic[E]):
+    """One try at a request, as an adapter's ``_call(request)`` describes it.
+
+    Args:
+        open: starts the provider's stream: the SDK call, which returns the stream
+            with a sync client and an awaitable of it with an async client.
+        parser: the :data:`Parser` of that stream's events.
+        request_id: the request's id (for the ``ModelFailure`` of malformed output).
+        errors: the SDK's exception classes; any of them raised while the stream is
+            opened or read becomes ``error(exc)``.
+        error: turns one of those exceptions into a :class:`~agentloop.ModelError`.
+        ready: called with the opened stream before it is read.
+    """
+
+    __slots__ = ("errors", "feed", "open", "ready", "translate")
+
+    def __init__(
+        self,
+        *,
+        open: Callable[[], Any],
+        parser: Parser[E],
+        request_id: str,
+        errors: tuple[type[BaseException], ...],
+        error: Callable[[Any], ModelError],
+        ready: Callable[[Any], None] = lambda stream: None,
+    ) -> None:
+        self.open = open
+        self.feed = Feed(parser, request_id)
+        self.errors = errors
+        self.translate = error
+        self.ready = ready
+
+    @contextlib.contextmanager
+    def translated(self) -> Iterator[None]:
+        """The SDK's exceptions, raised inside, leave as :class:`~agentloop.ModelError`."""
+        try:
+            yield
+        except self.errors as exc:
+            raise self.translate(exc) from exc
+
+
+class StreamingModel:
+    """Base class of the adapters: the retry loop around one try at a request.
+
+    Subclasses set :attr:`provider` and :attr:`clients` and implement ``_call``
+    (or, for the sync path alone, override ``_attempt``).
     """
 
     provider: ClassVar[str] = ""
+    #: The SDK's client classes as users know them: (sync, async), for error messages.
+    clients: ClassVar[tuple[str, str]] = ("a sync client", "an async client")
 
     def __init__(
         self,
         *,
         retry: RetryPolicy | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], Any] | None = None,
+        asynchronous: bool = False,
     ) -> None:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy or None, got {retry!r}")
-        if not callable(sleep):
+        if sleep is not None and not callable(sleep):
             raise TypeError(f"sleep must be callable, got {sleep!r}")
+        if not asynchronous and inspect.iscoroutinefunction(sleep):
+            raise TypeError(
+                f"sleep {sleep!r} is an async function, but the client is sync: pass a "
+                "plain function (time.sleep), or give the adapter the SDK's async client"
+            )
         self.retry = retry
         #: The most recent attempts (up to 256), oldest first.
         self.attempts: collections.deque[RetryAttempt] = collections.deque(maxlen=_ATTEMPTS_KEPT)
-        self._sleep = sleep
+        #: ``True``: the adapter has the SDK's async client and serves
+        #: ``arun``/``adrive`` (:meth:`astream`); ``False``: ``run``/``drive``
+        #: (:meth:`stream`). The drivers read it to refuse the other pairing.
+        self.asynchronous = asynchronous
+        if sleep is None:
+            sleep = _asyncio_sleep if asynchronous else time.sleep
+        self._sleep: Callable[[float], Any] = sleep
 
     def stream(self, request: ModelRequest) -> Iterator[ModelReply]:
         """Answer ``request``: chunks, then one response or one failure.
 
         Raises:
+            TypeError: the adapter has an async client (use :meth:`astream`).
             agentloop.ModelError: the provider answered with an error or could not
-                be reached (after the retries the policy allows, if any).
+                be reached (after the retries the policy allows, if any); raised
+                while iterating.
         """
-        number = 0
-        while True:
-            number += 1
-            yielded = False
+        if self.asynchronous:
+            raise TypeError(self._mismatch("astream", "agentloop.arun/adrive"))
+        return self._retried(request)
+
+    def astream(self, request: ModelRequest) -> AsyncIterator[ModelReply]:
+        """:meth:`stream` for the asyncio drivers, with the SDK's async client.
+
+        Raises:
+            TypeError: the adapter has a sync client (use :meth:`stream`).
+            agentloop.ModelError: as for :meth:`stream`.
+        """
+        if not self.asynchronous:
+            raise TypeError(self._mismatch("stream", "agentloop.run/drive"))
+        return self._aretried(request)
+
+    def _mismatch(self, method: str, drivers: str) -> str:
+        sync, async_ = self.clients
+        has, other = (async_, sync) if self.asynchronous else (sync, async_)
+        return f"{self!r} was given {has}: use {method}(request) ({drivers} do), or give it {other}"
+
+    def _retried(self, request: ModelRequest) -> Iterator[ModelReply]:
+        tries = _Tries(self, request)
+        while not tries.over:
             try:
-                for item in self._attempt_safely(request):
-                    yielded = True
-                    yield item
+                with contextlib.closing(self._attempt(request)) as attempt:
+                    for item in attempt:
+                        yield tries.yielded(item)
+                tries.succeeded()
             except ModelError as error:
-                policy = self.retry
-                retry = (
-                    policy is not None
-                    and not yielded
-                    and number < policy.attempts
-                    and error.kind in policy.retry_on
-                )
-                delay = policy.delay(number) if retry and policy is not None else 0.0
-                self.attempts.append(
-                    RetryAttempt(
-                        request_id=request.id,
-                        number=number,
-                        error=error.message,
-                        kind=error.kind,
-                        status_code=error.status_code,
-                        retried=retry,
-                        delay_seconds=delay,
-                    )
-                )
-                if not retry:
-                    raise
-                logger.warning(
-                    "%r: attempt %d of %d for %s failed (%s); retrying in %.3gs",
-                    self,
-                    number,
-                    policy.attempts if policy is not None else 1,
-                    request.id,
-                    error.message,
-                    delay,
-                )
-                self._sleep(delay)
-                continue
-            self.attempts.append(RetryAttempt(request_id=request.id, number=number))
-            return
+                self._sleep(tries.failed(error))
 
-    def _attempt_safely(self, request: ModelRequest) -> Iterator[ModelReply]:
-        try:
-            yield from self._attempt(request)
-        except MalformedOutput as problem:
-            yield ModelFailure(request.id, str(problem), code=MODEL_PROTOCOL_ERROR)
+    async def _aretried(self, request: ModelRequest) -> AsyncIterator[ModelReply]:
+        tries = _Tries(self, request)
+        while not tries.over:
+            try:
+                # (closed with this generator: ``async for`` alone would leave it,
+                # and the SDK stream in it, to the event loop's clean-up, later)
+                async with contextlib.aclosing(self._aattempt(request)) as attempt:
+                    async for item in attempt:
+                        yield tries.yielded(item)
+                tries.succeeded()
+            except ModelError as error:
+                waited = self._sleep(tries.failed(error))
+                if inspect.isawaitable(waited):
+                    await waited
 
-    def _attempt(self, request: ModelRequest) -> Iterator[ModelReply]:  # pragma: no cover
+    def _attempt(self, request: ModelRequest) -> Generator[ModelReply, None, None]:
+        """One try at ``request`` with the sync client."""
+        call = self._call(request)
+        with call.translated():
+            stream = call.open()
+            call.ready(stream)
+            with contextlib.closing(stream):
+                feed = call.feed
+                for event in stream:
+                    yield from feed.send(event)
+                    if feed.done:
+                        return
+                yield from feed.send(END)
+
+    async def _aattempt(self, request: ModelRequest) -> AsyncGenerator[ModelReply, None]:
+        """One try at ``request`` with the async client (:meth:`_attempt`'s twin)."""
+        call = self._call(request)
+        with call.translated():
+            stream = await call.open()
+            call.ready(stream)
+            try:
+                async for event in stream:
+                    for item in call.feed.send(event):
+                        yield item
+                    if call.feed.done:
+                        break
+                else:
+                    for item in call.feed.send(END):
+                        yield item
+            finally:
+                await _aclose(stream)
+
+    def _call(self, request: ModelRequest) -> ProviderCall[Any]:  # pragma: no cover
         raise NotImplementedError
+
+
+class _Tries:
+    """The book of one request's tries, kept the same way by both retry loops."""
+
+    __slots__ = ("_yielded", "model", "number", "over", "request")
+
+    def __init__(self, model: StreamingModel, request: ModelRequest) -> None:
+        self.model = model
+        self.request = request
+        self.number = 1
+        self.over = False
+        self._yielded = False
+
+    def yielded(self, item: ModelReply) -> ModelReply:
+        self._yielded = True
+        return item
+
+    def succeeded(self) -> None:
+        self.over = True
+        self.model.attempts.append(RetryAttempt(request_id=self.request.id, number=self.number))
+
+    def failed(self, error: ModelError) -> float:
+        """Record the failed try; the seconds to wait before the next one.
+
+        Raises:
+            ModelError: ``error``, when it is not to be retried.
+        """
+        model, number = self.model, self.number
+        policy = model.retry
+        retry = (
+            policy is not None
+            and not self._yielded
+            and number < policy.attempts
+            and error.kind in policy.retry_on
+        )
+        delay = policy.delay(number) if retry and policy is not None else 0.0
+        model.attempts.append(
+            RetryAttempt(
+                request_id=self.request.id,
+                number=number,
+                error=error.message,
+                kind=error.kind,
+                status_code=error.status_code,
+                retried=retry,
+                delay_seconds=delay,
+            )
+        )
+        if not retry:
+            raise error
+        logger.warning(
+            "%r: attempt %d of %d for %s failed (%s); retrying in %.3gs",
+            model,
+            number,
+            policy.attempts if policy is not None else 1,
+            self.request.id,
+            error.message,
+            delay,
+        )
+        self.number += 1
+        return delay
+
+
+async def _asyncio_sleep(seconds: float) -> None:
+    import asyncio  # on first use: importing the adapters does not import asyncio
+
+    await asyncio.sleep(seconds)
+
+
+async def _aclose(stream: Any) -> None:
+    """Close an SDK's async stream (``aclose()`` on async generators, ``close()`` on
+    the OpenAI and Anthropic streams)."""
+    close = getattr(stream, "aclose", None) or stream.close
+    await close()
 
 
 class StreamAssembler:

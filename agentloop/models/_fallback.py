@@ -20,11 +20,14 @@ WARNING on the ``agentloop.models`` logger.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import inspect
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import msgspec
 
-from .._driver import Model
+from .._driver import Model, model_method
 from .._errors import ModelError
 from .._protocol import ModelAttempt, ModelFailure, ModelRequest, ModelResponse, Usage
 from ._common import ModelReply, logger
@@ -35,12 +38,18 @@ __all__ = ["FallbackModel"]
 class FallbackModel:
     """Answer with ``primary``; when it fails before its first chunk, with the next.
 
+    The models are all of one kind: sync ones for ``run``/``drive``
+    (:meth:`stream`), or async ones -- adapters given the SDK's async client --
+    for ``arun``/``adrive`` (:meth:`astream`); models that serve both
+    (``ScriptedModel``, ``FunctionModel``) go with either.
+
     Args:
         primary: the model to ask first.
         *fallbacks: the models to ask next, in order (at least one).
 
     Raises:
-        TypeError: a model without a ``stream(request)`` method, or no fallback.
+        TypeError: a model with neither ``stream(request)`` nor ``astream(request)``,
+            no fallback, or sync and async models mixed.
 
     >>> from agentloop import ScriptedModel, ScriptedResponse, TextBlock
     >>> backup = ScriptedModel([ScriptedResponse("r1", (TextBlock("hi"),), "stop")])
@@ -48,17 +57,27 @@ class FallbackModel:
     FallbackModel(ScriptedModel(...), ScriptedModel(...))
     """
 
-    def __init__(self, primary: Model, *fallbacks: Model) -> None:
+    def __init__(self, primary: Model, *fallbacks: Any) -> None:
         if not fallbacks:
             raise TypeError("FallbackModel needs at least one fallback model after the primary")
         models = (primary, *fallbacks)
         for index, model in enumerate(models):
-            if not callable(getattr(model, "stream", None)):
+            if not any(callable(getattr(model, name, None)) for name in ("stream", "astream")):
                 raise TypeError(
-                    f"FallbackModel model {index} must have a stream(request) method, got {model!r}"
+                    f"FallbackModel model {index} must have a stream(request) or "
+                    f"astream(request) method, got {model!r}"
                 )
+        kinds = {getattr(model, "asynchronous", None) for model in models} - {None}
+        if len(kinds) > 1:
+            raise TypeError(
+                "FallbackModel: the models mix sync and async ones (asynchronous=False "
+                "and True): give it adapters with async SDK clients for arun/adrive, or "
+                "with sync clients for run/drive"
+            )
         #: The models, in the order they are tried.
-        self.models: tuple[Model, ...] = models
+        self.models: tuple[Any, ...] = models
+        #: ``True``/``False`` when a model declared its kind (all agree), else ``None``.
+        self.asynchronous: bool | None = kinds.pop() if kinds else None
 
     def __repr__(self) -> str:
         return f"FallbackModel({', '.join(_name(model) for model in self.models)})"
@@ -70,45 +89,100 @@ class FallbackModel:
             agentloop.ModelError: every model failed before its first chunk (the
                 message names each failure; ``attempts`` lists them), or the model
                 that had started answering failed.
+            TypeError: a model that cannot be streamed synchronously.
         """
-        attempts: list[ModelAttempt] = []
+        tried = _Tried(self, request)
         for index, model in enumerate(self.models):
-            started = False
             try:
-                for reply in model.stream(request):
-                    if type(reply) is ModelResponse or type(reply) is ModelFailure:
-                        reply = _with_attempts(reply, attempts)
-                    started = True
-                    yield reply
+                for reply in model_method(model, False)(request):
+                    yield tried.reply(reply)
                 return
             except ModelError as error:
-                if started:
-                    raise
-                attempts.append(
-                    ModelAttempt(
-                        model=_name(model),
-                        error=error.message,
-                        kind=error.kind,
-                        status_code=error.status_code,
-                        usage=error.usage if type(error.usage) is Usage else None,
-                    )
-                )
-                if index + 1 < len(self.models):
-                    logger.warning(
-                        "%s failed for %s (%s); falling back to %s",
-                        _name(model),
-                        request.id,
-                        error.message,
-                        _name(self.models[index + 1]),
-                    )
+                tried.failed(index, error)
+        raise tried.exhausted()
+
+    async def astream(self, request: ModelRequest) -> AsyncIterator[ModelReply]:
+        """:meth:`stream` for the asyncio drivers, over the models' ``astream``."""
+        tried = _Tried(self, request)
+        for index, model in enumerate(self.models):
+            try:
+                async with _opened(model_method(model, True)(request)) as replies:
+                    async for reply in replies:
+                        yield tried.reply(reply)
+                return
+            except ModelError as error:
+                tried.failed(index, error)
+        raise tried.exhausted()
+
+
+class _Tried:
+    """The models that failed one request, kept the same way by both paths."""
+
+    __slots__ = ("attempts", "fallback", "request", "started")
+
+    def __init__(self, fallback: FallbackModel, request: ModelRequest) -> None:
+        self.fallback = fallback
+        self.request = request
+        self.attempts: list[ModelAttempt] = []
+        self.started = False
+
+    def reply(self, reply: ModelReply) -> ModelReply:
+        """``reply`` to pass on (the one that ends the request carries the attempts)."""
+        if type(reply) is ModelResponse or type(reply) is ModelFailure:
+            reply = _with_attempts(reply, self.attempts)
+        self.started = True
+        return reply
+
+    def failed(self, index: int, error: ModelError) -> None:
+        """Record that model ``index`` failed; raise ``error`` if it had started."""
+        if self.started:
+            raise error
+        models = self.fallback.models
+        model = models[index]
+        self.attempts.append(
+            ModelAttempt(
+                model=_name(model),
+                error=error.message,
+                kind=error.kind,
+                status_code=error.status_code,
+                usage=error.usage if type(error.usage) is Usage else None,
+            )
+        )
+        if index + 1 < len(models):
+            logger.warning(
+                "%s failed for %s (%s); falling back to %s",
+                _name(model),
+                self.request.id,
+                error.message,
+                _name(models[index + 1]),
+            )
+
+    def exhausted(self) -> ModelError:
+        """The error when every model failed."""
+        attempts = self.attempts
         last = attempts[-1]
         summary = "; ".join(f"{a.model}: {a.error}" for a in attempts)
-        raise ModelError(
+        return ModelError(
             f"all {len(attempts)} models failed: {summary}",
             kind=last.kind,
             status_code=last.status_code,
             attempts=tuple(attempts),
         )
+
+
+@contextlib.asynccontextmanager
+async def _opened(items: Any) -> AsyncIterator[AsyncIterator[ModelReply]]:
+    """A model's ``astream`` result as an async iterator, closed on the way out
+    (``async for`` alone would leave that to the event loop, later)."""
+    if inspect.isawaitable(items):  # an ``async def`` returning the iterable
+        items = await items
+    replies = aiter(items)
+    try:
+        yield replies
+    finally:
+        aclose = getattr(replies, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def _with_attempts(
@@ -119,6 +193,6 @@ def _with_attempts(
     return msgspec.structs.replace(reply, attempts=(*reply.attempts, *attempts))
 
 
-def _name(model: Model) -> str:
+def _name(model: object) -> str:
     text = repr(model)
     return text if len(text) <= 200 else text[:197] + "..."

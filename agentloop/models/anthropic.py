@@ -7,6 +7,11 @@ Install with ``pip install 'agentloop-replay[anthropic]'``. Pass your own client
 
     model = AnthropicModel(anthropic.Anthropic(), "claude-sonnet-4-5", max_tokens=2048)
 
+Give it ``anthropic.AsyncAnthropic()`` (or the async Bedrock or Vertex client)
+instead and it serves ``agentloop.arun``/``adrive`` (:meth:`~AnthropicModel.astream`:
+the same replies, usage, errors and retries, awaited); a sync client serves
+``run``/``drive``, and the other pairing raises ``TypeError``.
+
 Mapping
 -------
 Request: ``system`` is the ``system`` parameter; a ``UserMessage`` is a user
@@ -43,15 +48,15 @@ Errors: every ``anthropic.APIError`` (an HTTP error, or an ``error`` event in th
 stream) becomes :class:`~agentloop.ModelError` with ``provider="anthropic"``, the
 HTTP status and a ``kind`` from the error type (``rate_limit_error`` ->
 ``rate_limit``, ``authentication_error``/``permission_error`` -> ``auth``,
-``overloaded_error``/``api_error`` -> ``server``, ...). The adapter uses a copy of
-your client with ``max_retries=0``; pass ``retry=RetryPolicy(...)`` to retry,
-visibly, in :attr:`attempts`.
+``overloaded_error``/``api_error`` -> ``server``, ...); so does a connection dropped
+mid-stream, which the SDK lets out as the ``httpx2`` error (``connection``). The
+adapter uses a copy of your client with ``max_retries=0``; pass
+``retry=RetryPolicy(...)`` to retry, visibly, in :attr:`attempts`.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import ModelError
@@ -67,8 +72,11 @@ from .._messages import (
 )
 from .._protocol import ModelRequest, Usage
 from ._common import (
+    END,
+    NEXT,
     MalformedOutput,
-    ModelReply,
+    Parser,
+    ProviderCall,
     RetryPolicy,
     StreamAssembler,
     StreamingModel,
@@ -80,6 +88,7 @@ from ._common import (
 
 try:
     import anthropic
+    import httpx2  # the SDK's HTTP client
 except ImportError as _exc:  # tested in a subprocess that hides the SDK
     raise ImportError(
         "agentloop.models.anthropic needs the Anthropic SDK: "
@@ -114,6 +123,14 @@ if TYPE_CHECKING:
 
 __all__ = ["AnthropicModel", "RetryPolicy"]
 
+#: The SDK's async clients (the first-party one, and the cloud ones built like it).
+_ASYNC_CLIENTS: Final = (
+    anthropic.AsyncAnthropic,
+    anthropic.AsyncAnthropicBedrock,
+    anthropic.AsyncAnthropicBedrockMantle,
+    anthropic.AsyncAnthropicVertex,
+)
+
 _OWN_KINDS: Final = frozenset({"thinking_signature", "redacted_thinking"})
 _STOP: Final = {
     "refusal": "refusal",
@@ -142,11 +159,15 @@ class AnthropicModel(StreamingModel):
     """The Messages API (``client.messages.create(stream=True)``).
 
     Args:
-        client: an ``anthropic.Anthropic`` client.
+        client: an ``anthropic.Anthropic`` client for ``run``; an
+            ``anthropic.AsyncAnthropic`` (or ``AsyncAnthropicBedrock``,
+            ``AsyncAnthropicVertex``) for ``arun``.
         model: the model name.
         max_tokens: the ``max_tokens`` of every request (the API requires one).
         retry: retry failed calls that produced nothing yet (default: never retry).
-        sleep: how to wait between retries (default ``time.sleep``).
+        sleep: how to wait between retries (default ``time.sleep``, or
+            ``asyncio.sleep`` with an async client; there, what it returns is
+            awaited when it is awaitable).
         **request_options: passed to every ``create`` call (``tool_choice``,
             ``thinking``, ``stop_sequences``, ``metadata``, ``timeout``,
             ``extra_headers``, ``extra_body``, ...). ``model``, ``messages``, ``system``, ``tools``,
@@ -154,18 +175,20 @@ class AnthropicModel(StreamingModel):
     """
 
     provider = "anthropic"
+    clients = ("a sync anthropic.Anthropic client", "an async anthropic.AsyncAnthropic client")
 
     def __init__(
         self,
-        client: anthropic.Anthropic,
+        client: anthropic.Anthropic | anthropic.AsyncAnthropic,
         model: str,
         max_tokens: int = 1024,
         *,
         retry: RetryPolicy | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], Any] | None = None,
         **request_options: Any,
     ) -> None:
-        super().__init__(retry=retry, sleep=sleep)
+        asynchronous = isinstance(client, _ASYNC_CLIENTS)
+        super().__init__(retry=retry, sleep=sleep, asynchronous=asynchronous)
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty model name, got {model!r}")
         if type(max_tokens) is not int or max_tokens < 1:
@@ -177,7 +200,9 @@ class AnthropicModel(StreamingModel):
                 f"don't pass them as request options"
             )
         #: The client the adapter calls: yours, with the SDK's own retries off.
-        self.client: anthropic.Anthropic = client.with_options(max_retries=0)
+        self.client: anthropic.Anthropic | anthropic.AsyncAnthropic = client.with_options(
+            max_retries=0
+        )
         self.model = model
         self.max_tokens = max_tokens
         self.request_options: dict[str, Any] = dict(request_options)
@@ -185,29 +210,34 @@ class AnthropicModel(StreamingModel):
     def __repr__(self) -> str:
         return f"AnthropicModel(model={self.model!r}, max_tokens={self.max_tokens})"
 
-    def _attempt(self, request: ModelRequest) -> Iterator[ModelReply]:
+    def _call(self, request: ModelRequest) -> ProviderCall[Any]:
         options = dict(self.request_options)
         if request.system is not None:
             options["system"] = request.system
         tools = _tools(request)
         if tools:
             options["tools"] = tools
-        try:
-            stream = self.client.messages.create(
+        messages = _messages(request)
+        create = self.client.messages.create
+
+        def open() -> Any:
+            return create(
                 model=self.model,
                 max_tokens=self.max_tokens,
-                messages=_messages(request),
+                messages=messages,
                 stream=True,
                 **options,
             )
-        except anthropic.AnthropicError as exc:
-            raise _model_error(exc) from exc
+
         usage = _Usage()
-        with stream:
-            try:
-                yield from _replies(request, stream, usage)
-            except anthropic.AnthropicError as exc:
-                raise _model_error(exc, usage.value()) from exc
+        return ProviderCall(
+            open=open,
+            parser=_replies(request, usage),
+            request_id=request.id,
+            # (the SDK lets a connection dropped mid-stream out as the httpx2 error)
+            errors=(anthropic.AnthropicError, httpx2.TransportError),
+            error=lambda exc: _model_error(exc, usage.value()),
+        )
 
 
 # --------------------------------------------------------------------------- request
@@ -329,9 +359,7 @@ class _Usage:
         )
 
 
-def _replies(
-    request: ModelRequest, stream: Iterator[RawMessageStreamEvent], usage: _Usage
-) -> Iterator[ModelReply]:
+def _replies(request: ModelRequest, usage: _Usage) -> Parser[RawMessageStreamEvent]:
     out = StreamAssembler(request.id)
     message_id = ""
     stop_reason: str | None = None
@@ -340,7 +368,7 @@ def _replies(
     # A tool call whose input did not parse: fine only if the message then stops
     # for max_tokens (the input was cut off); anything after it is an error.
     cut_off: tuple[_OpenBlock, str, MalformedOutput] | None = None
-    for event in stream:
+    while (event := (yield NEXT)) is not END:
         if cut_off is not None and type(event) not in (RawMessageDeltaEvent, RawMessageStopEvent):
             raise cut_off[2]
         match event:
@@ -452,12 +480,15 @@ def _tool_call(block: _OpenBlock, where: str, *, truncated: bool) -> ToolCall:
 # --------------------------------------------------------------------------- errors
 
 
-def _model_error(exc: anthropic.AnthropicError, usage: Usage | None = None) -> ModelError:
-    """Classify an SDK exception; keep the provider's own message."""
+def _model_error(
+    exc: anthropic.AnthropicError | httpx2.TransportError, usage: Usage | None = None
+) -> ModelError:
+    """Classify an SDK or transport exception; keep the provider's own message."""
     status: int | None = None
-    if isinstance(exc, anthropic.APIConnectionError):
+    if isinstance(exc, (anthropic.APIConnectionError, httpx2.TransportError)):
         kind = "connection"
-        detail = "request timed out" if isinstance(exc, anthropic.APITimeoutError) else str(exc)
+        timeout = isinstance(exc, (anthropic.APITimeoutError, httpx2.TimeoutException))
+        detail = "request timed out" if timeout else str(exc) or type(exc).__name__
     elif isinstance(exc, anthropic.APIStatusError):
         error = exc.body.get("error") if isinstance(exc.body, Mapping) else None
         error_type = exc.type or (error.get("type") if isinstance(error, Mapping) else None)

@@ -7,6 +7,11 @@ Install with ``pip install 'agentloop-replay[gemini]'``. Pass your own client::
 
     model = GeminiModel(genai.Client(), "gemini-2.5-flash", temperature=0)
 
+Give it the client's async side, ``genai.Client().aio``, instead and it serves
+``agentloop.arun``/``adrive`` (:meth:`~GeminiModel.astream`: the same replies,
+usage, errors and retries, awaited); the sync client serves ``run``/``drive``, and
+the other pairing raises ``TypeError``.
+
 Mapping
 -------
 Request: ``system`` is the ``system_instruction``; a ``UserMessage`` is a ``user``
@@ -48,8 +53,7 @@ HTTP status and a ``kind`` (``rate_limit``, ``auth``, ``server``,
 from __future__ import annotations
 
 import base64
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import ModelError
@@ -63,7 +67,10 @@ from .._messages import (
 )
 from .._protocol import ModelRequest, Usage
 from ._common import (
-    ModelReply,
+    END,
+    NEXT,
+    Parser,
+    ProviderCall,
     RetryPolicy,
     StreamAssembler,
     StreamingModel,
@@ -75,6 +82,7 @@ from ._common import (
 try:
     import httpx2
     from google.genai import errors, types
+    from google.genai.client import AsyncClient
 except ImportError as _exc:  # tested in a subprocess that hides the SDK
     raise ImportError(
         "agentloop.models.gemini needs the google-genai SDK: pip install 'agentloop-replay[gemini]'"
@@ -94,10 +102,13 @@ class GeminiModel(StreamingModel):
     """Gemini through ``client.models.generate_content_stream``.
 
     Args:
-        client: a ``google.genai.Client`` (Gemini API or Vertex AI).
+        client: a ``google.genai.Client`` (Gemini API or Vertex AI) for ``run``;
+            its ``.aio`` (a ``google.genai.client.AsyncClient``) for ``arun``.
         model: the model name, e.g. ``"gemini-2.5-flash"``.
         retry: retry failed calls that produced nothing yet (default: never retry).
-        sleep: how to wait between retries (default ``time.sleep``).
+        sleep: how to wait between retries (default ``time.sleep``, or
+            ``asyncio.sleep`` with the async client; there, what it returns is
+            awaited when it is awaitable).
         **config_options: fields of ``GenerateContentConfig`` for every call
             (``temperature``, ``max_output_tokens``, ``thinking_config``,
             ``tool_config``, ``safety_settings``, ``http_options``, ...).
@@ -105,17 +116,19 @@ class GeminiModel(StreamingModel):
     """
 
     provider = "gemini"
+    clients = ("a sync google.genai.Client", "the async client (a google.genai.Client's .aio)")
 
     def __init__(
         self,
-        client: genai.Client,
+        client: genai.Client | AsyncClient,
         model: str,
         *,
         retry: RetryPolicy | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], Any] | None = None,
         **config_options: Any,
     ) -> None:
-        super().__init__(retry=retry, sleep=sleep)
+        asynchronous = isinstance(client, AsyncClient)
+        super().__init__(retry=retry, sleep=sleep, asynchronous=asynchronous)
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty model name, got {model!r}")
         clash = sorted(_RESERVED & config_options.keys())
@@ -131,7 +144,7 @@ class GeminiModel(StreamingModel):
     def __repr__(self) -> str:
         return f"GeminiModel(model={self.model!r})"
 
-    def _attempt(self, request: ModelRequest) -> Iterator[ModelReply]:
+    def _call(self, request: ModelRequest) -> ProviderCall[Any]:
         config = types.GenerateContentConfig(**self.config_options)
         if request.system is not None:
             config.system_instruction = request.system
@@ -145,22 +158,20 @@ class GeminiModel(StreamingModel):
         ]
         if declarations:
             config.tools = [types.Tool(function_declarations=declarations)]
+        contents = _contents(request)
+        generate = self.client.models.generate_content_stream
+
+        def open() -> Any:
+            return generate(model=self.model, contents=contents, config=config)
+
         usage = _Usage()
-        try:
-            stream = self.client.models.generate_content_stream(
-                model=self.model, contents=_contents(request), config=config
-            )
-            yield from _replies(request, stream, usage)
-        except errors.APIError as exc:
-            raise _model_error(exc, usage.value) from exc
-        except httpx2.TransportError as exc:
-            detail = "request timed out" if isinstance(exc, httpx2.TimeoutException) else str(exc)
-            raise ModelError(
-                f"gemini connection: {detail or type(exc).__name__}",
-                provider="gemini",
-                kind="connection",
-                usage=usage.value,
-            ) from exc
+        return ProviderCall(
+            open=open,
+            parser=_replies(request, usage),
+            request_id=request.id,
+            errors=(errors.APIError, httpx2.TransportError),
+            error=lambda exc: _model_error(exc, usage.value),
+        )
 
 
 # --------------------------------------------------------------------------- request
@@ -254,16 +265,14 @@ class _Usage:
         )
 
 
-def _replies(
-    request: ModelRequest, stream: Iterator[types.GenerateContentResponse], usage: _Usage
-) -> Iterator[ModelReply]:
+def _replies(request: ModelRequest, usage: _Usage) -> Parser[types.GenerateContentResponse]:
     out = StreamAssembler(request.id)
     response_id = ""
     finish: str | None = None
     finish_message: str | None = None
     blocked: str | None = None
     calls = 0
-    for chunk in stream:
+    while (chunk := (yield NEXT)) is not END:
         response_id = response_id or (chunk.response_id or "")
         usage.update(chunk.usage_metadata)
         feedback = chunk.prompt_feedback
@@ -316,8 +325,16 @@ def _enum_name(value: object) -> str:
 # --------------------------------------------------------------------------- errors
 
 
-def _model_error(exc: errors.APIError, usage: Usage | None) -> ModelError:
-    """Classify an SDK error; keep Google's own message and status name."""
+def _model_error(exc: errors.APIError | httpx2.TransportError, usage: Usage | None) -> ModelError:
+    """Classify an SDK or transport error; keep Google's own message and status name."""
+    if isinstance(exc, httpx2.TransportError):
+        detail = "request timed out" if isinstance(exc, httpx2.TimeoutException) else str(exc)
+        return ModelError(
+            f"gemini connection: {detail or type(exc).__name__}",
+            provider="gemini",
+            kind="connection",
+            usage=usage,
+        )
     status = exc.code if type(exc.code) is int and exc.code >= 400 else None
     kind = kind_from_status(status)
     detail = first_text([exc.message]) or str(exc)

@@ -7,6 +7,11 @@ Install with ``pip install 'agentloop-replay[openai]'``. Pass your own client::
 
     model = OpenAIChatModel(openai.OpenAI(), "gpt-4.1-mini", temperature=0)
 
+Give it ``openai.AsyncOpenAI()`` instead and it serves ``agentloop.arun``/``adrive``
+(:meth:`~OpenAIChatModel.astream`: the same replies, usage, errors and retries,
+awaited); a sync client serves ``run``/``drive``, and the other pairing raises
+``TypeError``.
+
 Mapping (Chat Completions)
 --------------------------
 Request: ``system`` becomes the first ``{"role": "system"}`` message; a
@@ -73,7 +78,6 @@ pass ``retry=RetryPolicy(...)`` to retry, visibly, in :attr:`attempts`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -89,8 +93,12 @@ from .._messages import (
 )
 from .._protocol import ModelRequest, Usage
 from ._common import (
+    END,
+    NEXT,
     MalformedOutput,
     ModelReply,
+    Parser,
+    ProviderCall,
     RetryPolicy,
     StreamAssembler,
     StreamingModel,
@@ -147,18 +155,20 @@ _RESPONSES_RESERVED: Final = frozenset({"input", "instructions", "tools", "strea
 
 class _OpenAIModel(StreamingModel):
     provider = "openai"
+    clients = ("a sync openai.OpenAI client", "an async openai.AsyncOpenAI client")
     _reserved: frozenset[str] = frozenset()
 
     def __init__(
         self,
-        client: openai.OpenAI,
+        client: openai.OpenAI | openai.AsyncOpenAI,
         model: str,
         *,
         retry: RetryPolicy | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], Any] | None = None,
         **request_options: Any,
     ) -> None:
-        super().__init__(retry=retry, sleep=sleep)
+        asynchronous = isinstance(client, openai.AsyncOpenAI)
+        super().__init__(retry=retry, sleep=sleep, asynchronous=asynchronous)
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty model name, got {model!r}")
         clash = sorted(self._reserved & request_options.keys())
@@ -168,12 +178,24 @@ class _OpenAIModel(StreamingModel):
                 f"from the ModelRequest; don't pass them as request options"
             )
         #: The client the adapter calls: yours, with the SDK's own retries off.
-        self.client: openai.OpenAI = client.with_options(max_retries=0)
+        self.client: openai.OpenAI | openai.AsyncOpenAI = client.with_options(max_retries=0)
         self.model = model
         self.request_options: dict[str, Any] = dict(request_options)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r})"
+
+    def _openai_call(
+        self, request: ModelRequest, open: Callable[[], Any], parser: Parser[Any]
+    ) -> ProviderCall[Any]:
+        return ProviderCall(
+            open=open,
+            parser=parser,
+            request_id=request.id,
+            errors=(openai.OpenAIError,),
+            error=_model_error,
+            ready=_keep_error_chunks,
+        )
 
 
 class OpenAIChatModel(_OpenAIModel):
@@ -181,10 +203,13 @@ class OpenAIChatModel(_OpenAIModel):
 
     Args:
         client: an ``openai.OpenAI`` client (or ``AzureOpenAI``, or any
-            OpenAI-compatible server's base URL).
+            OpenAI-compatible server's base URL) for ``run``; an
+            ``openai.AsyncOpenAI`` (``AsyncAzureOpenAI``, ...) for ``arun``.
         model: the model name.
         retry: retry failed calls that produced nothing yet (default: never retry).
-        sleep: how to wait between retries (default ``time.sleep``).
+        sleep: how to wait between retries (default ``time.sleep``, or
+            ``asyncio.sleep`` with an async client; there, what it returns is
+            awaited when it is awaitable).
         **request_options: passed to every ``create`` call (``temperature``,
             ``max_completion_tokens``, ``tool_choice``, ``parallel_tool_calls``,
             ``timeout``, ``extra_headers``, ...). ``model``, ``messages``, ``tools``
@@ -193,24 +218,19 @@ class OpenAIChatModel(_OpenAIModel):
 
     _reserved = _CHAT_RESERVED
 
-    def _attempt(self, request: ModelRequest) -> Iterator[ModelReply]:
+    def _call(self, request: ModelRequest) -> ProviderCall[Any]:
         options = dict(self.request_options)
         options.setdefault("stream_options", {"include_usage": True})
         tools = _chat_tools(request)
         if tools:
             options["tools"] = tools
-        try:
-            stream = self.client.chat.completions.create(
-                model=self.model, messages=_chat_messages(request), stream=True, **options
-            )
-        except openai.OpenAIError as exc:
-            raise _model_error(exc) from exc
-        _keep_error_chunks(stream)
-        with stream:
-            try:
-                yield from _chat_replies(request, stream)
-            except openai.OpenAIError as exc:
-                raise _model_error(exc) from exc
+        messages = _chat_messages(request)
+        create = self.client.chat.completions.create
+
+        def open() -> Any:
+            return create(model=self.model, messages=messages, stream=True, **options)
+
+        return self._openai_call(request, open, _chat_replies(request))
 
 
 class OpenAIResponsesModel(_OpenAIModel):
@@ -221,10 +241,12 @@ class OpenAIResponsesModel(_OpenAIModel):
     storing responses.
 
     Args:
-        client: an ``openai.OpenAI`` client.
+        client: an ``openai.OpenAI`` client for ``run``, an ``openai.AsyncOpenAI``
+            for ``arun``.
         model: the model name.
         retry: retry failed calls that produced nothing yet (default: never retry).
-        sleep: how to wait between retries (default ``time.sleep``).
+        sleep: how to wait between retries (default ``time.sleep``, or
+            ``asyncio.sleep`` with an async client).
         **request_options: passed to every ``create`` call (``temperature``,
             ``max_output_tokens``, ``store``, ``reasoning``, ``timeout``, ...).
             ``model``, ``input``, ``instructions``, ``tools`` and ``stream`` come
@@ -233,7 +255,7 @@ class OpenAIResponsesModel(_OpenAIModel):
 
     _reserved = _RESPONSES_RESERVED
 
-    def _attempt(self, request: ModelRequest) -> Iterator[ModelReply]:
+    def _call(self, request: ModelRequest) -> ProviderCall[Any]:
         options = dict(self.request_options)
         if options.get("store") is False:
             # Stateless reasoning: the encrypted reasoning is what goes back next turn.
@@ -245,18 +267,13 @@ class OpenAIResponsesModel(_OpenAIModel):
         tools = _responses_tools(request)
         if tools:
             options["tools"] = tools
-        try:
-            stream = self.client.responses.create(
-                model=self.model, input=_responses_input(request), stream=True, **options
-            )
-        except openai.OpenAIError as exc:
-            raise _model_error(exc) from exc
-        _keep_error_chunks(stream)
-        with stream:
-            try:
-                yield from _responses_replies(request, stream)
-            except openai.OpenAIError as exc:
-                raise _model_error(exc) from exc
+        items = _responses_input(request)
+        create = self.client.responses.create
+
+        def open() -> Any:
+            return create(model=self.model, input=items, stream=True, **options)
+
+        return self._openai_call(request, open, _responses_replies(request))
 
 
 # --------------------------------------------------------------------------- chat
@@ -329,7 +346,7 @@ class _ChatCall:
         self.arguments: list[str] = []
 
 
-def _keep_error_chunks(stream: openai.Stream[Any]) -> None:
+def _keep_error_chunks(stream: openai.Stream[Any] | openai.AsyncStream[Any]) -> None:
     """Have the SDK hand over chunks that carry an ``error`` instead of raising on them.
 
     OpenRouter (and other OpenAI-compatible servers) report a failure inside a 200
@@ -355,16 +372,14 @@ def _chat_usage(usage: CompletionUsage) -> Usage:
     )
 
 
-def _chat_replies(
-    request: ModelRequest, stream: Iterator[ChatCompletionChunk]
-) -> Iterator[ModelReply]:
+def _chat_replies(request: ModelRequest) -> Parser[ChatCompletionChunk]:
     out = StreamAssembler(request.id)
     response_id = ""
     finish: str | None = None
     usage: Usage | None = None
     refusal: list[str] = []
     calls: dict[int, _ChatCall] = {}
-    for chunk in stream:
+    while (chunk := (yield NEXT)) is not END:
         # (read defensively: an error chunk need not have the usual fields)
         reported = getattr(chunk, "usage", None)
         if reported is not None:
@@ -555,9 +570,7 @@ def _responses_tools(request: ModelRequest) -> list[ToolParam]:
     ]
 
 
-def _responses_replies(
-    request: ModelRequest, stream: Iterator[ResponseStreamEvent]
-) -> Iterator[ModelReply]:
+def _responses_replies(request: ModelRequest) -> Parser[ResponseStreamEvent]:
     out = StreamAssembler(request.id)
     response_id = ""
     refusal: list[str] = []
@@ -566,7 +579,7 @@ def _responses_replies(
     # A call whose arguments did not parse: fine only if the response then stops for
     # the token limit (the arguments were cut off); anything after it is an error.
     cut_off: tuple[_ChatCall, str, MalformedOutput] | None = None
-    for event in stream:
+    while (event := (yield NEXT)) is not END:
         if cut_off is not None and event.type not in _TERMINAL_EVENTS:
             raise cut_off[2]
         match event:
