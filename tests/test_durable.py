@@ -38,8 +38,9 @@ from agentloop import (
     run,
     tool,
 )
+from agentloop._driver import tools_problem
 from replay import Parked, SessionLeased, SessionNotFound, SQLiteStore, StoreConflict
-from replay._durable import _RENEWER, _Lease, _tools_problem
+from replay._durable import _RENEWER, _Lease
 
 QUESTION = [UserMessage("u1", "What is 20 + 22, then 42 + 1?")]
 
@@ -511,7 +512,8 @@ def test_the_tools_must_match_the_session(store):
     assert replay.run_durable(store, "s", tools=[publish, add, spare], **options).status == (
         "completed"
     )
-    assert _tools_problem(replay_registry([add]), [add.spec]) is None
+    assert tools_problem(replay_registry([add]), [add.spec]) is None
+    assert tools_problem(replay_registry([add, publish]), [add.spec], extra=True) is None
 
 
 def replay_registry(tools: list[Any]) -> Any:
