@@ -527,9 +527,9 @@ class _Options:
                     f"to continue it, call run_durable(store, {session_id!r}, model=..., "
                     "tools=...) without messages"
                 )
-        self.check_output(events[0])
         if info.finished:
             return self.finished(events)
+        self.check_output(events[0])
         if info.status == "paused" and not info.answered and self.on_pause is None:
             # Still parked: nothing to do, and no need to lease or replay it.
             last = events[-1]

@@ -406,6 +406,20 @@ def test_a_cancel_token_cancels_at_a_pause_instead_of_parking(store):
     assert fresh.status == "cancelled"  # cancelled before the first model call
 
 
+def test_a_cancel_token_cancels_a_session_left_at_a_pause(store):
+    def dying(pause: Any) -> Resume:
+        raise Interrupted
+
+    options: dict[str, Any] = {"model": FunctionModel(publishing), "tools": [publish]}
+    with pytest.raises(Interrupted):
+        replay.run_durable(store, "s", QUESTION, on_pause=dying, **options)
+    token = CancelToken()
+    token.cancel("shutting down")
+    result = replay.run_durable(store, "s", signal=token, **options)
+    assert (result.status, result.reason) == ("cancelled", "shutting down")
+    assert store.session("s").status == "cancelled"
+
+
 def test_two_pauses_in_a_row_each_take_their_own_answer(store):
     # Two calls needing approval in one step; the first is refused (the loop makes
     # its error result itself: no tool runs, nothing commits), so the second pause
