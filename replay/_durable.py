@@ -56,7 +56,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-import math
 import os
 import secrets
 import socket
@@ -103,7 +102,7 @@ from agentloop._driver import model_method, tools_problem
 
 from ._diff import diff_events
 from ._replay import replay, resume
-from ._store import SessionNotFound, SQLiteStore, StoreError
+from ._store import SessionNotFound, SQLiteStore, StoreError, _check_lease
 
 __all__ = ["Parked", "answer", "arun_durable", "run_durable"]
 
@@ -252,49 +251,14 @@ def run_durable(
             ``CallerProtocolError`` is the exception: it ends the run ``failed``,
             as in ``run``, and that end is committed.)
     """
-    options = _Options(
-        store,
-        session_id,
-        messages,
-        model,
-        tools,
-        system,
-        max_steps,
-        budget,
-        hooks,
-        signal,
-        on_pause,
-        clock,
-        started_at,
-        on_event,
-        inbox,
-        parallel_tools,
-        tool_workers,
-        limits,
-        output,
-        output_retries,
-        owner,
-        lease_seconds,
-        asynchronous=False,
-    )
+    options = _Options(asynchronous=False, **locals())  # every argument, checked
     runner = options.prepare()
     if not isinstance(runner, _Runner):
         return runner
     loop = runner.loop
     try:
         with idempotency_session(session_id):  # the tools' idempotency_key()
-            drive(
-                loop,
-                model=model,
-                tools=runner.registry,
-                clock=runner.clock,
-                signal=signal,
-                on_pause=on_pause,
-                on_event=on_event,
-                inbox=inbox,
-                tool_workers=tool_workers,
-                before_effect=runner.before_effect,
-            )
+            drive(loop, **options.driving(runner), before_effect=runner.before_effect)
         return runner.finish()
     except _Parking as parking:
         return Parked(session_id=session_id, pause=parking.pause, steps=loop.step)
@@ -351,33 +315,9 @@ async def arun_durable(
 
     Arguments, result and exceptions: as for :func:`run_durable`.
     """
+    options = _Options(asynchronous=True, **locals())  # every argument, checked
     import asyncio  # on first use: importing replay stays free of asyncio
 
-    options = _Options(
-        store,
-        session_id,
-        messages,
-        model,
-        tools,
-        system,
-        max_steps,
-        budget,
-        hooks,
-        signal,
-        on_pause,
-        clock,
-        started_at,
-        on_event,
-        inbox,
-        parallel_tools,
-        tool_workers,
-        limits,
-        output,
-        output_retries,
-        owner,
-        lease_seconds,
-        asynchronous=True,
-    )
     runner = await asyncio.to_thread(options.prepare)
     if not isinstance(runner, _Runner):
         return runner
@@ -388,18 +328,7 @@ async def arun_durable(
 
     try:
         with idempotency_session(session_id):  # the tools' idempotency_key()
-            await adrive(
-                loop,
-                model=model,
-                tools=runner.registry,
-                clock=runner.clock,
-                signal=signal,
-                on_pause=on_pause,
-                on_event=on_event,
-                inbox=inbox,
-                tool_workers=tool_workers,
-                before_effect=before_effect,
-            )
+            await adrive(loop, **options.driving(runner), before_effect=before_effect)
         return await asyncio.to_thread(runner.finish)
     except _Parking as parking:
         return Parked(session_id=session_id, pause=parking.pause, steps=loop.step)
@@ -428,6 +357,8 @@ class _Options:
 
     def __init__(
         self,
+        *,
+        asynchronous: bool,
         store: SQLiteStore,
         session_id: str,
         messages: Sequence[Any] | None,
@@ -450,8 +381,6 @@ class _Options:
         output_retries: int,
         owner: str | None,
         lease_seconds: float,
-        *,
-        asynchronous: bool,
     ) -> None:
         if type(session_id) is not str or not session_id:
             raise ValueError(f"session_id must be a non-empty str, got {session_id!r}")
@@ -461,12 +390,8 @@ class _Options:
                 raise TypeError(f"{name} must be callable or None, got {value!r}")
         if signal is not None and not isinstance(signal, CancelToken):
             raise TypeError(f"signal must be a CancelToken or None, got {signal!r}")
-        if (
-            type(lease_seconds) not in (int, float)
-            or not math.isfinite(lease_seconds)
-            or lease_seconds <= 0
-        ):
-            raise ValueError(f"lease_seconds must be a positive number, got {lease_seconds!r}")
+        owner = _default_owner() if owner is None else owner
+        _check_lease(owner, lease_seconds)
         self.store = store
         self.session_id = session_id
         self.messages = messages
@@ -484,8 +409,24 @@ class _Options:
         self.limits = limits
         self.output = output
         self.output_retries = output_retries
-        self.owner = _default_owner() if owner is None else owner
+        self.owner = owner
         self.lease_seconds = float(lease_seconds)
+        self.model = model
+        self.inbox = inbox
+        self.tool_workers = tool_workers
+
+    def driving(self, runner: _Runner) -> dict[str, Any]:
+        """The options of ``drive``/``adrive`` for the runner's loop."""
+        return {
+            "model": self.model,
+            "tools": runner.registry,
+            "clock": self.clock,
+            "signal": self.signal,
+            "on_pause": self.on_pause,
+            "on_event": self.on_event,
+            "inbox": self.inbox,
+            "tool_workers": self.tool_workers,
+        }
 
     def new_loop(self, **extra: Any) -> AgentLoop:
         """``agent_loop`` with these options (``extra`` overrides some)."""

@@ -709,6 +709,7 @@ def wait_until(condition: Any) -> None:
         ({"lease_seconds": 0}, ValueError, "lease_seconds must be a positive number"),
         ({"lease_seconds": float("nan")}, ValueError, "lease_seconds must be a positive number"),
         ({"lease_seconds": "5"}, ValueError, "lease_seconds must be a positive number"),
+        ({"owner": ""}, ValueError, "a lease owner is a non-empty str"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(store, options, error, message):

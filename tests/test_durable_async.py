@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,16 +21,14 @@ from agentloop import (
     ModelRequest,
     Resume,
     RunResult,
-    ScriptedResponse,
     Steer,
-    ToolCall,
     UserMessage,
     encode_event,
     tool,
 )
 from replay import Parked, SessionLeased, SQLiteStore
 
-QUESTION = [UserMessage("u1", "What is 20 + 22, then 42 + 1?")]
+from .test_durable import APPROVE, QUESTION, answer, publishing
 
 
 @tool
@@ -52,25 +48,6 @@ def sync_add(left: int, right: int) -> dict[str, int]:
 async def publish(text: str) -> str:
     """Publish a text (a human approves first)."""
     return f"published {text!r}"
-
-
-def answer(request: ModelRequest) -> ScriptedResponse:
-    if request.step == 1:
-        return ScriptedResponse.tool_calls("r1", ToolCall("c1", "add", {"left": 20, "right": 22}))
-    if request.step == 2:
-        return ScriptedResponse.tool_calls("r2", ToolCall("c2", "add", {"left": 42, "right": 1}))
-    return ScriptedResponse.text("r3", "42, then 43.")
-
-
-def publishing(request: ModelRequest) -> ScriptedResponse:
-    if request.step == 1:
-        return ScriptedResponse.tool_calls(
-            "r1", ToolCall("c1", "publish", {"text": "hello"}), text="Publishing."
-        )
-    return ScriptedResponse.text("r2", "Done.")
-
-
-APPROVE = Resume({"approved": True})
 
 
 @pytest.fixture

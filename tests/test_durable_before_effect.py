@@ -31,21 +31,9 @@ from agentloop import (
     agent_loop,
     drive,
     run,
-    tool,
 )
 
-
-@tool
-def add(left: int, right: int) -> dict[str, int]:
-    """Add two integers."""
-    return {"sum": left + right}
-
-
-@tool(requires_approval=True)
-def publish(text: str) -> str:
-    """Publish a text (a human approves first)."""
-    return f"published {text!r}"
-
+from .test_durable import APPROVE, add, publish
 
 QUESTION = [UserMessage("u1", "Add, twice at once, then publish.")]
 
@@ -76,9 +64,6 @@ def describe(effect: Effect) -> str:
 
 def loop_for(**options: Any) -> Any:
     return agent_loop(QUESTION, tools=[add, publish], started_at=0.0, **options)
-
-
-APPROVE = Resume({"approved": True})
 
 
 @pytest.mark.parametrize("parallel_tools", [False, True])

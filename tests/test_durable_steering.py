@@ -25,7 +25,6 @@ from agentloop import (
     Inbox,
     Limits,
     ModelRequest,
-    Resume,
     ScriptedResponse,
     Steer,
     ToolCall,
@@ -36,20 +35,7 @@ from agentloop import (
 )
 from replay import Parked, SessionNotFound, SQLiteStore, StoreError
 
-QUESTION = [UserMessage("u1", "What is 20 + 22, then 42 + 1?")]
-APPROVE = Resume({"approved": True})
-
-
-@tool
-def add(left: int, right: int) -> dict[str, int]:
-    """Add two integers."""
-    return {"sum": left + right}
-
-
-@tool(requires_approval=True)
-def publish(text: str) -> str:
-    """Publish a text (a human approves first)."""
-    return f"published {text!r}"
+from .test_durable import APPROVE, QUESTION, Interrupted, add, publish
 
 
 def answer(request: ModelRequest) -> ScriptedResponse:
@@ -171,10 +157,6 @@ def test_a_message_that_comes_after_the_last_boundary_stays_in_the_store(store):
     assert store.queued_for("s") == [(1, FOLLOW)]
     with pytest.raises(StoreError, match="has finished"):
         replay.answer(store, "s", STEER)
-
-
-class Interrupted(BaseException):
-    pass
 
 
 def test_a_crash_before_a_delivered_message_is_committed_delivers_it_again(store):
