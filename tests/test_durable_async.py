@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
