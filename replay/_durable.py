@@ -268,7 +268,8 @@ def run_durable(
         runner.commit()
         raise
     finally:
-        runner.close()
+        runner.stop()
+        runner.release()
 
 
 async def arun_durable(
@@ -336,7 +337,10 @@ async def arun_durable(
         await asyncio.to_thread(runner.commit)
         raise
     finally:
-        runner.close()
+        runner.stop()
+        # (In a thread too; should this task be cancelled again meanwhile, the
+        # thread still gives the lease up.)
+        await asyncio.to_thread(runner.release)
 
 
 class _Parking(BaseException):
@@ -678,11 +682,14 @@ class _Runner:
         if self.renewal is None:
             self.renewal = _RENEWER.add(self.store, self.session_id, self.owner, self.lease_seconds)
 
-    def close(self) -> None:
-        """Stop renewing the lease, and give it up."""
+    def stop(self) -> None:
+        """Stop renewing the lease."""
         if self.renewal is not None:
             _RENEWER.remove(self.renewal)
             self.renewal = None
+
+    def release(self) -> None:
+        """Give the lease up (call :meth:`stop` first)."""
         if self.created:
             self.store.release(self.session_id, self.owner)
 
