@@ -44,6 +44,7 @@ from ._driver import (
     _new_loop,
     _result,
     _Rules,
+    _stop_iteration,
     abandon,
     first_effect,
     send_messages,
@@ -166,13 +167,25 @@ async def adrive(
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
     tool_workers: int | None = None,
+    before_effect: Any = None,
 ) -> RunResult:
     """:func:`agentloop.drive` for asyncio: continue ANY loop to its result.
 
-    Arguments, checks and exceptions: as for :func:`agentloop.drive` and :func:`arun`.
+    Arguments, checks and exceptions: as for :func:`agentloop.drive` and :func:`arun`;
+    ``before_effect`` may be ``async def`` (it is awaited; a cancel of the task
+    while it runs is not recorded either).
     """
     driver = _AsyncDriver.checked(
-        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
+        loop,
+        model,
+        tools,
+        signal,
+        on_pause,
+        clock,
+        on_event,
+        inbox,
+        tool_workers,
+        before_effect=before_effect,
     )
     async for _ in _asteps(loop, driver):
         pass
@@ -240,10 +253,17 @@ async def _asteps(loop: AgentLoop, driver: _AsyncDriver) -> AsyncGenerator[None,
     import asyncio
 
     unfollow = driver.watch(loop)
+    left = False  # before_effect stopped the driver: the loop stays where it is
     try:
         effect = first_effect(loop)
         while effect is not None:
             reply = driver.queued()
+            if reply is None and driver.before_effect is not None and driver.starts(effect):
+                try:
+                    reply = await driver.abefore(effect)
+                except BaseException:
+                    left = True
+                    raise
             if reply is None:
                 try:
                     reply = await driver.reply_to(effect)
@@ -259,7 +279,8 @@ async def _asteps(loop: AgentLoop, driver: _AsyncDriver) -> AsyncGenerator[None,
     finally:
         await driver.close_stream()
         await driver.close_batches()
-        loop.close()
+        if not left:
+            loop.close()
         unfollow()
 
 
@@ -312,6 +333,17 @@ class _AsyncDriver(_Rules):
                 answer = await answer
             return self._answered(answer)
         raise TypeError(f"agent_loop yielded an unknown effect: {effect!r}")  # pragma: no cover
+
+    async def abefore(self, effect: Effect) -> Any:
+        """``before_effect``'s reply for ``effect`` (awaited if it is ``async def``)."""
+        assert self.before_effect is not None
+        try:
+            reply = self.before_effect(effect)
+        except StopIteration as exc:
+            raise _stop_iteration("before_effect") from exc
+        if inspect.isawaitable(reply):
+            reply = await reply
+        return self._before_reply(effect, reply)
 
     async def _model_reply(self, request: ModelRequest) -> Reply:
         if self._opening(request):

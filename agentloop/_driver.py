@@ -31,6 +31,14 @@ an exception into a ``ModelFailure``, the cancel checks -- is decided by
 :class:`_Rules`, shared by the sync and the async driver; only the calls that do
 I/O (open a stream, pull from it, run a tool, ask ``on_pause``) differ.
 
+``before_effect`` (a callback of :func:`drive` and ``adrive``) is called once per
+side effect, just before the driver acts on it: before it opens a model stream,
+runs a tool call, starts a batch, or answers a pause. It is where a durable driver
+commits the log so far (the write-ahead rule, see ``replay/_durable.py``). It may
+return a reply to send instead (a stored answer, a steering message), and it may
+raise to stop driving: that exception is not recorded, and the loop is left
+waiting at the effect, as resumable as the log it has so far.
+
 Cancelling: the :class:`CancelToken` is checked before opening a model stream,
 after each item pulled from it, before each tool, and before and after each pause
 callback; a cancel becomes ``Cancel(reason=token.reason)``. An :class:`Inbox` is
@@ -264,6 +272,7 @@ def _user_message(message: UserMessage | str) -> UserMessage:
 Clock = Callable[[], float]
 OnPause = Callable[[Pause], "Resume | Cancel"]
 OnEvent = Callable[[Event], object]
+BeforeEffect = Callable[[Effect], Any]
 
 
 def run(
@@ -371,6 +380,7 @@ def drive(
     on_event: OnEvent | None = None,
     inbox: Inbox | None = None,
     tool_workers: int | None = None,
+    before_effect: BeforeEffect | None = None,
 ) -> RunResult:
     """Continue ``loop`` from its pending effect to its :class:`RunResult`.
 
@@ -391,6 +401,18 @@ def drive(
             ``tools`` must be the tools the loop was started with: the same names,
             each with the same parameters schema as ``loop.tools`` recorded.
             ``on_event`` sees the events recorded from now on.
+        before_effect: called with the effect, in the driver's thread, once per
+            side effect and just before it: before a model stream is opened (not
+            for each of its chunks), a tool call runs, a batch starts (once per
+            batch) or a pause is answered (by ``on_pause``, a cancel, or not at
+            all); never for a reply taken from ``inbox``. It returns ``None`` to
+            let the driver go on, or a reply to send in its place (its ``at``
+            stamped by ``clock`` if ``None``; the loop then waits again, and
+            ``before_effect`` is asked again before the next side effect). An
+            exception it raises leaves ``drive`` as it is, *not* recorded: the
+            loop stays waiting at the effect (nothing ran), so ``drive`` may be
+            called on it again. ``replay.run_durable`` commits its store here and
+            parks a session by raising.
 
     Returns:
         The :class:`RunResult` (see :func:`run`).
@@ -400,7 +422,16 @@ def drive(
         TypeError, CallerProtocolError, BaseException: as for :func:`run`.
     """
     driver = _Driver.checked(
-        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
+        loop,
+        model,
+        tools,
+        signal,
+        on_pause,
+        clock,
+        on_event,
+        inbox,
+        tool_workers,
+        before_effect=before_effect,
     )
     for _ in _steps(loop, driver):
         pass
@@ -473,10 +504,17 @@ def run_stream(
 def _steps(loop: AgentLoop, driver: _Driver) -> Generator[None, None, None]:
     """Drive ``loop`` to its end, pausing after each ``send`` (for :func:`_events`)."""
     unfollow = driver.watch(loop)
+    left = False  # before_effect stopped the driver: the loop stays where it is
     try:
         effect = first_effect(loop)
         while effect is not None:
             reply = driver.queued()
+            if reply is None and driver.before_effect is not None and driver.starts(effect):
+                try:
+                    reply = driver.before(effect)
+                except BaseException:
+                    left = True
+                    raise
             if reply is None:
                 try:
                     reply = driver.reply_to(effect)
@@ -490,7 +528,8 @@ def _steps(loop: AgentLoop, driver: _Driver) -> Generator[None, None, None]:
     finally:
         driver.close_stream()
         driver.close_batches()
-        loop.close()
+        if not left:
+            loop.close()
         unfollow()
 
 
@@ -627,9 +666,16 @@ def model_method(model: object, asynchronous: bool) -> Callable[[ModelRequest], 
     raise TypeError(f"model must have a stream(request) method, got {model!r}")
 
 
-def tools_problem(registry: ToolRegistry, recorded: Sequence[ToolSpec]) -> str | None:
+def tools_problem(
+    registry: ToolRegistry, recorded: Sequence[ToolSpec], *, extra: bool = False
+) -> str | None:
     """How ``registry`` differs from the tool specs a loop recorded (names and
-    parameter schemas), or ``None`` when it can serve that loop."""
+    parameter schemas), or ``None`` when it can serve that loop.
+
+    With ``extra``, tools the loop does not have are allowed (a worker serving
+    sessions started with different tools passes them all; the model is only
+    ever offered the loop's).
+    """
     given = {spec.name: spec for spec in registry.specs()}
     for spec in recorded:
         mine = given.pop(spec.name, None)
@@ -640,7 +686,7 @@ def tools_problem(registry: ToolRegistry, recorded: Sequence[ToolSpec]) -> str |
                 f"tool {spec.name!r} takes other parameters than the loop recorded: "
                 f"{mine.parameters!r} instead of {spec.parameters!r}"
             )
-    if given:
+    if given and not extra:
         names = ", ".join(repr(spec.name) for spec in recorded) or "none"
         return (
             f"tool {next(iter(given))!r} is not one of the loop's tools ({names}); "
@@ -704,6 +750,7 @@ class _Rules:
     """
 
     __slots__ = (
+        "_begun",
         "_clock",
         "_inbox",
         "_log",
@@ -715,6 +762,7 @@ class _Rules:
         "_stream",
         "_stream_id",
         "_tool_workers",
+        "before_effect",
     )
 
     asynchronous = False
@@ -729,6 +777,7 @@ class _Rules:
         inbox: Inbox | None = None,
         on_event: OnEvent | None = None,
         tool_workers: int | None = None,
+        before_effect: BeforeEffect | None = None,
     ) -> None:
         self._model = model
         self._registry = registry
@@ -741,6 +790,8 @@ class _Rules:
         self._stream_id: str | None = None
         self._tool_workers = tool_workers
         self._log: EventLog | None = None  # the driven loop's (watch)
+        self.before_effect = before_effect
+        self._begun: ToolBatch | None = None  # the batch before_effect let start
 
     @classmethod
     def checked(
@@ -754,6 +805,8 @@ class _Rules:
         on_event: OnEvent | None,
         inbox: Inbox | None,
         tool_workers: int | None = None,
+        *,
+        before_effect: BeforeEffect | None = None,
     ) -> Self:
         """A driver for ``loop``, after checking every option (nothing runs before)."""
         if not isinstance(loop, AgentLoop):
@@ -767,6 +820,8 @@ class _Rules:
             raise TypeError(f"on_event must be callable or None, got {on_event!r}")
         if inbox is not None and not isinstance(inbox, Inbox):
             raise TypeError(f"inbox must be an Inbox or None, got {inbox!r}")
+        if before_effect is not None and not callable(before_effect):
+            raise TypeError(f"before_effect must be callable or None, got {before_effect!r}")
         if tool_workers is not None and (type(tool_workers) is not int or tool_workers < 1):
             raise ValueError(f"tool_workers must be a positive int or None, got {tool_workers!r}")
         clock = _check_clock(clock)
@@ -782,7 +837,9 @@ class _Rules:
                         f"tool {entry.name!r} is an async function: run it with "
                         "agentloop.arun/adrive, or make it a plain (sync) function"
                     )
-        return cls(model, registry, signal, on_pause, clock, inbox, on_event, tool_workers)
+        return cls(
+            model, registry, signal, on_pause, clock, inbox, on_event, tool_workers, before_effect
+        )
 
     def watch(self, loop: AgentLoop) -> Callable[[], None]:
         """Subscribe ``on_event`` and the DEBUG logger to ``loop.log``; the returned
@@ -819,6 +876,26 @@ class _Rules:
         if message is None or message.at is not None:
             return message
         return msgspec.structs.replace(message, at=self.now())
+
+    def starts(self, effect: Effect) -> bool:
+        """Whether acting on ``effect`` starts a side effect (``before_effect`` is
+        asked first): not the next chunk of an open stream, nor the next result of
+        a batch already started."""
+        kind = type(effect)
+        if kind is ModelRequest:
+            return self._opening(effect)  # type: ignore[arg-type]
+        return kind is not ToolBatch or effect is not self._begun
+
+    def _before_reply(self, effect: Effect, reply: Any) -> Any:
+        """What ``before_effect`` returned for ``effect``: ``None`` (the driver acts
+        on it), or a reply to send instead, stamped."""
+        if reply is None:
+            if type(effect) is ToolBatch:
+                self._begun = effect
+            return None
+        if isinstance(reply, msgspec.Struct) and getattr(reply, "at", 0.0) is None:
+            reply = msgspec.structs.replace(reply, at=self.now())
+        return reply
 
     def _cancel(self) -> Cancel | None:
         signal = self._signal
@@ -922,6 +999,15 @@ class _Driver(_Rules):
     __slots__ = ("_batches",)
 
     _batches: ThreadPoolBatches | None
+
+    def before(self, effect: Effect) -> Any:
+        """``before_effect``'s reply for ``effect`` (``None``: act on it)."""
+        assert self.before_effect is not None
+        try:
+            reply = self.before_effect(effect)
+        except StopIteration as exc:
+            raise _stop_iteration("before_effect") from exc
+        return self._before_reply(effect, reply)
 
     def reply_to(self, effect: Effect) -> Reply | Any:
         kind = type(effect)

@@ -11,7 +11,10 @@ Prints, never asserts (timing is not a test):
   then the answer; the model streams through ``FunctionModel``) with ``run`` and
   with ``run_durable`` on a store file, ``synchronous=NORMAL`` (the default) and
   ``FULL``; µs per step, the difference per step, and commits per step (group
-  commit: the goal is at most 2 and at most 1 ms of overhead per step).
+  commit: the goal is at most 2 and at most 1 ms of overhead per step); and the
+  async twin: ``replay.arun_durable`` (``NORMAL``) against plain ``agentloop.arun``
+  (each round's sessions awaited in one event loop; the store's commits run in a
+  worker thread).
 - D2 sessions per second: 1,000 short durable sessions (one tool call, then the
   answer: 2 steps) one after the other in one store, vs the same with ``run``.
 - D3 bytes stored per step: the store file (after a WAL checkpoint) per step of
@@ -30,6 +33,7 @@ Each timing is the best of several rounds (the garbage collector runs before eac
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
 import json
@@ -133,6 +137,33 @@ def d1_per_step(directory: Path, rounds: int, sessions: int) -> dict[str, Any]:
                 "cpu_overhead_us_per_step": (cpu - plain_cpu) / per_step,
                 "commits_per_step": store.commits / (rounds * sessions * STEPS),
             }
+
+    async def arun_all() -> None:
+        for _ in range(sessions):
+            await agentloop.arun(QUESTION, model=model, tools=[add], max_steps=STEPS)
+
+    aplain_wall, aplain_cpu = best_ns(lambda: asyncio.run(arun_all()), rounds)
+    out["async_plain"] = {
+        "us_per_step": aplain_wall / per_step,
+        "cpu_us_per_step": aplain_cpu / per_step,
+    }
+    with replay.SQLiteStore(directory / "d1-async.db") as store:
+        ids = Counter("async")
+
+        async def adurable_all() -> None:
+            for _ in range(sessions):
+                await replay.arun_durable(
+                    store, ids(), QUESTION, model=model, tools=[add], max_steps=STEPS
+                )
+
+        wall, cpu = best_ns(lambda: asyncio.run(adurable_all()), rounds)
+        out["async_NORMAL"] = {
+            "us_per_step": wall / per_step,
+            "cpu_us_per_step": cpu / per_step,
+            "overhead_us_per_step": (wall - aplain_wall) / per_step,
+            "cpu_overhead_us_per_step": (cpu - aplain_cpu) / per_step,
+            "commits_per_step": store.commits / (rounds * sessions * STEPS),
+        }
     return out
 
 
@@ -290,6 +321,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{row['overhead_us_per_step']:8.1f} ({row['cpu_overhead_us_per_step']:6.1f}) µs/step, "
             f"{row['commits_per_step']:.2f} commits/step"
         )
+    aplain = d1["async_plain"]
+    print(
+        f"  arun()                                 {aplain['us_per_step']:8.1f} "
+        f"({aplain['cpu_us_per_step']:6.1f}) µs/step"
+    )
+    row = d1["async_NORMAL"]
+    print(
+        f"  arun_durable, SQLite synchronous=NORMAL {row['us_per_step']:7.1f} "
+        f"({row['cpu_us_per_step']:6.1f}) µs/step, overhead "
+        f"{row['overhead_us_per_step']:8.1f} ({row['cpu_overhead_us_per_step']:6.1f}) µs/step, "
+        f"{row['commits_per_step']:.2f} commits/step"
+    )
     print(
         f"D2 {d2['sessions']:,} short durable sessions (2 steps each): "
         f"{d2['durable_per_second']:,.0f} sessions/s ({d2['durable_per_cpu_second']:,.0f} per "
@@ -330,6 +373,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "<= 2 commits per step",
             f"{normal['commits_per_step']:.2f}",
             normal["commits_per_step"] <= 2,
+        ),
+        (
+            "arun_durable: overhead <= 1 ms per step (NORMAL, wall)",
+            f"{d1['async_NORMAL']['overhead_us_per_step'] / 1000:.3f} ms",
+            d1["async_NORMAL"]["overhead_us_per_step"] <= 1000,
         ),
     ):
         print(f"  {label}: {value}  {'met' if met else 'MISSED'}")

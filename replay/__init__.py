@@ -7,8 +7,9 @@
   for byte; the first difference raises :class:`ReplayDivergence`.
 - :func:`state_at`, :func:`resume`, :func:`fork`: inspect a run at any event,
   continue it in another process, or branch it.
-- :class:`SQLiteStore`, :func:`run_durable`, :func:`answer`: durable sessions in
-  an embedded SQLite store (crash-safe, parked pauses, several workers).
+- :class:`SQLiteStore`, :func:`run_durable` (:func:`arun_durable`), :func:`answer`:
+  durable sessions in an embedded SQLite store (crash-safe, parked pauses,
+  steering, several workers).
 - ``python -m replay show|check|diff|stats|verify|view|otel LOG``: the same from a shell.
 
 Uses only :mod:`agentloop`'s public API (and its logging helper). Logs to
@@ -22,7 +23,7 @@ _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time see __getattr__
     from ._diff import diff_events, summarize
-    from ._durable import Parked, answer, run_durable
+    from ._durable import Parked, answer, arun_durable, run_durable
     from ._log import (
         LOG_FORMAT,
         LOG_FORMAT_VERSION,
@@ -93,7 +94,7 @@ _LAZY = {
         ),
         "._replay",
     ),
-    **dict.fromkeys(("Parked", "answer", "run_durable"), "._durable"),
+    **dict.fromkeys(("Parked", "answer", "arun_durable", "run_durable"), "._durable"),
     **dict.fromkeys(
         (
             "SCHEMA_VERSION",
@@ -149,6 +150,7 @@ __all__ = [
     "StoreVersionError",
     "TornLogError",
     "answer",
+    "arun_durable",
     "diff_events",
     "fork",
     "read_log",

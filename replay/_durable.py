@@ -1,56 +1,61 @@
-"""Durable sessions: :func:`run_durable` drives a session stored in a :class:`SQLiteStore`.
+"""Durable sessions: :func:`run_durable` and :func:`arun_durable` drive a session
+stored in a :class:`SQLiteStore`.
 
 Theory of operation
 -------------------
 A session is its log. :func:`run_durable` starts a session (``agent_loop`` from the
 messages) or continues a stored one (:func:`replay.resume` rebuilds the live loop
-at the log's last pull point, replaying every recorded reply), then drives it the
-way :func:`agentloop.run` does, with three differences:
+at the log's last pull point, replaying every recorded reply), then drives it with
+:func:`agentloop.drive` -- :func:`arun_durable` with :func:`agentloop.adrive` --
+through the driver's ``before_effect`` callback, which :class:`_Runner` answers:
 
 1. **The write-ahead rule.** Events are buffered in the loop's own log and
-   committed to the store in one transaction at each *side-effect boundary*: just
-   before a model call (a new request), before each tool call, when a pause is
-   answered by ``on_pause`` or parks, and when the run ends. So an effect's events
-   (``step.start``, ``tool.call``, ...) are durable before the effect runs, and a
-   reply's events (chunks, ``plan.draft``, ``tool.result``, ...) are durable
-   before the next effect. A step with one tool call commits twice (before the
-   model call, before the tool call); the chunks of a stream never commit.
+   committed to the store in one transaction at each *side-effect boundary*, which
+   is exactly when the driver calls ``before_effect``: before a model call (a new
+   request; the chunks of one stream are one call), before each tool call (or
+   batch), before a pause is answered by ``on_pause`` or parks; and once more when
+   the run ends. So an effect's events (``step.start``, ``tool.call``, ...) are
+   durable before the effect runs, and a reply's events (chunks, ``plan.draft``,
+   ``tool.result``, ...) are durable before the next effect. A step with one tool
+   call commits twice.
 2. **Crashes are not cancels.** If the process dies, or an exception (Ctrl-C
-   included) leaves the driver, nothing more is committed and nothing is
-   cancelled: the stored log still ends at the last boundary, and the next
-   ``run_durable`` for the session resumes there. The effect that was in flight
-   runs again (at-least-once); a tool can recognise a repeat by its
+   included) leaves the driver, nothing more is committed: the stored log still
+   ends at the last boundary, and the next ``run_durable`` for the session resumes
+   there. (The driver ends its in-memory loop with the ``Cancel`` that
+   :func:`agentloop.run` records; that end is never committed.) The effect that was
+   in flight runs again (at-least-once); a tool can recognise a repeat by its
    :func:`agentloop.idempotency_key` (``"<session id>:<call id>"``).
 3. **Parking.** A ``Pause`` with no ``on_pause`` *parks* the session: its events
-   are committed with status ``paused``, the lease is released and
+   are committed with status ``paused``, ``before_effect`` raises (the driver then
+   leaves the loop as it is, nothing recorded), the lease is released and
    :func:`run_durable` returns :class:`Parked`; the process may exit.
-   :func:`answer` records a ``Resume`` or ``Cancel`` for it, and the next
-   ``run_durable`` sends that answer and goes on.
+4. **Stored replies.** :func:`answer` records a ``Resume`` or ``Cancel`` for a
+   parked session, and queues a ``Steer`` or ``FollowUp`` for any unfinished one.
+   At each boundary ``before_effect`` first looks in the store: queued messages
+   (oldest first) are returned to the driver, which sends them to the loop in place
+   of the effect (the loop records them and waits at the same effect; the next
+   ``before_effect`` looks again); at a pause, the stored answer then. A reply's
+   row is deleted in the transaction that commits its events, so a crash in
+   between delivers it again and the stored log holds it exactly once.
 
-Several workers (threads or processes) may serve one store. Each
-``run_durable`` takes the session's *lease* first (owner id + expiry, renewed by a
-background thread while it works and at every commit); a second worker gets
-:class:`SessionLeased`. Should a worker stall past its lease and another take the
-session over, the staller's next commit fails (its lease is gone, and the
-optimistic append would refuse it anyway): two workers never both extend a log.
+Several workers (threads or processes) may serve one store. Each run takes the
+session's *lease* first (owner id + expiry, renewed by a background thread while
+it works and at every commit); a second worker gets :class:`SessionLeased`.
+Should a worker stall past its lease and another take the session over, the
+staller's next commit fails (its lease is gone, and the optimistic append would
+refuse it anyway): two workers never both extend a log.
 
-Driving
--------
-Until ``agentloop`` has ``drive(loop, ...)`` (DESIGN §17: continue ANY loop), this
-module computes replies with ``agentloop._driver._Driver`` -- the private object
-:func:`agentloop.run` uses for exactly that (model streaming, tool execution,
-``on_pause``, the clock, the cancel token) -- and keeps its own ``send`` loop
-(:meth:`_Runner.drive`), so that a boundary can commit, park, or set the
-idempotency key. Moving to ``drive`` replaces that method: drive the loop with a
-model and tools wrapped to commit first (:meth:`_Runner.before`), and an
-``on_pause`` that may stop the driver without cancelling the loop (to park).
+The async twin does the same work: the store's calls (reading and resuming the
+session, each boundary's commit) run in a worker thread (``asyncio.to_thread``) so
+the event loop never waits for SQLite, and the lease is renewed by the same
+background thread.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
-import math
 import os
 import secrets
 import socket
@@ -71,29 +76,35 @@ from agentloop import (
     CancelToken,
     Effect,
     Event,
+    FollowUp,
     HookRegistry,
+    Inbox,
+    Limits,
     MessageAcceptedEvent,
+    MessageQueuedEvent,
     Model,
-    ModelRequest,
     Pause,
     Resume,
     RunResult,
     SessionPauseEvent,
     SessionStartEvent,
+    Steer,
     Tool,
     ToolRegistry,
     ToolSpec,
+    adrive,
     agent_loop,
+    drive,
     encode_event,
     idempotency_session,
 )
-from agentloop._driver import _Driver  # the seam until drive(loop, ...) lands
+from agentloop._driver import model_method, tools_problem
 
 from ._diff import diff_events
 from ._replay import replay, resume
-from ._store import SessionNotFound, SQLiteStore, StoreError
+from ._store import SessionNotFound, SQLiteStore, StoreError, _check_lease
 
-__all__ = ["Parked", "answer", "run_durable"]
+__all__ = ["Parked", "answer", "arun_durable", "run_durable"]
 
 
 class Parked(msgspec.Struct, frozen=True, kw_only=True):
@@ -114,18 +125,52 @@ Clock = Callable[[], float]
 OnPause = Callable[[Pause], "Resume | Cancel"]
 
 
-def answer(store: SQLiteStore, session_id: str, reply: Resume | Cancel) -> None:
-    """Record the answer to a parked session's pause; the next :func:`run_durable`
-    for the session sends it to the loop (its ``at`` is stamped then if ``None``).
+def answer(store: SQLiteStore, session_id: str, reply: Resume | Cancel | Steer | FollowUp) -> None:
+    """Record a reply for a stored session; a worker sends it to the loop.
+
+    - ``Resume`` or ``Cancel``: the answer to a *parked* session's pause. The next
+      :func:`run_durable` for the session sends it (its ``at`` is stamped then if
+      ``None``). The first answer wins.
+    - ``Steer`` or ``FollowUp``: a message for any session that has not finished,
+      parked or running (DESIGN §19). It is queued in the store and delivered at
+      the session's next side-effect boundary by the worker advancing it -- the one
+      running it now (it looks before every model call and tool call), or the next
+      ``run_durable``. A parked session stays parked until its pause is answered;
+      then its queued messages are delivered first, then the answer. Several
+      messages are delivered in the order they were recorded.
 
     Raises:
-        TypeError: ``reply`` is not a ``Resume`` or a ``Cancel``.
-        ValueError: it holds values that JSON cannot hold exactly (NaN, tuples, ...).
+        TypeError: ``reply`` is none of those.
+        ValueError: it holds values that JSON cannot hold exactly (NaN, tuples,
+            ...), or the message's id is already used in the session.
         SessionNotFound: no such session.
-        StoreError: the session is not parked, or has an answer already (the first
-            answer wins).
+        StoreError: for an answer, the session is not parked or has an answer
+            already; for a message, the session has finished.
     """
-    store.put_answer(session_id, reply)
+    kind = type(reply)
+    if kind is Steer or kind is FollowUp:
+        message_id = reply.message.id  # type: ignore[union-attr]
+        if message_id in _message_ids(store.events(session_id)):
+            raise ValueError(
+                f"session {session_id!r}: message id {message_id!r} is already used in the "
+                f"session; a {kind.__name__} needs a new one"
+            )
+        store.queue(session_id, reply)  # type: ignore[arg-type]
+        return
+    store.put_answer(session_id, reply)  # type: ignore[arg-type]
+
+
+def _message_ids(events: Iterable[Event]) -> set[str]:
+    """The ids of the messages a stored log holds (or has queued)."""
+    ids = set()
+    for event in events:
+        if type(event) is MessageQueuedEvent:
+            ids.add(event.reply.message.id)
+        else:
+            message = getattr(event, "message", None)
+            if message is not None:
+                ids.add(message.id)
+    return ids
 
 
 def run_durable(
@@ -144,6 +189,12 @@ def run_durable(
     clock: Clock | None = None,
     started_at: float | None = None,
     on_event: Callable[[Event], None] | None = None,
+    inbox: Inbox | None = None,
+    parallel_tools: bool = False,
+    tool_workers: int | None = None,
+    limits: Limits | None = None,
+    output: Any = None,
+    output_retries: int = 2,
     owner: str | None = None,
     lease_seconds: float = 30.0,
 ) -> RunResult | Parked:
@@ -159,13 +210,18 @@ def run_durable(
         messages: the initial transcript, to start the session. For a stored
             session it may be given again (the same call after a crash): it must
             then match what the session was started with (so must ``system``,
-            ``max_steps``, ``budget`` and the tools' specs). Without it, the stored
-            configuration is used and those options are ignored.
-        model, tools, hooks, signal, clock: as for :func:`agentloop.run`. The
-            tools must offer every tool the session was started with, with the
-            same parameters. Tools can read :func:`agentloop.idempotency_key`.
-        system, max_steps, budget, started_at: as for :func:`agentloop.run`, for a
-            new session.
+            ``max_steps``, ``budget``, ``parallel_tools``, ``limits``, ``output``,
+            ``output_retries`` and the tools' specs). Without it, the stored
+            configuration is used and those options are ignored -- except
+            ``output``, which a session started with ``output=T`` needs again
+            (a type cannot be stored), as for :func:`replay.resume`.
+        model, tools, hooks, signal, clock, inbox, tool_workers: as for
+            :func:`agentloop.run`. The tools must offer every tool the session
+            was started with, with the same parameters (more are fine: a worker
+            may serve sessions started with different tools). Tools can read
+            :func:`agentloop.idempotency_key`.
+        system, max_steps, budget, started_at, parallel_tools, limits, output,
+            output_retries: as for :func:`agentloop.run`, for a new session.
         on_event: called with each new event as the loop emits it (before it is
             committed), from the first one this call adds: a live view (a
             resumed session's stored events are in ``store.events``).
@@ -186,206 +242,406 @@ def run_durable(
         StoreConflict: another writer advanced the session (or created it) first.
         SessionNotFound: no such session and no ``messages`` to start it.
         ValueError: ``messages`` (or the options) differ from the stored session's
-            start, or a tool of the session is missing or has other parameters.
+            start, a tool of the session is missing or has other parameters, or a
+            session started with ``output=`` is continued without it.
         ReplayDivergence: the stored log does not replay with these hooks.
         BaseException: whatever leaves a tool, the model's stream, ``on_pause``
             or ``clock`` (e.g. ``KeyboardInterrupt``) propagates *without* being
-            recorded: the session stays resumable from its last commit. (A
+            committed: the session stays resumable from its last commit. (A
             ``CallerProtocolError`` is the exception: it ends the run ``failed``,
             as in ``run``, and that end is committed.)
     """
-    _check_options(session_id, model, signal, on_pause, clock, on_event, lease_seconds)
-    clock = time.time if clock is None else clock
-    registry = ToolRegistry(tools)
-    owner = _default_owner() if owner is None else owner
-    runner = _Runner(
-        store,
-        session_id,
-        owner,
-        float(lease_seconds),
-        clock,
-        on_pause is not None,
-        signal,
-        on_event,
-    )
+    options = _Options(asynchronous=False, **locals())  # every argument, checked
+    runner = options.prepare()
+    if not isinstance(runner, _Runner):
+        return runner
+    loop = runner.loop
     try:
-        info, events = store.load(session_id)
-    except SessionNotFound:
-        if messages is None:
-            raise SessionNotFound(session_id, "; pass messages to start it") from None
-        loop = agent_loop(
-            messages,
-            tools=registry,
-            system=system,
-            max_steps=max_steps,
-            budget=budget,
-            hooks=hooks,
-            started_at=float(clock()) if started_at is None else started_at,
-        )
-        try:
-            effect: Effect | None = next(loop)
-        except StopIteration:
-            effect = None  # an invalid transcript: the run ended at once
-        return runner.run(loop, effect, _Driver(model, registry, signal, on_pause, clock))
+        with idempotency_session(session_id):  # the tools' idempotency_key()
+            drive(loop, **options.driving(runner), before_effect=runner.before_effect)
+        return runner.finish()
+    except _Parking as parking:
+        return Parked(session_id=session_id, pause=parking.pause, steps=loop.step)
+    except CallerProtocolError:
+        # The loop logged its failed run.finished (a malformed answer or on_pause
+        # reply): the run is over, and its log says why.
+        runner.commit()
+        raise
+    finally:
+        runner.stop()
+        runner.release()
 
-    if messages is not None:
-        problem = _start_problem(events, messages, registry, system, max_steps, budget)
-        if problem is not None:
-            raise ValueError(
-                f"session {session_id!r} exists and was started differently: {problem}; "
-                f"to continue it, call run_durable(store, {session_id!r}, model=..., "
-                "tools=...) without messages"
-            )
-    if info.finished:
-        return _finished(events, hooks)
-    if info.status == "paused" and not info.answered and on_pause is None:
-        # Still parked: nothing to do, and no need to lease or replay it.
-        last = events[-1]
-        assert type(last) is SessionPauseEvent  # what parking commits last
-        pause = Pause(last.reason, last.payload)
-        return Parked(session_id=session_id, pause=pause, steps=info.steps)
-    store.acquire(session_id, owner, runner.lease_seconds)
+
+async def arun_durable(
+    store: SQLiteStore,
+    session_id: str,
+    messages: Sequence[Any] | None = None,
+    *,
+    model: Any,
+    tools: ToolRegistry | Iterable[Tool | ToolSpec],
+    system: str | None = None,
+    max_steps: int = 8,
+    budget: Budget | None = None,
+    hooks: HookRegistry | None = None,
+    signal: CancelToken | None = None,
+    on_pause: Any = None,
+    clock: Clock | None = None,
+    started_at: float | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    inbox: Inbox | None = None,
+    parallel_tools: bool = False,
+    tool_workers: int | None = None,
+    limits: Limits | None = None,
+    output: Any = None,
+    output_retries: int = 2,
+    owner: str | None = None,
+    lease_seconds: float = 30.0,
+) -> RunResult | Parked:
+    """:func:`run_durable` for asyncio: ``await arun_durable(store, session_id, ...)``.
+
+    The same sessions, store, write-ahead rule, parking, answers, leases and
+    idempotency keys; driven by :func:`agentloop.adrive`, so the model needs
+    ``astream`` (:class:`agentloop.AsyncModel`), tools may be ``async def`` (sync
+    ones run in a worker thread) and ``on_pause`` may be ``async def``. The store is
+    used from a worker thread (``asyncio.to_thread``): reading and replaying a
+    stored session and every commit; the event loop never waits for SQLite. A
+    session may be advanced by ``run_durable`` one day and ``arun_durable`` the
+    next: the log is the same.
+
+    Cancelling the task that awaits it is a crash, not a cancel (as Ctrl-C is for
+    :func:`run_durable`): nothing more is committed, ``CancelledError`` goes on,
+    and the session continues from its last commit when it is run again. To end a
+    session ``cancelled``, use ``signal``, ``inbox.cancel()`` or, when it is
+    parked, :func:`answer` with a ``Cancel``.
+
+    Arguments, result and exceptions: as for :func:`run_durable`.
+    """
+    options = _Options(asynchronous=True, **locals())  # every argument, checked
+    import asyncio  # on first use: importing replay stays free of asyncio
+
+    runner = await asyncio.to_thread(options.prepare)
+    if not isinstance(runner, _Runner):
+        return runner
+    loop = runner.loop
+
+    def before_effect(effect: Effect) -> Any:
+        return asyncio.to_thread(runner.before_effect, effect)
+
     try:
-        # Read again under the lease: another worker may have advanced it meanwhile.
-        info, events = store.load(session_id)
-        if not info.finished:
-            loop, effect = resume(events, hooks=hooks)
-            problem = _tools_problem(registry, loop.tools)
+        with idempotency_session(session_id):  # the tools' idempotency_key()
+            await adrive(loop, **options.driving(runner), before_effect=before_effect)
+        return await asyncio.to_thread(runner.finish)
+    except _Parking as parking:
+        return Parked(session_id=session_id, pause=parking.pause, steps=loop.step)
+    except CallerProtocolError:
+        await asyncio.to_thread(runner.commit)
+        raise
+    finally:
+        runner.stop()
+        # (In a thread too; should this task be cancelled again meanwhile, the
+        # thread still gives the lease up.)
+        await asyncio.to_thread(runner.release)
+
+
+class _Parking(BaseException):
+    """Raised by ``before_effect`` to park the session (committed already)."""
+
+    def __init__(self, pause: Pause) -> None:
+        super().__init__(pause.reason)
+        self.pause = pause
+
+
+# --------------------------------------------------------------------------- preparing a run
+
+
+class _Options:
+    """The arguments of one ``run_durable``/``arun_durable`` call, checked; and the
+    work before driving (:meth:`prepare`: no asyncio, so the async twin runs it in
+    a worker thread)."""
+
+    def __init__(
+        self,
+        *,
+        asynchronous: bool,
+        store: SQLiteStore,
+        session_id: str,
+        messages: Sequence[Any] | None,
+        model: Any,
+        tools: ToolRegistry | Iterable[Tool | ToolSpec],
+        system: str | None,
+        max_steps: int,
+        budget: Budget | None,
+        hooks: HookRegistry | None,
+        signal: CancelToken | None,
+        on_pause: Any,
+        clock: Clock | None,
+        started_at: float | None,
+        on_event: Callable[[Event], None] | None,
+        inbox: Inbox | None,
+        parallel_tools: bool,
+        tool_workers: int | None,
+        limits: Limits | None,
+        output: Any,
+        output_retries: int,
+        owner: str | None,
+        lease_seconds: float,
+    ) -> None:
+        if type(session_id) is not str or not session_id:
+            raise ValueError(f"session_id must be a non-empty str, got {session_id!r}")
+        model_method(model, asynchronous)
+        for name, value in (("on_pause", on_pause), ("clock", clock), ("on_event", on_event)):
+            if value is not None and not callable(value):
+                raise TypeError(f"{name} must be callable or None, got {value!r}")
+        if signal is not None and not isinstance(signal, CancelToken):
+            raise TypeError(f"signal must be a CancelToken or None, got {signal!r}")
+        owner = _default_owner() if owner is None else owner
+        _check_lease(owner, lease_seconds)
+        self.store = store
+        self.session_id = session_id
+        self.messages = messages
+        self.registry = ToolRegistry(tools)  # once: ``tools`` may be an iterator
+        self.system = system
+        self.max_steps = max_steps
+        self.budget = budget
+        self.hooks = hooks
+        self.signal = signal
+        self.on_pause = on_pause
+        self.clock: Clock = time.time if clock is None else clock
+        self.started_at = started_at
+        self.on_event = on_event
+        self.parallel_tools = parallel_tools
+        self.limits = limits
+        self.output = output
+        self.output_retries = output_retries
+        self.owner = owner
+        self.lease_seconds = float(lease_seconds)
+        self.model = model
+        self.inbox = inbox
+        self.tool_workers = tool_workers
+
+    def driving(self, runner: _Runner) -> dict[str, Any]:
+        """The options of ``drive``/``adrive`` for the runner's loop."""
+        return {
+            "model": self.model,
+            "tools": runner.registry,
+            "clock": self.clock,
+            "signal": self.signal,
+            "on_pause": self.on_pause,
+            "on_event": self.on_event,
+            "inbox": self.inbox,
+            "tool_workers": self.tool_workers,
+        }
+
+    def new_loop(self, **extra: Any) -> AgentLoop:
+        """``agent_loop`` with these options (``extra`` overrides some)."""
+        options: dict[str, Any] = {
+            "tools": self.registry,
+            "system": self.system,
+            "max_steps": self.max_steps,
+            "budget": self.budget,
+            "hooks": self.hooks,
+            "parallel_tools": self.parallel_tools,
+            "limits": self.limits,
+            "output": self.output,
+            "output_retries": self.output_retries,
+            **extra,
+        }
+        assert self.messages is not None
+        return agent_loop(self.messages, **options)
+
+    def prepare(self) -> _Runner | RunResult | Parked:
+        """A runner holding the loop to drive (and the lease of a stored session),
+        or the outcome when there is nothing to drive."""
+        store, session_id = self.store, self.session_id
+        try:
+            info, events = store.load(session_id)
+        except SessionNotFound:
+            if self.messages is None:
+                raise SessionNotFound(session_id, "; pass messages to start it") from None
+            started_at = self.started_at
+            loop = self.new_loop(
+                started_at=float(self.clock()) if started_at is None else started_at
+            )
+            return _Runner(self, loop, self.registry, created=False, status="running")
+
+        if self.messages is not None:
+            problem = self.start_problem(events)
+            if problem is not None:
+                raise ValueError(
+                    f"session {session_id!r} exists and was started differently: {problem}; "
+                    f"to continue it, call run_durable(store, {session_id!r}, model=..., "
+                    "tools=...) without messages"
+                )
+        if info.finished:
+            return self.finished(events)
+        self.check_output(events[0])
+        if info.status == "paused" and not info.answered and self.on_pause is None:
+            # Still parked: nothing to do, and no need to lease or replay it.
+            last = events[-1]
+            assert type(last) is SessionPauseEvent  # what parking commits last
+            pause = Pause(last.reason, last.payload)
+            return Parked(session_id=session_id, pause=pause, steps=info.steps)
+        store.acquire(session_id, self.owner, self.lease_seconds)
+        try:
+            # Read again under the lease: another worker may have advanced it meanwhile.
+            info, events = store.load(session_id)
+            if info.finished:
+                store.release(session_id, self.owner)
+                return self.finished(events)
+            loop, _ = resume(events, hooks=self.hooks, output=self.output)
+            problem = tools_problem(self.registry, loop.tools, extra=True)
             if problem is not None:
                 raise ValueError(f"session {session_id!r}: {problem}")
-    except BaseException:
-        store.release(session_id, owner)
-        raise
-    if info.finished:
-        store.release(session_id, owner)
-        return _finished(events, hooks)
-    runner.created = True
-    runner.status = info.status
-    runner.committed = len(events)
-    return runner.run(loop, effect, _Driver(model, registry, signal, on_pause, clock))
+        except BaseException:
+            store.release(session_id, self.owner)
+            raise
+        # Only the session's tools go to the driver (it refuses others).
+        registry = ToolRegistry(self.registry.get(spec.name) for spec in loop.tools)  # type: ignore[misc]
+        runner = _Runner(self, loop, registry, created=True, status=info.status)
+        runner.committed = len(events)
+        if self.on_event is not None:
+            # Events the resume regenerated (a log cut between two events, e.g. by
+            # another writer of the store); this run commits them.
+            for event in loop.log.since(runner.committed):
+                self.on_event(event)
+        return runner
+
+    def finished(self, events: Sequence[Event]) -> RunResult:
+        """The result of a finished session, from its log."""
+        result = replay(events, hooks=self.hooks, output=self.output).result
+        assert result is not None  # a finished session's log ends with run.finished
+        return result
+
+    def check_output(self, start: Event) -> None:
+        """A session started with ``output=T`` needs the type again (a type cannot
+        be stored); one started without it takes none."""
+        recorded = start.output if type(start) is SessionStartEvent else None
+        if recorded is not None and self.output is None:
+            raise ValueError(
+                f"session {self.session_id!r} was started with structured output "
+                f"({recorded.name}): pass output= again (the type its answers decode to)"
+            )
+        if recorded is None and self.output is not None and type(start) is SessionStartEvent:
+            raise ValueError(
+                f"session {self.session_id!r} was started without structured output: "
+                "continue it without output="
+            )
+
+    def start_problem(self, events: Sequence[Event]) -> str | None:
+        """How the stored session's start differs from what these arguments start,
+        or ``None``. The engine itself normalizes the arguments: a probe loop is
+        built with them and primed (no hooks, so nothing of the caller's runs), and
+        its first events are compared with the stored ones, byte for byte."""
+        stored = _start_prefix(events)
+        probe = self.new_loop(
+            hooks=None,
+            started_at=events[0].at,
+            rules=getattr(events[0], "rules", RULES_REVISION),  # the stored session's rules
+        )
+        with contextlib.suppress(StopIteration):
+            next(probe)
+        probe.close()
+        fresh = _start_prefix(list(probe.log))
+        for recorded, given in zip(stored, fresh, strict=False):
+            if encode_event(recorded) != encode_event(given):
+                labels = ("stored", "given")
+                detail = "; ".join(diff_events(recorded, given, labels=labels, limit=3))
+                return f"event #{recorded.sequence} ({recorded.type}) differs: {detail}"
+        if len(stored) != len(fresh):
+            return f"{len(stored) - 1} initial messages are stored, {len(fresh) - 1} were given"
+        return None
 
 
-def _finished(events: Sequence[Event], hooks: HookRegistry | None) -> RunResult:
-    """The result of a finished session, from its log."""
-    result = replay(events, hooks=hooks).result
-    assert result is not None  # a finished session's log ends with run.finished
-    return result
+def _start_prefix(events: Sequence[Event]) -> list[Event]:
+    """``session.start`` and the initial ``message.accepted`` events (or the one
+    failed ``run.finished`` of an invalid transcript)."""
+    if type(events[0]) is not SessionStartEvent:
+        return [events[0]]
+    accepted = itertools.takewhile(lambda event: type(event) is MessageAcceptedEvent, events[1:])
+    return [events[0], *accepted]
+
+
+def _default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 # --------------------------------------------------------------------------- the runner
 
 
 class _Runner:
-    """One ``run_durable`` call: the loop, what of its log is committed, the lease."""
+    """One run of a session: the loop, what of its log is committed, the lease,
+    and the driver's ``before_effect`` (:meth:`before_effect`)."""
 
     def __init__(
         self,
-        store: SQLiteStore,
-        session_id: str,
-        owner: str,
-        lease_seconds: float,
-        clock: Clock,
-        ask: bool,
-        signal: CancelToken | None,
-        on_event: Callable[[Event], None] | None,
+        options: _Options,
+        loop: AgentLoop,
+        registry: ToolRegistry,
+        *,
+        created: bool,
+        status: str,
     ) -> None:
-        self.store = store
-        self.session_id = session_id
-        self.owner = owner
-        self.lease_seconds = lease_seconds
-        self.clock = clock
-        self.ask = ask  # an on_pause answers pauses (else a pause parks)
-        self.signal = signal
-        self.on_event = on_event
-        self.created = False  # the session's row exists (and this runner leases it)
-        self.status = "running"
-        self.committed = 0  # events of loop.log already in the store
-        self.requested: str | None = None  # the model request whose events are committed
-        self.answer_applied = False  # the stored answer was sent; consume it at the next commit
-        self.renewal: int | None = None  # the lease's entry in _RENEWER
-        self.loop: AgentLoop | None = None
-
-    def run(self, loop: AgentLoop, effect: Effect | None, driver: _Driver) -> RunResult | Parked:
+        self.store = options.store
+        self.session_id = options.session_id
+        self.owner = options.owner
+        self.lease_seconds = options.lease_seconds
+        self.clock = options.clock
+        self.ask = options.on_pause is not None  # an on_pause answers pauses (else: park)
+        self.signal = options.signal
         self.loop = loop
-        try:
-            if self.on_event is not None:
-                for event in loop.log.since(self.committed):
-                    self.on_event(event)
-                loop.log.subscribe(self.on_event)
-            with idempotency_session(self.session_id):  # the tools' idempotency_key()
-                return self.drive(effect, driver)
-        finally:
-            driver.close_stream()
-            if self.renewal is not None:
-                _RENEWER.remove(self.renewal)
-            if self.created:
-                self.store.release(self.session_id, self.owner)
+        self.registry = registry
+        self.created = created  # the session's row exists (and this runner leases it)
+        self.status = status
+        self.committed = 0  # events of loop.log already in the store
+        self.answer_applied = False  # the stored answer was sent; consume it at the next commit
+        self.delivered = 0  # the last queued message sent; consume up to it at the next commit
+        self.seen = 0  # the last queued message read from the store
+        self.waiting: collections.deque[tuple[int, Steer | FollowUp]] = collections.deque()
+        self.renewal: int | None = None  # the lease's entry in _RENEWER
 
-    def drive(self, effect: Effect | None, driver: _Driver) -> RunResult | Parked:
-        """The send loop: at each effect, commit (or park) first, then reply."""
-        loop = self.loop
-        assert loop is not None
-        try:
-            while effect is not None:
-                if type(effect) is Pause:
-                    reply = self.answer_to(effect)
-                    if reply is None:
-                        self.commit(parked=True)
-                        return Parked(session_id=self.session_id, pause=effect, steps=loop.step)
-                    if reply is _ON_PAUSE:
-                        self.commit()
-                        self.keep_lease()
-                        reply = driver.reply_to(effect)
-                else:
-                    self.before(effect)
-                    reply = driver.reply_to(effect)
-                effect = loop.send(reply)
-        except StopIteration:
-            pass
-        except CallerProtocolError:
-            # The loop logged its failed run.finished (a malformed answer or on_pause
-            # reply): the run is over, and its log says why.
-            self.commit()
-            raise
-        self.commit()
-        result = loop.result
-        assert result is not None
-        return result
-
-    def before(self, effect: Effect) -> None:
-        """The write-ahead rule: commit before a model call or a tool call runs."""
-        if type(effect) is ModelRequest:
-            if effect.id == self.requested:
-                return  # the same stream goes on (a chunk was sent): no new side effect
-            self.requested = effect.id
+    def before_effect(self, effect: Effect) -> Steer | FollowUp | Resume | Cancel | None:
+        """The driver asks before each side effect: a stored reply to send instead,
+        or (``None``) go on once the log so far is committed; parks by raising."""
+        stored = self.stored(effect)
+        if stored is not None:
+            return stored
+        if type(effect) is Pause and not self.ask:
+            signal = self.signal
+            if signal is None or not signal.cancelled:  # (a cancel token cancels instead)
+                self.commit(parked=True)
+                raise _Parking(effect)
         self.commit()
         self.keep_lease()
+        return None
 
-    def answer_to(self, pause: Pause) -> Any:
-        """The stored answer (stamped), ``_ON_PAUSE`` to let the driver answer
-        (``on_pause`` or the cancel token), or ``None`` to park."""
-        if self.answer_applied:
-            self.commit()  # consumes the answer sent to the previous pause
-        stored = self.store.answer_for(self.session_id)
-        if stored is not None:
-            self.answer_applied = True
-            if stored.at is None:
-                stored = msgspec.structs.replace(stored, at=float(self.clock()))
-            return stored
-        signal = self.signal
-        if self.ask or (signal is not None and signal.cancelled):
-            return _ON_PAUSE  # on_pause answers, or the cancel token cancels
+    def stored(self, effect: Effect) -> Steer | FollowUp | Resume | Cancel | None:
+        """The next reply waiting in the store: a queued message, then (at a pause)
+        the answer. Its ``at`` is stamped by the driver if it has none."""
+        waiting = self.waiting
+        if not waiting:
+            waiting.extend(self.store.queued_for(self.session_id, after=self.seen))
+            if waiting:
+                self.seen = waiting[-1][0]
+        if waiting:
+            self.delivered, reply = waiting.popleft()
+            return reply
+        if type(effect) is Pause and not self.answer_applied:
+            # (Once an answer was sent, it is consumed at the next commit, and a
+            # second pause in a row waits for its own.)
+            answer = self.store.answer_for(self.session_id)
+            if answer is not None:
+                self.answer_applied = True
+                return answer
         return None
 
     def commit(self, *, parked: bool = False) -> None:
         """Store the events not stored yet, with the session's status, in one transaction."""
         loop = self.loop
-        assert loop is not None
         events = loop.log.since(self.committed)
         result = loop.result
         status = result.status if result is not None else "paused" if parked else "running"
         if not events and status == self.status and not self.answer_applied:
-            return
+            return  # (a delivered message always brings its message.queued event)
         store = self.store
         if self.created:
             store.append(
@@ -397,6 +653,7 @@ class _Runner:
                 owner=self.owner,
                 lease_seconds=self.lease_seconds,
                 consume_answer=self.answer_applied,
+                consume_queued=self.delivered,
             )
         else:
             store.create(
@@ -411,14 +668,33 @@ class _Runner:
         self.committed += len(events)
         self.status = status
         self.answer_applied = False
+        self.delivered = 0
+
+    def finish(self) -> RunResult:
+        """Commit the end of the run; its result."""
+        self.commit()
+        result = self.loop.result
+        assert result is not None
+        return result
 
     def keep_lease(self) -> None:
         """Renew the lease in the background while effects run (from the first)."""
         if self.renewal is None:
             self.renewal = _RENEWER.add(self.store, self.session_id, self.owner, self.lease_seconds)
 
+    def stop(self) -> None:
+        """Stop renewing the lease."""
+        if self.renewal is not None:
+            _RENEWER.remove(self.renewal)
+            self.renewal = None
 
-_ON_PAUSE: Final = object()
+    def release(self) -> None:
+        """Give the lease up (call :meth:`stop` first)."""
+        if self.created:
+            self.store.release(self.session_id, self.owner)
+
+
+# --------------------------------------------------------------------------- leases
 
 
 class _Lease:
@@ -436,7 +712,9 @@ class _Renewer:
     """One daemon thread per process renews the leases of every run in progress,
     each every third of its length, until the run removes it (or the lease is lost,
     or the store fails: the run's next commit then says so). One thread for all,
-    started once: a thread per run would cost more than a short session."""
+    started once: a thread per run would cost more than a short session. It serves
+    :func:`arun_durable` as well: a renewal is a small SQLite write, which the event
+    loop never waits for."""
 
     def __init__(self) -> None:
         self._condition = threading.Condition()
@@ -488,100 +766,3 @@ class _Renewer:
 _RENEWER: Final = _Renewer()
 if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX Python has it
     os.register_at_fork(after_in_child=_RENEWER.forget)
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def _check_options(
-    session_id: object,
-    model: object,
-    signal: object,
-    on_pause: object,
-    clock: object,
-    on_event: object,
-    lease_seconds: object,
-) -> None:
-    if type(session_id) is not str or not session_id:
-        raise ValueError(f"session_id must be a non-empty str, got {session_id!r}")
-    if not callable(getattr(model, "stream", None)):
-        raise TypeError(f"model must have a stream(request) method, got {model!r}")
-    if signal is not None and not isinstance(signal, CancelToken):
-        raise TypeError(f"signal must be a CancelToken or None, got {signal!r}")
-    if on_pause is not None and not callable(on_pause):
-        raise TypeError(f"on_pause must be callable or None, got {on_pause!r}")
-    if clock is not None and not callable(clock):
-        raise TypeError(f"clock must be callable or None, got {clock!r}")
-    if on_event is not None and not callable(on_event):
-        raise TypeError(f"on_event must be callable or None, got {on_event!r}")
-    if (
-        type(lease_seconds) not in (int, float)
-        or not math.isfinite(lease_seconds)  # type: ignore[arg-type]
-        or lease_seconds <= 0  # type: ignore[operator]
-    ):
-        raise ValueError(f"lease_seconds must be a positive number, got {lease_seconds!r}")
-
-
-def _default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
-def _start_prefix(events: Sequence[Event]) -> list[Event]:
-    """``session.start`` and the initial ``message.accepted`` events (or the one
-    failed ``run.finished`` of an invalid transcript)."""
-    if type(events[0]) is not SessionStartEvent:
-        return [events[0]]
-    accepted = itertools.takewhile(lambda event: type(event) is MessageAcceptedEvent, events[1:])
-    return [events[0], *accepted]
-
-
-def _start_problem(
-    events: Sequence[Event],
-    messages: Sequence[Any],
-    registry: ToolRegistry,
-    system: str | None,
-    max_steps: int,
-    budget: Budget | None,
-) -> str | None:
-    """How the stored session's start differs from what these arguments start, or
-    ``None``. The engine itself normalizes the arguments: a probe loop is built with
-    them and primed (no hooks, so nothing of the caller's runs), and its first
-    events are compared with the stored ones, byte for byte."""
-    stored = _start_prefix(events)
-    probe = agent_loop(
-        messages,
-        tools=registry,
-        system=system,
-        max_steps=max_steps,
-        budget=budget,
-        started_at=events[0].at,
-        rules=getattr(events[0], "rules", RULES_REVISION),  # the stored session's rules
-    )
-    with contextlib.suppress(StopIteration):
-        next(probe)
-    probe.close()
-    fresh = _start_prefix(list(probe.log))
-    for recorded, given in zip(stored, fresh, strict=False):
-        if encode_event(recorded) != encode_event(given):
-            labels = ("stored", "given")
-            detail = "; ".join(diff_events(recorded, given, labels=labels, limit=3))
-            return f"event #{recorded.sequence} ({recorded.type}) differs: {detail}"
-    if len(stored) != len(fresh):
-        return f"{len(stored) - 1} initial messages are stored, {len(fresh) - 1} were given"
-    return None
-
-
-def _tools_problem(registry: ToolRegistry, recorded: Sequence[ToolSpec]) -> str | None:
-    """Whether the registry can serve the tools the session was started with (the
-    check DESIGN §17 gives ``drive``: names and parameter schemas)."""
-    have = {spec.name: spec for spec in registry.specs()}
-    for spec in recorded:
-        mine = have.get(spec.name)
-        if mine is None:
-            return f"the session offers tool {spec.name!r}, and the tools given have none"
-        if mine.parameters != spec.parameters:
-            return (
-                f"tool {spec.name!r} takes other parameters than the session was started "
-                f"with: {mine.parameters!r} instead of {spec.parameters!r}"
-            )
-    return None

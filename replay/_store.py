@@ -27,6 +27,10 @@ serve from several processes:
   are next appended to.
 - ``answers``: the answer (``Resume`` or ``Cancel``) recorded for a parked session,
   waiting for the next :func:`replay.run_durable`.
+- ``queued`` (schema 3): messages sent to a session with :func:`replay.answer`
+  (``Steer``, ``FollowUp``), in the order they came, until a worker delivers them
+  to the loop at the session's next side-effect boundary and commits their
+  ``message.queued`` events (deleting the rows in the same transaction).
 - ``schema_version``: one row per schema version applied, so a store written by
   an older library is migrated when it is opened (and one written by a newer
   library is refused, never misread).
@@ -68,7 +72,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 import agentloop
-from agentloop import Budget, Cancel, Event, Resume
+from agentloop import Budget, Cancel, Event, FollowUp, Resume, Steer
 
 from ._log import (
     _LINK_KEY,
@@ -145,10 +149,22 @@ _SCHEMA_1: Final = (
 # (NULL for the sessions stored in format 1, until they are next appended to).
 _SCHEMA_2: Final = ("ALTER TABLE sessions ADD COLUMN log_header TEXT",)
 
+# Schema 3: steering and follow-up messages waiting for delivery (``id`` only grows:
+# a worker remembers the last one it delivered, and deletes up to it).
+_SCHEMA_3: Final = (
+    """CREATE TABLE queued (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        reply TEXT NOT NULL,
+        created REAL NOT NULL
+    )""",
+    "CREATE INDEX queued_by_session ON queued (session_id, id)",
+)
+
 Migration = Sequence[str] | Callable[[sqlite3.Connection], None]
 
 #: The migrations, in order; ``len(MIGRATIONS)`` is :data:`SCHEMA_VERSION`.
-MIGRATIONS: Final[list[Migration]] = [_SCHEMA_1, _SCHEMA_2]
+MIGRATIONS: Final[list[Migration]] = [_SCHEMA_1, _SCHEMA_2, _SCHEMA_3]
 #: The schema version this library writes (and the newest it opens).
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -239,6 +255,9 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
         lease_owner: the worker holding the lease, or ``None``.
         lease_expires: when that lease expires, or ``None``.
         answered: an answer waits to be applied (a parked session).
+        queued: messages (``Steer``, ``FollowUp``) recorded with
+            :func:`replay.answer` and not delivered yet. A finished session
+            keeps those that came after its last boundary (too late for the run).
         config: the configuration recorded in ``session.start`` (``system``,
             ``max_steps``, ``budget``, ``tools``: names, ``request_sequence_start``);
             empty for a run that failed before it started (``INVALID_TRANSCRIPT``).
@@ -254,6 +273,7 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     lease_expires: float | None = None
     answered: bool = False
     config: dict[str, Any] = msgspec.field(default_factory=dict)
+    queued: int = 0
 
     @property
     def finished(self) -> bool:
@@ -278,11 +298,13 @@ def _session_config(start: Event) -> dict[str, Any]:
 
 
 _answer_decoder: Final = msgspec.json.Decoder(Resume | Cancel)
+_queued_decoder: Final = msgspec.json.Decoder(Steer | FollowUp)
 _config_decoder: Final = msgspec.json.Decoder(dict[str, Any])
 
 _SESSION_COLUMNS: Final = (
     "id, status, steps, next_sequence, created, updated, lease_owner, lease_expires, config, "
-    "EXISTS (SELECT 1 FROM answers WHERE answers.session_id = sessions.id)"
+    "EXISTS (SELECT 1 FROM answers WHERE answers.session_id = sessions.id), "
+    "(SELECT count(*) FROM queued WHERE queued.session_id = sessions.id)"
 )
 
 
@@ -298,24 +320,29 @@ def _info(row: tuple[Any, ...]) -> SessionInfo:
         lease_expires=row[7],
         config=_config_decoder.decode(row[8]),
         answered=bool(row[9]),
+        queued=row[10],
     )
 
 
-def _encode_answer(reply: Resume | Cancel) -> bytes:
-    """The stored form of an answer; refuses what would not come back the same.
+def _encode_answer(
+    reply: Resume | Cancel | Steer | FollowUp, decoder: msgspec.json.Decoder[Any] = _answer_decoder
+) -> bytes:
+    """The stored form of an answer (or of a queued message, with ``decoder``);
+    refuses what would not come back the same.
 
     Raises:
-        TypeError: ``reply`` is not a ``Resume`` or a ``Cancel``.
         ValueError: it holds values JSON cannot hold exactly (NaN, ±inf, tuples,
             non-string keys, lone surrogates, objects).
     """
-    if type(reply) is not Resume and type(reply) is not Cancel:
-        raise TypeError(f"an answer is a Resume or a Cancel, got {reply!r}")
     try:
         data = msgspec.json.encode(reply)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"the answer cannot be stored as JSON: {exc}") from None
-    if _answer_decoder.decode(data) != reply:
+    try:
+        same = decoder.decode(data) == reply
+    except msgspec.ValidationError:  # e.g. a message that is not a UserMessage
+        same = False
+    if not same:
         raise ValueError(
             f"the answer does not survive a JSON round trip unchanged ({reply!r}): use "
             "plain JSON values (dicts with str keys, lists, str, finite numbers, bools, None)"
@@ -590,6 +617,16 @@ class SQLiteStore:
             )
         return None if row is None else _answer_decoder.decode(row[0])
 
+    def queued_for(self, session_id: str, *, after: int = 0) -> list[tuple[int, Steer | FollowUp]]:
+        """The messages waiting for the session (:meth:`queue`), oldest first, as
+        ``(number, reply)``; only those numbered above ``after``."""
+        with self._lock:
+            rows = self._connection().execute(
+                "SELECT id, reply FROM queued WHERE session_id = ? AND id > ? ORDER BY id",
+                (session_id, after),
+            )
+            return [(row[0], _queued_decoder.decode(row[1])) for row in rows.fetchall()]
+
     def runnable(self) -> list[str]:
         """Sessions a worker could advance now, oldest update first: ``running``
         ones whose lease is free or expired (e.g. their worker died), and parked
@@ -674,6 +711,7 @@ class SQLiteStore:
         owner: str | None = None,
         lease_seconds: float = 0.0,
         consume_answer: bool = False,
+        consume_queued: int = 0,
     ) -> None:
         """Append a batch of events to a session, atomically (group commit).
 
@@ -688,6 +726,9 @@ class SQLiteStore:
                 ``None`` skips the lease check.
             consume_answer: also delete the session's recorded answer (it was
                 applied: these events record it).
+            consume_queued: also delete the session's queued messages numbered up
+                to this (:meth:`queued_for`; they were delivered: these events
+                record them).
 
         Raises:
             SessionNotFound: no such session.
@@ -730,6 +771,11 @@ class SQLiteStore:
             db.executemany(_INSERT_ROWS, _stored_rows(session_id, expected, events, format2))
             if consume_answer:
                 db.execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
+            if consume_queued:
+                db.execute(
+                    "DELETE FROM queued WHERE session_id = ? AND id <= ?",
+                    (session_id, consume_queued),
+                )
         self.commits += 1
         self._remember(session_id, expected + len(events), format2)
 
@@ -839,11 +885,14 @@ class SQLiteStore:
         """Record the answer to a parked session's pause (see :func:`replay.answer`).
 
         Raises:
-            TypeError, ValueError: see :func:`_encode_answer`.
+            TypeError: ``reply`` is not a ``Resume`` or a ``Cancel``.
+            ValueError: see :func:`_encode_answer`.
             SessionNotFound: no such session.
             StoreError: the session is not parked (``paused``), or it already has
                 an answer waiting.
         """
+        if type(reply) is not Resume and type(reply) is not Cancel:
+            raise TypeError(f"an answer is a Resume or a Cancel, got {reply!r}")
         data = _encode_answer(reply).decode()
         now = self.now()
         with self._write() as db:
@@ -865,6 +914,46 @@ class SQLiteStore:
                 "INSERT INTO answers (session_id, sequence, reply, created) VALUES (?, ?, ?, ?)",
                 (session_id, sequence, data, now),
             )
+
+    def queue(self, session_id: str, reply: Steer | FollowUp) -> int:
+        """Queue a message for the session (see :func:`replay.answer`): the worker
+        advancing it delivers it at its next side-effect boundary.
+
+        Returns:
+            The message's number (they only grow).
+
+        Raises:
+            TypeError: ``reply`` is not a ``Steer`` or a ``FollowUp``.
+            ValueError: see :func:`_encode_answer`; or its message id is already
+                taken by another queued message.
+            SessionNotFound: no such session.
+            StoreError: the session has finished.
+        """
+        if type(reply) is not Steer and type(reply) is not FollowUp:
+            raise TypeError(f"a queued message is a Steer or a FollowUp, got {reply!r}")
+        data = _encode_answer(reply, _queued_decoder).decode()
+        now = self.now()
+        with self._write() as db:
+            (status,) = _row(db, session_id, "status")
+            if status in _FINISHED:
+                raise StoreError(
+                    f"session {session_id!r} has finished ({status}): there is no run left "
+                    f"to take a {type(reply).__name__}"
+                )
+            rows = db.execute("SELECT reply FROM queued WHERE session_id = ?", (session_id,))
+            for (text,) in rows.fetchall():
+                if _queued_decoder.decode(text).message.id == reply.message.id:
+                    raise ValueError(
+                        f"session {session_id!r}: message id {reply.message.id!r} is already "
+                        "taken by a queued message"
+                    )
+            cursor = db.execute(
+                "INSERT INTO queued (session_id, reply, created) VALUES (?, ?, ?)",
+                (session_id, data, now),
+            )
+            number = cursor.lastrowid
+        assert number is not None
+        return number
 
 
 # --------------------------------------------------------------------------- helpers

@@ -17,12 +17,18 @@ process), and the worker appends ``commit`` after every commit: what was in
 flight when a worker died is what it started after its last commit.
 
 ``point(label)`` is called at every place the tests may kill a worker.
+
+The same session runs under ``replay.run_durable`` and ``replay.arun_durable``
+(``run_session(..., asynchronous=True)``): the model streams through ``stream`` or
+``astream``, and the async worker's tools are ``async def`` twins of the sync ones
+(the same specs), so workers of both kinds can take turns on one session.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import agentloop
@@ -102,6 +108,28 @@ def approved_effect(value: int) -> dict[str, Any]:
 TOOLS = [raw_effect, keyed_effect, approved_effect]
 
 
+@tool(name="raw_effect")
+async def araw_effect(value: int) -> dict[str, Any]:
+    """A side effect that happens every time it runs."""
+    return _effect("raw_effect", value)
+
+
+@tool(name="keyed_effect")
+async def akeyed_effect(value: int) -> dict[str, Any]:
+    """A side effect made idempotent with the idempotency key."""
+    return _effect("keyed_effect", value)
+
+
+@tool(name="approved_effect", requires_approval=True)
+async def aapproved_effect(value: int) -> dict[str, Any]:
+    """A side effect that needs a human's approval first."""
+    return _effect("approved_effect", value)
+
+
+#: The async worker's tools: the same specs, ``async def``.
+ATOOLS = [araw_effect, akeyed_effect, aapproved_effect]
+
+
 def answer_for(request: ModelRequest) -> ScriptedResponse:
     usage = Usage(10 * request.step, request.step)
     if request.step == 1:
@@ -136,6 +164,14 @@ class PointedModel:
             yield item
             point("model:chunk")
 
+    async def astream(
+        self, request: ModelRequest
+    ) -> AsyncIterator[ModelChunk | ModelResponse | ModelFailure]:
+        point("model:call")
+        async for item in self._inner.astream(request):
+            yield item
+            point("model:chunk")
+
 
 def messages(session_id: str) -> Sequence[UserMessage]:
     return [UserMessage(f"u-{session_id}", f"task {session_id}")]
@@ -145,21 +181,32 @@ SYSTEM = "Run the effects."
 
 
 def run_session(
-    store: replay.SQLiteStore, session_id: str, *, owner: str, lease_seconds: float = 30.0
+    store: replay.SQLiteStore,
+    session_id: str,
+    *,
+    owner: str,
+    lease_seconds: float = 30.0,
+    asynchronous: bool = False,
 ) -> Any:
     """What a worker does for one session: run it, answer its pause (as the
     human would), run it again, until it ends. Returns the RunResult."""
     while True:
-        outcome = replay.run_durable(
-            store,
-            session_id,
-            messages(session_id),
-            model=PointedModel(),
-            tools=TOOLS,
-            system=SYSTEM,
-            owner=owner,
-            lease_seconds=lease_seconds,
-        )
+        options: dict[str, Any] = {
+            "model": PointedModel(),
+            "system": SYSTEM,
+            "owner": owner,
+            "lease_seconds": lease_seconds,
+        }
+        if asynchronous:
+            outcome = asyncio.run(
+                replay.arun_durable(
+                    store, session_id, messages(session_id), tools=ATOOLS, **options
+                )
+            )
+        else:
+            outcome = replay.run_durable(
+                store, session_id, messages(session_id), tools=TOOLS, **options
+            )
         if type(outcome) is not replay.Parked:
             return outcome
         point("pause:parked")

@@ -1,7 +1,7 @@
 """A worker process for the durable crash tests: runs sessions, may kill itself.
 
     python -m tests.durable_worker DB MARKERS JOURNAL --sessions s1,s2 [--owner W]
-        [--kill LABEL --nth N] [--lease SECONDS] [--race] [--slow SECONDS]
+        [--kill LABEL --nth N] [--lease SECONDS] [--race] [--slow SECONDS] [--async]
 
 - Runs every session to its end with ``durable_scenario.run_session`` (answering
   its approval pause itself), then prints ``done``.
@@ -13,6 +13,8 @@
   session whose lease another worker holds, come back to it later.
 - ``--slow S``: sleep S seconds at every tool and model call (wider windows for
   kills from outside).
+- ``--async``: run the sessions with ``replay.arun_durable`` (async model stream,
+  ``async def`` tools) instead of ``replay.run_durable``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def main() -> int:
     parser.add_argument("--lease", type=float, default=30.0)
     parser.add_argument("--race", action="store_true")
     parser.add_argument("--slow", type=float, default=0.0)
+    parser.add_argument("--async", dest="asynchronous", action="store_true")
     args = parser.parse_args()
     scenario.PATHS.update(markers=args.markers, journal=args.journal)
 
@@ -76,7 +79,13 @@ def main() -> int:
         waiting = []
         for session_id in pending:
             try:
-                scenario.run_session(store, session_id, owner=args.owner, lease_seconds=args.lease)
+                scenario.run_session(
+                    store,
+                    session_id,
+                    owner=args.owner,
+                    lease_seconds=args.lease,
+                    asynchronous=args.asynchronous,
+                )
             except (replay.SessionLeased, replay.StoreConflict) as exc:
                 if not args.race:
                     raise

@@ -30,6 +30,8 @@ def test_quick_run_prints_and_writes_every_number(tmp_path):
     assert "<= 2 commits per step: 2.00  met" in done.stdout
     data = json.loads(out.read_text())
     assert data["D1"]["NORMAL"]["commits_per_step"] == data["D1"]["FULL"]["commits_per_step"] == 2
+    assert data["D1"]["async_NORMAL"]["commits_per_step"] == 2
+    assert "arun_durable, SQLite synchronous=NORMAL" in done.stdout
     assert data["D2"]["commits_per_session"] == 4
     assert data["D3"]["event_bytes_per_step"] > 0 and data["D4"]["stored_events"] > 300
     # LogWriter(fsync=True): the header and its directory, before each of the 50 model

@@ -18,6 +18,8 @@ SECTIONS = (
     "The write-ahead rule",
     "At-least-once and idempotency keys",
     "Parking and answering pauses",
+    "Steering a stored session",
+    "The async twin",
     "Multiple workers",
     "The store",
 )
@@ -39,7 +41,7 @@ def examples() -> list[str]:
 
 def test_the_page_has_its_sections():
     assert set(SECTIONS) <= set(sections())
-    assert len(examples()) == 5
+    assert len(examples()) == 7
 
 
 def test_the_examples_run_and_print_what_they_say(tmp_path, monkeypatch, capsys):

@@ -38,8 +38,9 @@ from agentloop import (
     run,
     tool,
 )
+from agentloop._driver import tools_problem
 from replay import Parked, SessionLeased, SessionNotFound, SQLiteStore, StoreConflict
-from replay._durable import _RENEWER, _Lease, _tools_problem
+from replay._durable import _RENEWER, _Lease
 
 QUESTION = [UserMessage("u1", "What is 20 + 22, then 42 + 1?")]
 
@@ -405,6 +406,20 @@ def test_a_cancel_token_cancels_at_a_pause_instead_of_parking(store):
     assert fresh.status == "cancelled"  # cancelled before the first model call
 
 
+def test_a_cancel_token_cancels_a_session_left_at_a_pause(store):
+    def dying(pause: Any) -> Resume:
+        raise Interrupted
+
+    options: dict[str, Any] = {"model": FunctionModel(publishing), "tools": [publish]}
+    with pytest.raises(Interrupted):
+        replay.run_durable(store, "s", QUESTION, on_pause=dying, **options)
+    token = CancelToken()
+    token.cancel("shutting down")
+    result = replay.run_durable(store, "s", signal=token, **options)
+    assert (result.status, result.reason) == ("cancelled", "shutting down")
+    assert store.session("s").status == "cancelled"
+
+
 def test_two_pauses_in_a_row_each_take_their_own_answer(store):
     # Two calls needing approval in one step; the first is refused (the loop makes
     # its error result itself: no tool runs, nothing commits), so the second pause
@@ -511,7 +526,8 @@ def test_the_tools_must_match_the_session(store):
     assert replay.run_durable(store, "s", tools=[publish, add, spare], **options).status == (
         "completed"
     )
-    assert _tools_problem(replay_registry([add]), [add.spec]) is None
+    assert tools_problem(replay_registry([add]), [add.spec]) is None
+    assert tools_problem(replay_registry([add, publish]), [add.spec], extra=True) is None
 
 
 def replay_registry(tools: list[Any]) -> Any:
@@ -693,6 +709,7 @@ def wait_until(condition: Any) -> None:
         ({"lease_seconds": 0}, ValueError, "lease_seconds must be a positive number"),
         ({"lease_seconds": float("nan")}, ValueError, "lease_seconds must be a positive number"),
         ({"lease_seconds": "5"}, ValueError, "lease_seconds must be a positive number"),
+        ({"owner": ""}, ValueError, "a lease owner is a non-empty str"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(store, options, error, message):

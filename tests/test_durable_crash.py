@@ -17,6 +17,11 @@ Also: two workers racing over the same sessions (each session advanced by exactl
 one of them at a time, every effect exactly once), and a worker stalled past its
 lease (SIGSTOP) whose sessions another worker takes over: the staller's next
 commit is refused.
+
+Every scenario runs with sync workers (``replay.run_durable``), async workers
+(``replay.arun_durable``: the model's ``astream``, ``async def`` tools, the store
+used from worker threads), and workers of both kinds taking turns on the same
+sessions (``mixed``).
 """
 
 from __future__ import annotations
@@ -72,10 +77,17 @@ EFFECTS = (
 )
 
 
-class Bench:
-    """One store file, the markers file, and the journals of the workers run on it."""
+MODES = ("sync", "async", "mixed")
 
-    def __init__(self, directory: Path) -> None:
+
+class Bench:
+    """One store file, the markers file, and the journals of the workers run on it.
+
+    ``mode``: the workers' kind: ``sync``, ``async``, or ``mixed`` (they alternate).
+    """
+
+    def __init__(self, directory: Path, mode: str = "sync") -> None:
+        self.mode = mode
         self.directory = directory
         self.db = directory / "sessions.db"
         self.markers = directory / "markers.txt"
@@ -87,7 +99,12 @@ class Bench:
     def command(self, sessions: Sequence[str], *options: str) -> list[str]:
         journal = self.directory / f"journal-{len(self.journals)}.txt"
         journal.touch()
+        asynchronous = self.mode == "async" or (
+            self.mode == "mixed" and len(self.journals) % 2 == 1
+        )
         self.journals.append(journal)
+        if asynchronous:
+            options = ("--async", *options)
         return [
             sys.executable,
             "-m",
@@ -219,16 +236,22 @@ def reference(session_id: str, monkeypatch: pytest.MonkeyPatch, directory: Path)
 # --------------------------------------------------------------------------- kills at chosen points
 
 
-@pytest.mark.parametrize("seed", range(8))
+SEEDED = [("sync", seed) for seed in range(8)] + [
+    (mode, seed) for mode in ("async", "mixed") for seed in range(8, 12)
+]
+
+
+@pytest.mark.parametrize(("mode", "seed"), SEEDED)
 def test_workers_killed_at_seeded_points_finish_like_uninterrupted_runs(
-    tmp_path, monkeypatch, seed
+    tmp_path, monkeypatch, mode, seed
 ):
     # Each seed kills 4 workers, one per category (model call, tool call, pause,
-    # commit), in a seeded order, at a seeded label and occurrence: 32 kills in all.
+    # commit), in a seeded order, at a seeded label and occurrence: 32 kills in all
+    # for sync workers, 16 for async ones and 16 for both taking turns.
     rng = random.Random(seed)
     order = list(CATEGORIES)
     rng.shuffle(order)
-    bench = Bench(tmp_path)
+    bench = Bench(tmp_path, mode)
     bench.sessions = [f"seed{seed}-{n}" for n in range(3)]
     died_at: list[str] = []
     for _attempt in range(30):
@@ -251,11 +274,14 @@ def test_workers_killed_at_seeded_points_finish_like_uninterrupted_runs(
     bench.verify(monkeypatch)
 
 
-def test_workers_killed_at_random_moments_finish_like_uninterrupted_runs(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", MODES)
+def test_workers_killed_at_random_moments_finish_like_uninterrupted_runs(
+    tmp_path, monkeypatch, mode
+):
     # Kills from outside, at a random moment once the worker has started working
     # (tools and model calls are slowed a little, so the moments fall everywhere).
     rng = random.Random(20260101)
-    bench = Bench(tmp_path)
+    bench = Bench(tmp_path, mode)
     bench.sessions = [f"random-{n}" for n in range(3)]
     kills = 0
     for _attempt in range(40):
@@ -283,8 +309,9 @@ def test_workers_killed_at_random_moments_finish_like_uninterrupted_runs(tmp_pat
 # --------------------------------------------------------------------------- several workers
 
 
-def test_two_workers_racing_on_one_store_advance_each_session_once(tmp_path, monkeypatch):
-    bench = Bench(tmp_path)
+@pytest.mark.parametrize("mode", MODES)
+def test_two_workers_racing_on_one_store_advance_each_session_once(tmp_path, monkeypatch, mode):
+    bench = Bench(tmp_path, mode)
     bench.sessions = [f"race-{n}" for n in range(8)]
     # Opposite orders, so that they meet on every session.
     workers = [
@@ -300,8 +327,9 @@ def test_two_workers_racing_on_one_store_advance_each_session_once(tmp_path, mon
     assert len(lines) == len(set(lines)) == 4 * len(bench.sessions)
 
 
-def test_a_stalled_worker_loses_its_lease_and_cannot_commit(tmp_path, monkeypatch):
-    bench = Bench(tmp_path)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_stalled_worker_loses_its_lease_and_cannot_commit(tmp_path, monkeypatch, mode):
+    bench = Bench(tmp_path, mode)
     bench.sessions = ["stalled"]
     # Worker A sleeps in its first model call; it is stopped there, past its lease.
     stalled = bench.start("--owner", "worker-a", "--lease", "0.5", "--slow", "0.3")

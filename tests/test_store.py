@@ -92,15 +92,16 @@ def store(tmp_path: Path, clock: FakeClock) -> Iterator[SQLiteStore]:
 def test_a_new_store_has_the_schema_in_wal_mode(tmp_path):
     path = tmp_path / "new.db"
     with SQLiteStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
         assert store.sessions() == []
-        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 2>"
+        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 3>"
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert db.execute("PRAGMA application_id").fetchone() == (store_module.APPLICATION_ID,)
     assert db.execute("SELECT version, library FROM schema_version").fetchall() == [
         (1, agentloop.__version__),
         (2, agentloop.__version__),
+        (3, agentloop.__version__),
     ]
     db.close()
 
@@ -122,7 +123,7 @@ def test_reopening_keeps_everything(tmp_path, clock):
     with SQLiteStore(path, clock=clock) as store:
         store.create("s", events, status="completed", steps=1)
     with SQLiteStore(path) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == 3
         assert store.events("s") == events
 
 
@@ -151,12 +152,12 @@ def test_a_store_of_a_newer_schema_is_refused(tmp_path):
     path = tmp_path / "future.db"
     SQLiteStore(path).close()
     db = sqlite3.connect(path)
-    db.execute("INSERT INTO schema_version VALUES (3, 0, '9.0')")
+    db.execute("INSERT INTO schema_version VALUES (4, 0, '9.0')")
     db.commit()
     db.close()
-    with pytest.raises(StoreVersionError, match="schema version 3 is newer") as caught:
+    with pytest.raises(StoreVersionError, match="schema version 4 is newer") as caught:
         SQLiteStore(path)
-    assert caught.value.version == 3
+    assert caught.value.version == 4
 
 
 def test_closed_store(tmp_path):
@@ -227,10 +228,13 @@ def test_every_golden_store_opens_and_its_sessions_continue(dump, fixture_script
 
 
 def check_golden_store(path: Path, script: ModuleType) -> None:
-    """The four sessions of fixtures/make_store_fixture.py, continued to their end."""
+    """The sessions of fixtures/make_store_fixture.py, continued to their end (four,
+    and from schema 3 on a fifth, ``steered``)."""
     with SQLiteStore(path) as store:
         assert store.schema_version == len(store_module.MIGRATIONS)
-        assert {info.id: info.status for info in store.sessions()} == {
+        statuses = {info.id: info.status for info in store.sessions()}
+        steered = statuses.pop("steered", None)
+        assert statuses == {
             "finished": "completed",
             "parked": "paused",
             "answered": "paused",
@@ -262,23 +266,37 @@ def check_golden_store(path: Path, script: ModuleType) -> None:
             assert result.final_text == expected.final_text
             assert len(result.messages) == len(expected.messages)
             assert replay.replay(store.events(session_id)).result == result
+        if steered is not None:
+            info = store.session("steered")
+            assert (steered, info.answered, info.queued) == ("paused", False, 1)
+            assert store.queued_for("steered")[0][1] == script.STEER
+            assert type(replay.run_durable(store, "steered", **options)) is replay.Parked
+            replay.answer(store, "steered", Resume({"approved": True}))
+            result = replay.run_durable(store, "steered", **options)
+            assert (result.status, result.final_text) == ("completed", expected.final_text)
+            # The steering message was delivered (at the pause, before the answer) and
+            # appended after the approved tool's result.
+            assert script.STEER.message in result.messages
+            assert len(result.messages) == len(expected.messages) + 1
+            assert store.session("steered").queued == 0
+            assert replay.replay(store.events("steered")).result == result
 
 
 def test_a_store_of_schema_1_is_migrated_by_a_later_schema(fixture_script, tmp_path, monkeypatch):
-    # Schema 2 and a real step 3 (a column and an index), as a later release would
-    # add it: a store written by schema 1 is migrated when opened, keeps every row,
-    # and its sessions continue.
+    # Schemas 2 and 3 and a real step 4 (a column and an index), as a later release
+    # would add it: a store written by schema 1 is migrated when opened, keeps every
+    # row, and its sessions continue.
     path = tmp_path / "old.db"
     fixture_script.restore((ROOT / "fixtures" / "store" / "schema-1.sql").read_text(), path)
-    step_3 = (
+    step_4 = (
         "ALTER TABLE sessions ADD COLUMN labels TEXT NOT NULL DEFAULT '[]'",
         "CREATE INDEX sessions_by_update ON sessions (updated)",
     )
-    monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, step_3])
+    monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, step_4])
     with SQLiteStore(path, clock=FakeClock(2e9)) as store:
-        assert store.schema_version == 3
+        assert store.schema_version == 4
         rows = store._db.execute("SELECT version, applied FROM schema_version").fetchall()
-        assert rows == [(1, 1767225600.25), (2, 2e9), (3, 2e9)]
+        assert rows == [(1, 1767225600.25), (2, 2e9), (3, 2e9), (4, 2e9)]
         assert store._db.execute("SELECT DISTINCT labels FROM sessions").fetchall() == [("[]",)]
         assert len(store.sessions()) == 4
     check_golden_store(path, fixture_script)  # (opened again: nothing more to migrate)
@@ -296,7 +314,7 @@ def test_a_migration_may_be_a_function_and_a_failed_one_changes_nothing(tmp_path
     with pytest.raises(RuntimeError, match="step 2 failed"):
         SQLiteStore(path)
     monkeypatch.undo()
-    with SQLiteStore(path) as store:  # still schema 2, and the column was rolled back
+    with SQLiteStore(path) as store:  # still the schema, and the column was rolled back
         assert store.schema_version == SCHEMA_VERSION
         columns = [row[1] for row in store._db.execute("PRAGMA table_info(sessions)")]
         assert "half_done" not in columns

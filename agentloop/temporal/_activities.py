@@ -48,7 +48,6 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from agentloop import (
-    MAX_CHUNKS_PER_STEP,
     MODEL_ERROR,
     MODEL_PROTOCOL_ERROR,
     Message,
@@ -84,10 +83,6 @@ T = TypeVar("T")
 
 #: ``ModelError.kind`` values whose model activity attempt Temporal retries.
 RETRIED_KINDS: Final = frozenset({"rate_limit", "connection", "server"})
-
-#: The loop fails a step at chunk ``MAX_CHUNKS_PER_STEP + 1``: nothing after it is
-#: ever read, so the activity stops there (and its result stays bounded).
-_CHUNK_CAP: Final = MAX_CHUNKS_PER_STEP + 1
 
 _REPLY_TYPES: Final = (ModelChunk, ModelResponse, ModelFailure)
 
@@ -136,12 +131,18 @@ def _finite(value: Any) -> bool:
 
 
 class _Collector:
-    """The items of one model stream, encoded, up to and including the last one."""
+    """The items of one model stream, encoded, up to and including the last one.
 
-    __slots__ = ("done", "items", "request_id")
+    The loop fails a step at chunk ``chunks_per_step + 1`` (the session's
+    ``Limits``): nothing after it is ever read, so the activity stops there (and
+    its result stays bounded).
+    """
 
-    def __init__(self, request_id: str) -> None:
+    __slots__ = ("cap", "done", "items", "request_id")
+
+    def __init__(self, request_id: str, chunks_per_step: int) -> None:
         self.request_id = request_id
+        self.cap = chunks_per_step + 1
         self.items: list[bytes] = []
         self.done = False
 
@@ -167,11 +168,11 @@ class _Collector:
         if type(item) is not ModelChunk:
             self.done = True
             return False
-        return len(self.items) < _CHUNK_CAP
+        return len(self.items) < self.cap
 
     def finish(self) -> bytes:
         """The activity result: every item, and a failure if the stream just ended."""
-        if not self.done and len(self.items) < _CHUNK_CAP:
+        if not self.done and len(self.items) < self.cap:
             self._fail("model stream ended without a response", MODEL_ERROR)
         return b'{"items":[' + b",".join(self.items) + b"]}"
 
@@ -262,8 +263,9 @@ class SessionActivities:
     @activity.defn(name=MODEL_ACTIVITY)
     async def model(self, call: RawValue) -> RawValue:
         """Answer one model request: every chunk, then the response or a failure."""
-        request = await self._request(decode(call, ModelCall, "model call"))
-        collector = _Collector(request.id)
+        value = decode(call, ModelCall, "model call")
+        request = await self._request(value)
+        collector = _Collector(request.id, value.chunks_per_step)
         model = self._model
         try:
             astream = getattr(model, "astream", None)

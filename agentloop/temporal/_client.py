@@ -1,4 +1,4 @@
-"""The client side: start a session, answer its pauses, read its log and result."""
+"""The client side: start a session, answer its pauses, steer it, read its log and result."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from agentloop import (
     Budget,
     Effect,
     Event,
+    Limits,
     ModelRequest,
     Pause,
     RunResult,
@@ -20,8 +21,10 @@ from agentloop import (
     ToolRegistry,
     ToolRequest,
     ToolSpec,
+    UserMessage,
     decode_event,
 )
+from agentloop._output import output_check
 
 from ._wire import (
     DEFAULT_MODEL_ACTIVITY,
@@ -31,6 +34,7 @@ from ._wire import (
     PendingModel,
     PendingTool,
     SessionInput,
+    UserInput,
     decode,
     decode_pending,
     encode,
@@ -58,15 +62,28 @@ class AgentSession:
         """The session id (the workflow id)."""
         return self.handle.id
 
-    async def result(self) -> RunResult:
+    async def result(self, *, output: Any = None) -> RunResult:
         """Wait for the session to end; its ``RunResult``.
+
+        Args:
+            output: the session's structured-output type (its workflow's
+                :meth:`AgentLoopWorkflow.output`): ``RunResult.output`` is then
+                decoded to it; without it, it is the JSON value.
 
         Raises:
             temporalio.client.WorkflowFailureError: the workflow failed (a bad
                 input) or was cancelled (``handle.cancel()``).
+            ValueError: the output does not decode to ``output``.
         """
         value = await self.handle.result()
-        return decode(value, RunResult, "session result")
+        result = decode(value, RunResult, "session result")
+        check = output_check(output, 0)
+        if check is None or result.output is None:
+            return result
+        typed, _, error = check.check(encode(result.output).decode())
+        if error is not None:
+            raise ValueError(f"the session's output does not decode to {check.spec.name}: {error}")
+        return msgspec.structs.replace(result, output=typed)
 
     async def pending(self) -> Effect | None:
         """The effect the session waits on now (``None`` once it has finished).
@@ -100,6 +117,29 @@ class AgentSession:
         answer = Answer(payload=payload, budget=budget)
         await self.handle.execute_update("resume", raw(encode(answer)))
 
+    async def steer(self, message: UserMessage) -> None:
+        """Send ``Steer(message)`` (update ``steer``): delivered at the next
+        boundary (after the tool call now running, the others of that assistant
+        message are skipped; DESIGN §19). Returns once the loop recorded it.
+
+        Raises:
+            temporalio.client.WorkflowUpdateFailedError: the session has finished,
+                or the loop refused the message (its id is already used: the run
+                then ends ``failed``).
+            temporalio.service.RPCError: the workflow has completed.
+        """
+        await self.handle.execute_update("steer", raw(encode(UserInput(message=message))))
+
+    async def follow_up(self, message: UserMessage) -> None:
+        """Send ``FollowUp(message)`` (update ``follow_up``): when the run would
+        complete, it takes one more step with ``message`` instead. Returns once the
+        loop recorded it.
+
+        Raises:
+            As for :meth:`steer`.
+        """
+        await self.handle.execute_update("follow_up", raw(encode(UserInput(message=message))))
+
     async def cancel(self, reason: str = "") -> None:
         """End the session ``cancelled`` (update ``cancel``); returns once its log
         is finished.
@@ -126,6 +166,8 @@ async def start_session(
     max_steps: int = 8,
     budget: Budget | None = None,
     started_at: float | None = None,
+    limits: Limits | None = None,
+    output_retries: int = 2,
     model_activity: ActivityOptions | None = None,
     tool_activity: ActivityOptions | None = None,
     workflow: str = WORKFLOW_NAME,
@@ -141,7 +183,9 @@ async def start_session(
         task_queue: the queue of the workers that run the workflow.
         tools: the tools the model is shown; only their specs travel (the workers
             hold the implementations).
-        system, max_steps, budget: as for :func:`agentloop.agent_loop`.
+        system, max_steps, budget, limits, output_retries: as for
+            :func:`agentloop.agent_loop` (the structured-output type comes from
+            the workflow class: :meth:`AgentLoopWorkflow.output`).
         started_at: the session's start time (default: the workflow's start).
         model_activity, tool_activity: timeouts, retries and task queues of the
             model and tool activities (defaults: see :class:`ActivityOptions`).
@@ -160,6 +204,8 @@ async def start_session(
         max_steps=max_steps,
         budget=budget,
         started_at=started_at,
+        limits=limits,
+        output_retries=output_retries,
         model_activity=DEFAULT_MODEL_ACTIVITY if model_activity is None else model_activity,
         tool_activity=DEFAULT_TOOL_ACTIVITY if tool_activity is None else tool_activity,
     )

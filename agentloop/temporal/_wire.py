@@ -28,13 +28,16 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from agentloop import (
+    MAX_CHUNKS_PER_STEP,
     Budget,
+    Limits,
     Message,
     ModelChunk,
     ModelFailure,
     ModelResponse,
     ToolCall,
     ToolSpec,
+    UserMessage,
 )
 
 __all__ = [
@@ -51,6 +54,7 @@ __all__ = [
     "SessionInput",
     "ToolInput",
     "ToolOutput",
+    "UserInput",
     "chain_digest",
     "config_digest",
     "decode",
@@ -154,7 +158,9 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     ``messages`` are passed to :func:`agentloop.agent_loop` as decoded (dicts of
     the message IR), so a transcript the loop refuses ends the run with
     ``INVALID_TRANSCRIPT`` exactly as it would in process. ``started_at``
-    defaults to the workflow's start time (``workflow.now()``).
+    defaults to the workflow's start time (``workflow.now()``). ``limits`` and
+    ``output_retries`` are :func:`agentloop.agent_loop`'s (the output type itself
+    comes from the workflow class: :meth:`AgentLoopWorkflow.output`).
     """
 
     messages: tuple[Any, ...]
@@ -165,6 +171,8 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     started_at: float | None = None
     model_activity: ActivityOptions = DEFAULT_MODEL_ACTIVITY
     tool_activity: ActivityOptions = DEFAULT_TOOL_ACTIVITY
+    limits: Limits | None = None
+    output_retries: int = 2
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -173,6 +181,13 @@ class Answer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     payload: Any = None
     budget: Budget | None = None
+
+
+class UserInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``steer`` and ``follow_up`` updates' (and signals') argument: the user
+    message to send (the workflow stamps ``workflow.now()`` when it sends it)."""
+
+    message: UserMessage
 
 
 # --------------------------------------------------------------------------- activities
@@ -185,7 +200,9 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     system: str | None
 
 
-class ModelCall(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class ModelCall(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """The model activity's input: one request, as a delta.
 
     The request's messages are the first ``base`` messages the activity worker
@@ -193,6 +210,9 @@ class ModelCall(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     by ``messages``. ``config`` is sent when ``base == 0`` (the first request, or
     after a ``before_plan`` hook changed the system prompt). A worker that does
     not hold that prefix asks the workflow (query ``pending``) for the request.
+    ``chunks_per_step`` is the session's limit (``Limits.chunks_per_step``; sent
+    only when it is not the default): the activity reads no further than the
+    chunk the loop would fail the step on.
     """
 
     session: str
@@ -203,6 +223,7 @@ class ModelCall(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     digest: str
     messages: tuple[Message, ...]
     config: ModelConfig | None = None
+    chunks_per_step: int = MAX_CHUNKS_PER_STEP
 
 
 class ModelOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -22,6 +22,13 @@ Each effect becomes something Temporal records:
   ``<workflow id>:<call id>``, see :func:`agentloop.idempotency_key`).
 - ``Pause`` -> wait for the ``resume`` update (or signal).
 
+Steering: the ``steer`` and ``follow_up`` updates (and signals) send ``Steer`` /
+``FollowUp`` to the loop from the handler itself, stamped ``workflow.now()``. That
+is safe because the driver only ever waits with the loop at a yield (an activity,
+an answer), never between the ``send()``s of one model call's items; a message
+that comes before the loop's first yield waits for it. The loop records it and
+waits at the same effect; it is delivered at the next boundary (DESIGN §19).
+
 Time: the engine reads no clock; every reply that enters the loop is stamped with
 ``workflow.now()`` when the workflow sends it (the way :func:`agentloop.run` stamps
 replies with its clock). ``workflow.now()`` is part of the history, so a replay
@@ -62,12 +69,14 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 from agentloop import (
     CALLER_PROTOCOL_ERROR,
+    MAX_CHUNKS_PER_STEP,
     MODEL_ERROR,
     MODEL_PROTOCOL_ERROR,
     AgentLoop,
     AgentLoopError,
     CallerProtocolError,
     Cancel,
+    FollowUp,
     HookRegistry,
     Message,
     ModelChunk,
@@ -77,9 +86,11 @@ from agentloop import (
     Pause,
     Resume,
     RunResult,
+    Steer,
     ToolCall,
     ToolRequest,
     ToolResult,
+    UserMessage,
     agent_loop,
     encode_event,
 )
@@ -96,6 +107,7 @@ from ._wire import (
     SessionInput,
     ToolInput,
     ToolOutput,
+    UserInput,
     chain_digest,
     config_digest,
     decode,
@@ -177,10 +189,17 @@ class ActivityModel:
     next activity receives only the new messages (see ``_wire.ModelCall``).
     """
 
-    def __init__(self, session: str, run_id: str, options: ActivityOptions) -> None:
+    def __init__(
+        self,
+        session: str,
+        run_id: str,
+        options: ActivityOptions,
+        chunks_per_step: int = MAX_CHUNKS_PER_STEP,
+    ) -> None:
         self._session = session
         self._run_id = run_id
         self._options = options
+        self._chunks_per_step = chunks_per_step
         self._config: ModelConfig | None = None
         self._sent: list[Message] = []
         #: ``_digests[k]``: the digest of the config and ``_sent[:k]``.
@@ -218,6 +237,7 @@ class ActivityModel:
             digest=digests[base],
             messages=new,
             config=send_config,
+            chunks_per_step=self._chunks_per_step,
         )
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[ModelReply]:
@@ -352,6 +372,12 @@ class AgentLoopWorkflow:
       the loop's message.
     - signal ``cancel`` (and update ``cancel``, which returns once the log is
       finished): end the run ``cancelled`` with the given reason.
+    - update ``steer`` / ``follow_up`` (and signals of those names):
+      ``{"message": <user message>}``: send ``Steer``/``FollowUp`` to the loop; the
+      update returns once the loop has recorded it (``message.queued``), and is
+      refused when the run has finished. A message the loop refuses (its id is
+      already used) ends the run ``failed`` with ``CALLER_PROTOCOL_ERROR``, as in
+      process; the update then fails with the loop's message.
     - query ``pending``: the effect the loop waits on (``null`` when finished).
     - query ``log``: the events so far (or from sequence ``since``), each encoded
       by :func:`agentloop.encode_event`, as a JSON array.
@@ -359,14 +385,20 @@ class AgentLoopWorkflow:
     Hooks run inside the workflow, so they must be deterministic (as they must
     be for replay anyway). To give sessions hooks, subclass at module level,
     override :meth:`hooks`, and register the subclass under its own name (see
-    docs/durable.md).
+    docs/durable.md). Structured output works the same way: override
+    :meth:`output` (a type cannot travel in the session's input).
     """
 
     @workflow.init
     def __init__(self, session: RawValue) -> None:
         info = workflow.info()
         spec, self._loop, self._problem = self._start(session)
-        self._model = ActivityModel(info.workflow_id, info.run_id, spec.model_activity)
+        self._model = ActivityModel(
+            info.workflow_id,
+            info.run_id,
+            spec.model_activity,
+            self._loop.limits.chunks_per_step,
+        )
         self._tools = ActivityTools(info.workflow_id, spec.tool_activity)
         self._answer: Resume | None = None
         self._cancel_reason: str | None = None
@@ -389,6 +421,9 @@ class AgentLoopWorkflow:
                 budget=spec.budget,
                 hooks=self.hooks(),
                 started_at=_now() if spec.started_at is None else spec.started_at,
+                limits=spec.limits,
+                output=self.output(),
+                output_retries=spec.output_retries,
             )
         except ApplicationError as exc:
             problem = exc
@@ -402,6 +437,13 @@ class AgentLoopWorkflow:
 
     def hooks(self) -> HookRegistry | None:
         """The hooks every session of this workflow type runs with (none here)."""
+        return None
+
+    def output(self) -> Any:
+        """The structured-output type of every session of this workflow type
+        (``agent_loop(..., output=...)``; none here). The session's result then
+        holds the decoded value as JSON: read it typed with
+        ``AgentSession.result(output=...)``."""
         return None
 
     @workflow.run
@@ -514,28 +556,78 @@ class AgentLoopWorkflow:
         self.cancel(reason)
         await workflow.wait_condition(lambda: self._loop.result is not None)
 
-    # ------------------------------------------------------------------ steer
-    #
-    # EXTENSION POINT -- steering (DESIGN §19; the ``Steer`` reply lands in another
-    # branch). ``Steer(message)`` may be sent at ANY yield: the loop records it and
-    # yields the same pending effect again, so an update can send it directly:
-    #
-    #     @workflow.update(name="steer")
-    #     def steer(self, message: RawValue) -> None:
-    #         user = decode(message, UserMessage, "steer message")
-    #         self._loop.send(Steer(user, at=_now()))  # yields the pending effect again
-    #
-    #     @steer.validator
-    #     def _check_steer(self, message: RawValue) -> None:
-    #         if self._loop.pending is None:
-    #             raise ApplicationError("the session has finished", type="Finished")
-    #         decode(message, UserMessage, "steer message")
-    #
-    # plus ``AgentSession.steer(message)`` in ``_client.py``. Sending from a handler
-    # is safe: the driver only waits at an activity, an answer or a cancel, never
-    # between the ``send()``s of one model call's items (they are sent without
-    # suspending), so the loop is always at a yield when a handler runs, and the
-    # driver's pending effect stays the right one. ``FollowUp`` is the same.
+    # ------------------------------------------------------------------ steer, follow_up
+
+    @workflow.update(name="steer")
+    async def steer(self, message: RawValue) -> None:
+        """Send ``Steer(message)`` to the loop; returns once the loop recorded it."""
+        await self._queue(Steer, message, update=True)
+
+    @steer.validator
+    def _check_steer(self, message: RawValue) -> None:
+        self._check_message("steer", message)
+
+    @workflow.signal(name="steer")
+    async def steer_signal(self, message: RawValue) -> None:
+        """Send ``Steer(message)`` to the loop; ignored (and logged) when the run
+        has finished or the message does not decode."""
+        await self._queue(Steer, message, update=False)
+
+    @workflow.update(name="follow_up")
+    async def follow_up(self, message: RawValue) -> None:
+        """Send ``FollowUp(message)`` to the loop; returns once the loop recorded it."""
+        await self._queue(FollowUp, message, update=True)
+
+    @follow_up.validator
+    def _check_follow_up(self, message: RawValue) -> None:
+        self._check_message("follow_up", message)
+
+    @workflow.signal(name="follow_up")
+    async def follow_up_signal(self, message: RawValue) -> None:
+        """Send ``FollowUp(message)`` to the loop; ignored (and logged) when the run
+        has finished or the message does not decode."""
+        await self._queue(FollowUp, message, update=False)
+
+    def _check_message(self, name: str, message: RawValue) -> UserMessage:
+        return decode(message, UserInput, f"{name} message").message
+
+    async def _queue(
+        self, kind: type[Steer | FollowUp], message: RawValue, *, update: bool
+    ) -> None:
+        """Send ``kind(message)`` once the loop waits at a yield (it is primed)."""
+        name = "steer" if kind is Steer else "follow_up"
+        try:
+            user = self._check_message(name, message)  # (an update's validator did)
+        except ApplicationError as exc:
+            workflow.logger.warning("%s signal ignored: %s", name, exc.message)
+            return
+        loop = self._loop
+        await workflow.wait_condition(lambda: loop.pending is not None or loop.result is not None)
+        if loop.result is not None:
+            self._refuse(
+                update,
+                name,
+                ApplicationError(
+                    f"the session has finished: there is no run left to take a {name} message",
+                    type="Finished",
+                ),
+            )
+            return
+        try:
+            loop.send(kind(user, at=_now()))  # yields the pending effect again
+        except CallerProtocolError as exc:
+            # The loop refused it and logged the failed run.finished: stop whatever
+            # the driver awaits (its activity), so the workflow completes.
+            assert self._driver is not None  # (it primed the loop)
+            self._driver.cancel()
+            self._refuse(update, name, ApplicationError(str(exc), type=CALLER_PROTOCOL_ERROR))
+
+    @staticmethod
+    def _refuse(update: bool, name: str, error: ApplicationError) -> None:
+        """An update fails with ``error``; a signal is ignored (and logged)."""
+        if update:
+            raise error
+        workflow.logger.warning("%s signal ignored: %s", name, error.message)
 
     # ------------------------------------------------------------------ queries
 

@@ -6,7 +6,9 @@ worker started after another one was killed answers the same way.
 
 The model reads its script from the system prompt: ``"add N"`` asks for ``add``
 N times (one call per step) then answers; ``"note"`` asks for ``slow_note`` once;
-``"approve"`` asks for ``guarded`` (a tool that requires approval).
+``"approve"`` asks for ``guarded`` (a tool that requires approval); ``"json"``
+answers ``{"total": <messages so far>}`` (for :class:`OutputWorkflow`) after a
+first answer that is not JSON.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from temporalio import workflow
 from temporalio.common import RawValue
 
@@ -82,6 +85,9 @@ def answer(request: ModelRequest) -> ScriptedResponse:
     if script[0] == "note" and type(last) is UserMessage:
         call = ToolCall(f"call-{count}", "slow_note", {"text": last.content})
         return ScriptedResponse.tool_calls(f"r{count}", call, usage=usage)
+    if script[0] == "json":
+        text = "forty-two" if count == 1 else f'{{"total": {count}}}'
+        return ScriptedResponse.text(f"r{count}", text, usage=usage)
     if script[0] == "approve" and type(last) is UserMessage:
         call = ToolCall(f"call-{count}", "guarded", {"target": "prod"})
         return ScriptedResponse.tool_calls(f"r{count}", call, usage=usage)
@@ -120,5 +126,23 @@ class HookedWorkflow(AgentLoopWorkflow):
         return hooks()
 
     @workflow.run  # Temporal wants the run method on each workflow class
+    async def run(self, session: RawValue) -> RawValue:
+        return await super().run(session)
+
+
+class Total(msgspec.Struct):
+    """The structured output of :class:`OutputWorkflow`'s sessions."""
+
+    total: int
+
+
+@workflow.defn(name="agentloop-output")
+class OutputWorkflow(AgentLoopWorkflow):
+    """Sessions whose final answer must decode to :class:`Total`."""
+
+    def output(self) -> Any:
+        return Total
+
+    @workflow.run
     async def run(self, session: RawValue) -> RawValue:
         return await super().run(session)

@@ -94,8 +94,11 @@ def _config(events: list[Any]) -> tuple[SessionStartEvent, list[Any]]:
     return start, messages
 
 
-def drive_by_hand(events: list[Any], hooks: HookRegistry | None = None) -> list[bytes]:
-    """``agent_loop(...)`` driven with ``send()`` and the replies ``events`` record."""
+def drive_by_hand(
+    events: list[Any], hooks: HookRegistry | None = None, output: Any = None
+) -> list[bytes]:
+    """``agent_loop(...)`` driven with ``send()`` and the replies ``events`` record
+    (the limits the session recorded; ``output``: its structured-output type)."""
     start, messages = _config(events)
     log = EventLog()
     loop = agent_loop(
@@ -107,6 +110,9 @@ def drive_by_hand(events: list[Any], hooks: HookRegistry | None = None) -> list[
         hooks=hooks,
         log=log,
         started_at=start.at,
+        limits=start.limits,
+        output=output,
+        output_retries=2 if start.output is None else start.output.retries,
     )
     next(loop)
     for _, reply in replay.recorded_replies(events):
@@ -124,6 +130,7 @@ def run_in_process(
     tools: Any,
     hooks: HookRegistry | None = None,
     on_pause: Any = None,
+    output: Any = None,
 ) -> tuple[RunResult, list[bytes]]:
     """:func:`agentloop.run` with the same model and tools, its clock reading the
     times the Temporal run stamped on its replies, in order."""
@@ -142,5 +149,8 @@ def run_in_process(
         clock=lambda: next(times),
         started_at=start.at,
         on_pause=on_pause,
+        limits=start.limits,
+        output=output,
+        output_retries=2 if start.output is None else start.output.retries,
     )
     return result, encoded(log)
