@@ -301,3 +301,31 @@ def test_a_cancel_answer_and_bad_options(store):
     assert (result.status, result.reason) == ("cancelled", "no")
     with pytest.raises(ValueError, match="lease_seconds must be a positive number"):
         arun(store, "t", QUESTION, lease_seconds=-1, **options)
+
+
+def test_parallel_tools_run_as_one_batch_and_the_stored_log_replays(store):
+    def two_calls(request: ModelRequest) -> Any:
+        from agentloop import ScriptedResponse, ToolCall
+
+        if len(request.messages) == 1:
+            return ScriptedResponse.tool_calls(
+                "r1",
+                ToolCall("c1", "add", {"left": 1, "right": 2}),
+                ToolCall("c2", "add", {"left": 3, "right": 4}),
+            )
+        return ScriptedResponse.text("r2", "3 and 7")
+
+    result = arun(
+        store,
+        "batch",
+        QUESTION,
+        model=FunctionModel(two_calls),
+        parallel_tools=True,
+        tool_workers=2,
+    )
+    assert result.status == "completed" and result.final_text == "3 and 7"
+    events = list(store.events("batch"))
+    assert events[0].parallel_tools is True
+    assert [e.type for e in events].count("tool.result") == 2
+    regenerated = replay.replay(events)
+    assert [encode_event(e) for e in regenerated.events] == [encode_event(e) for e in events]
