@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +109,9 @@ def script_for(steps: int) -> list[agentloop.ScriptedResponse]:
     return script
 
 
-def drive(loop: agentloop.AgentLoop, effect: Any, replies: Replies) -> agentloop.RunResult:
+def drive(
+    loop: Generator[Any, Any, agentloop.RunResult], effect: Any, replies: Replies
+) -> agentloop.RunResult:
     """Answer every effect from ``replies`` until the run ends."""
     model_request, send = agentloop.ModelRequest, loop.send
     try:
@@ -148,8 +150,149 @@ def make_driven(history: int, steps: int) -> Callable[[], str]:
     return run
 
 
+def floor_loop(
+    messages: Sequence[agentloop.Message],
+    max_steps: int,
+    events: list[agentloop.Event] | None = None,
+) -> Generator[Any, Any, agentloop.RunResult]:
+    """The floor: what any engine of this design must do, and nothing else.
+
+    The same conversation as ``agent_loop`` (the same effects yielded, the same
+    replies received) building the same 302 event structs of S3 and appending the
+    same messages, with no validation, no state machine, no hooks, budget or
+    limits: the cost of the structs, the list appends and the generator's
+    send()s. ``engine / floor`` is what the rules cost on top. (Its events are
+    the engine's, equal one for one: ``tests/test_bench_smoke.py`` checks.)
+    """
+    if events is None:
+        events = []
+    emit = events.append
+    transcript = list(messages)
+    specs = (ADD_SPEC,)
+    emit(
+        agentloop.SessionStartEvent(
+            sequence=0, at=0.0, tools=specs, max_steps=max_steps, rules=agentloop.RULES_REVISION
+        )
+    )
+    for message in transcript:
+        emit(agentloop.MessageAcceptedEvent(sequence=len(events), at=0.0, message=message))
+    step = 0
+    while True:
+        step += 1
+        request_id = f"request-{step:03d}"
+        emit(
+            agentloop.StepStartEvent(sequence=len(events), at=0.0, step=step, request_id=request_id)
+        )
+        view = agentloop.TranscriptView(transcript, len(transcript))
+        response = yield agentloop.ModelRequest(request_id, step, view, specs)
+        emit(agentloop.PlanDraftEvent(sequence=len(events), at=0.0, step=step, reply=response))
+        message = agentloop.AssistantMessage(f"message-{response.id}", response.content)
+        transcript.append(message)
+        emit(agentloop.PlanCommitEvent(sequence=len(events), at=0.0, step=step, message=message))
+        calls = [block for block in response.content if type(block) is agentloop.ToolCall]
+        for call in calls:
+            emit(agentloop.ToolCallEvent(sequence=len(events), at=0.0, step=step, call=call))
+            result = yield agentloop.ToolRequest(call, step)
+            reply = agentloop.ToolResultMessage(
+                f"tool-result-{call.id}", call.id, call.name, result.content, result.is_error
+            )
+            transcript.append(reply)
+            emit(
+                agentloop.ToolResultEvent(
+                    sequence=len(events), at=0.0, step=step, message=reply, reply=result
+                )
+            )
+        emit(agentloop.StepEndEvent(sequence=len(events), at=0.0, step=step))
+        if not calls:
+            final_text = agentloop.text_from_assistant(message)
+            emit(
+                agentloop.SessionCompleteEvent(
+                    sequence=len(events), at=0.0, step=step, status="completed", reason="goal_met"
+                )
+            )
+            emit(
+                agentloop.RunFinishedEvent(
+                    sequence=len(events),
+                    at=0.0,
+                    step=step,
+                    status="completed",
+                    final_text=final_text,
+                    steps=step,
+                    max_steps=max_steps,
+                    reason="goal_met",
+                )
+            )
+            return agentloop.RunResult(
+                status="completed",
+                final_text=final_text,
+                messages=tuple(transcript),
+                steps=step,
+                max_steps=max_steps,
+                reason="goal_met",
+            )
+
+
+def make_floor(history: int, steps: int) -> Callable[[], str]:
+    messages = transcript(history)
+    replies = replies_for(steps)
+
+    def run() -> str:
+        loop = floor_loop(messages, steps)
+        return drive(loop, next(loop), replies).final_text or ""
+
+    return run
+
+
+def make_streamed(chunks: int) -> Callable[[], str]:
+    """``run()`` of one step whose answer streams in ``chunks`` text deltas.
+
+    The answer is the same ``chunks`` words whatever the number of chunks
+    (``make_streamed(1)`` sends it in one), so ``(t(n) - t(1)) / (n - 1)`` is the
+    cost of one streamed chunk through the driver and the engine.
+    """
+    words = [f"w{index % 10} " for index in range(CHUNK_WORDS)]
+    size = -(-len(words) // chunks)
+    pieces = ["".join(words[i : i + size]) for i in range(0, len(words), size)]
+    text = "".join(pieces)
+    request_id = "request-001"
+    items: list[agentloop.ModelChunk | agentloop.ModelResponse] = [
+        agentloop.ModelChunk(request_id, agentloop.TextBlock(piece)) for piece in pieces
+    ]
+    items.append(
+        agentloop.ModelResponse(request_id, "resp-1", (agentloop.TextBlock(text),), "stop")
+    )
+    model = _Replayed(items)
+
+    def run() -> str:
+        result = agentloop.run([USER], model=model, tools=[ADD_TOOL], max_steps=1)
+        assert result.final_text == text, result
+        return FINAL_TEXT
+
+    return run
+
+
+#: Words in the streamed answer of :func:`make_streamed` (one per chunk at most).
+CHUNK_WORDS = 1000
+
+
+class _Replayed:
+    """A model that streams the same prebuilt items for every request (one step)."""
+
+    def __init__(self, items: Sequence[agentloop.ModelChunk | agentloop.ModelResponse]) -> None:
+        self.items = items
+
+    def stream(
+        self, request: agentloop.ModelRequest
+    ) -> Iterator[agentloop.ModelChunk | agentloop.ModelResponse]:
+        return iter(self.items)
+
+
 def variants() -> dict[str, RunFactory]:
-    return {"raw generator": make_raw, "run() + ScriptedModel": make_driven}
+    return {
+        "raw generator": make_raw,
+        "run() + ScriptedModel": make_driven,
+        "floor (no engine)": make_floor,
+    }
 
 
 def record_session(steps: int = MEMORY_STEPS) -> list[agentloop.Event]:
