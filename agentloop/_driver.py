@@ -59,7 +59,7 @@ from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import Event, EventLog, ModelChunkEvent
 from ._hooks import HookRegistry
-from ._limits import Limits
+from ._limits import DEFAULT_LIMITS, Limits
 from ._logging import follow, run_finished
 from ._protocol import (
     Cancel,
@@ -80,7 +80,7 @@ from ._protocol import (
 from ._text import escape_surrogates, exception_text
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
-from ._validation import reply_problem
+from ._validation import accept
 
 __all__ = [
     "ANYTIME_REPLIES",
@@ -654,6 +654,7 @@ class _Rules:
     __slots__ = (
         "_clock",
         "_inbox",
+        "_loop",
         "_model",
         "_on_event",
         "_on_pause",
@@ -676,7 +677,9 @@ class _Rules:
         inbox: Inbox | None = None,
         on_event: OnEvent | None = None,
         tool_workers: int | None = None,
+        loop: AgentLoop | None = None,
     ) -> None:
+        self._loop = loop  # told which replies the driver checked itself
         self._model = model
         self._registry = registry
         self._signal = signal
@@ -728,7 +731,7 @@ class _Rules:
                         f"tool {entry.name!r} is an async function: run it with "
                         "agentloop.arun/adrive, or make it a plain (sync) function"
                     )
-        return cls(model, registry, signal, on_pause, clock, inbox, on_event, tool_workers)
+        return cls(model, registry, signal, on_pause, clock, inbox, on_event, tool_workers, loop)
 
     def watch(self, loop: AgentLoop) -> Callable[[], None]:
         """Subscribe ``on_event`` and the DEBUG logger to ``loop.log``; the returned
@@ -782,7 +785,9 @@ class _Rules:
             # Output the loop would refuse as malformed (wrong field types, arguments
             # that are not a JSON object, text that is not valid Unicode) is the
             # model's fault: a failed run, not a CallerProtocolError out of run().
-            problem = reply_problem(item)
+            # Checked here, once: the loop is told so and does not check it again.
+            limits = DEFAULT_LIMITS if self._loop is None else self._loop.limits
+            item, problem, arguments_ok = accept(item, limits)
         if problem is not None:
             return ModelFailure(
                 request.id,
@@ -791,6 +796,20 @@ class _Rules:
                 at=self.now(),
             )
         reply: Reply = msgspec.structs.replace(item, at=self.now())
+        self._checked(reply, arguments_ok)
+        return reply
+
+    def _checked(self, reply: Reply, arguments_ok: bool) -> None:
+        """Tell the loop that ``reply``, made and checked here, needs no second check."""
+        if self._loop is not None:
+            self._loop._checked_by_driver(reply, arguments_ok)
+
+    def _result(self, call_id: str, content: str, is_error: bool) -> ToolResult:
+        """The reply for a tool's outcome: its content with lone surrogates escaped (a
+        tool may return ``os.listdir`` names), stamped."""
+        reply = ToolResult(call_id, escape_surrogates(content), is_error, at=self.now())
+        if type(is_error) is bool:  # (then nothing in it needs checking again)
+            self._checked(reply, True)
         return reply
 
     def _ended(self, request: ModelRequest) -> ModelFailure:
@@ -816,7 +835,7 @@ class _Rules:
         # The tool ran: its result is recorded even if a cancel arrived meanwhile
         # (nothing that happened is lost); the cancel takes effect right after.
         content, is_error = outcome
-        return ToolResult(request.call.id, escape_surrogates(content), is_error, at=self.now())
+        return self._result(request.call.id, content, is_error)
 
     def _unasked(self, pause: Pause) -> Cancel | None:
         """The reply to ``pause`` when ``on_pause`` is not asked: a cancel, or no
@@ -912,7 +931,7 @@ class _Driver(_Rules):
             assert cancel is not None
             return cancel
         call_id, content, is_error = done
-        return ToolResult(call_id, escape_surrogates(content), is_error, at=self.now())
+        return self._result(call_id, content, is_error)
 
     def close_batches(self) -> None:
         """Let no batched call start any more; wait for the running ones."""

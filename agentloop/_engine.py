@@ -48,7 +48,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from ._budget import Budget, BudgetUsage
-from ._copy import copy_block, copy_call, copy_json, own_reply
+from ._copy import copy_block, copy_call, copy_json
 from ._errors import (
     CALLER_PROTOCOL_ERROR,
     HOOK_ABORT,
@@ -124,6 +124,7 @@ from ._text import abort_reason, call_ids, decision_problem, exception_text, wro
 from ._toolspec import ToolSpec
 from ._transcript import TranscriptView, snapshot_transcript
 from ._validation import (
+    accept,
     arguments_problems,
     json_problem,
     reply_problem,
@@ -345,6 +346,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._started = False
         self._closing = False
         self._dead: CallerProtocolError | None = None
+        # The reply a driver checked (see _checked_by_driver), and whether the last
+        # reply's tool-call arguments are known to be plain and within the limits.
+        self._checked: Reply | None = None
+        self._checked_arguments_ok = False
+        self._arguments_ok = False
         self._gen = self._main()
 
     # ------------------------------------------------------------------ observations
@@ -505,10 +511,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             fn(event)
 
     def _ask(self, effect: Effect) -> Generator[Effect, Any, Reply]:
-        """Yield ``effect``; check and record the time of what comes back.
+        """Yield ``effect``; check, take over and record the time of what comes back.
 
         A ``Steer`` or ``FollowUp`` is queued (and recorded), and ``effect`` is
-        yielded again: the caller may send one at any yield.
+        yielded again: the caller may send one at any yield. Sets
+        :attr:`_arguments_ok` for the reply returned (see :func:`accept`).
         """
         while True:
             self._pending = effect
@@ -522,18 +529,24 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 reply = _CLOSED
             self._pending = None
             kind = type(reply)
-            if kind is ModelResponse and type(reply.content) is list:
-                reply = msgspec.structs.replace(reply, content=tuple(reply.content))
-            problem = reply_problem(reply)
-            if problem is not None:
-                at = getattr(reply, "at", None)
-                raise _Misuse(
-                    problem,
-                    UnrecognizedReply(description=problem, at=at if type(at) is float else None),
-                )
-            reply = own_reply(reply)  # mutating the caller's dicts later changes nothing here
-            if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
-                raise _Misuse(reply.description, reply)
+            if reply is self._checked and reply is not None:
+                self._arguments_ok = self._checked_arguments_ok  # checked by our driver
+            else:
+                if kind is ModelResponse and type(reply.content) is list:
+                    reply = msgspec.structs.replace(reply, content=tuple(reply.content))
+                # Mutating the caller's dicts later changes nothing here: we keep copies.
+                reply, problem, self._arguments_ok = accept(reply, self._limits)
+                if problem is not None:
+                    at = getattr(reply, "at", None)
+                    raise _Misuse(
+                        problem,
+                        UnrecognizedReply(
+                            description=problem, at=at if type(at) is float else None
+                        ),
+                    )
+                if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
+                    raise _Misuse(reply.description, reply)
+            self._checked = None
             at = reply.at
             if at is not None:
                 if type(at) is int:
@@ -549,6 +562,15 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             if kind not in _QUEUED:
                 return reply  # type: ignore[no-any-return]
             self._queue(reply)
+
+    def _checked_by_driver(self, reply: Reply, arguments_ok: bool) -> None:
+        """For this package's drivers: ``reply``, about to be sent, was made by the
+        driver and checked on its way in (``accept`` against :attr:`limits`, which
+        says ``arguments_ok``), so the loop takes it as it is instead of checking it
+        again. Only that very object is trusted, once; anything else sent to the
+        loop (by any caller) is checked as always. Its ``at`` is checked anyway."""
+        self._checked = reply
+        self._checked_arguments_ok = arguments_ok
 
     def _queue(self, reply: Steer | FollowUp) -> None:
         message = reply.message
@@ -994,18 +1016,22 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         while True:
             reply = yield from self._ask(request)
             if type(reply) is ModelChunk:
-                where = f"step {step}, chunk {chunks + 1}"
+                # (Messages are worded only when they are needed: this runs per chunk.)
                 if reply.request_id != request.id:
                     raise _failed(
                         MODEL_PROTOCOL_ERROR,
-                        f"{where}: chunk names request {reply.request_id!r}, "
-                        f"but the active request is {request.id!r}",
+                        f"step {step}, chunk {chunks + 1}: chunk names request "
+                        f"{reply.request_id!r}, but the active request is {request.id!r}",
                         reply,
                     )
                 chunks += 1
                 if chunks > max_chunks:
                     name = limit_name(limits, "chunks_per_step")
-                    raise _failed(MODEL_PROTOCOL_ERROR, f"{where}: more than {name} chunks", reply)
+                    raise _failed(
+                        MODEL_PROTOCOL_ERROR,
+                        f"step {step}, chunk {chunks}: more than {name} chunks",
+                        reply,
+                    )
                 block = reply.block
                 if type(block) is TextBlock:
                     text_points += len(block.text)
@@ -1017,19 +1043,22 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                         parts = []
                     if type(block) is ThinkingBlock:
                         text_points += len(block.text)
-                    elif type(block) is ToolCall:
+                    elif type(block) is ToolCall and not self._arguments_ok:
                         _, semantic = arguments_problems(block.arguments, limits)
                         if semantic is not None:
                             raise _failed(
                                 MODEL_PROTOCOL_ERROR,
-                                f"{where}: tool call {block.id!r} arguments: {semantic}",
+                                f"step {step}, chunk {chunks}: tool call {block.id!r} "
+                                f"arguments: {semantic}",
                                 reply,
                             )
                     streamed.append(block)
                 if text_points > max_text:
                     name = limit_name(limits, "step_text_code_points")
                     raise _failed(
-                        MODEL_PROTOCOL_ERROR, f"{where}: streamed text exceeds {name}", reply
+                        MODEL_PROTOCOL_ERROR,
+                        f"step {step}, chunk {chunks}: streamed text exceeds {name}",
+                        reply,
                     )
                 self._emit(
                     ModelChunkEvent(
@@ -1088,9 +1117,13 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             return "response id is empty"
         if f"message-{response.id}" in self._message_ids:
             return f"response id {response.id!r} was already used (message-{response.id})"
-        return self._content_problem(response.content, response.stop_reason)
+        return self._content_problem(response.content, response.stop_reason, self._arguments_ok)
 
-    def _content_problem(self, content: tuple[Block, ...], stop_reason: str) -> str | None:
+    def _content_problem(
+        self, content: tuple[Block, ...], stop_reason: str, arguments_ok: bool = False
+    ) -> str | None:
+        """The first rule ``content`` breaks, or ``None``. ``arguments_ok``: its tool
+        calls' arguments are known to be plain and within the limits (see ``accept``)."""
         limits = self._limits
         if len(content) > limits.assistant_blocks:
             name = limit_name(limits, "assistant_blocks")
@@ -1101,19 +1134,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             kind = type(block)
             if kind is ToolCall:
                 call: ToolCall = block  # type: ignore[assignment]
-                where = f"content[{index}] (tool call {call.id!r})"
-                if not call.id:
-                    return f"content[{index}]: tool call id is empty"
-                if not call.name:
-                    return f"{where}: tool name is empty"
-                if call.id in seen or call.id in self._call_ids:
-                    return f"{where}: tool call id is not unique"
-                if f"tool-result-{call.id}" in self._message_ids:
-                    return f"{where}: its result id tool-result-{call.id} is already taken"
+                problem = self._call_problem(index, call, seen, arguments_ok)
+                if problem is not None:
+                    return problem
                 seen.add(call.id)
-                _, semantic = arguments_problems(call.arguments, limits)
-                if semantic is not None:
-                    return f"{where} arguments: {semantic}"
             elif kind is not ProviderBlock:  # opaque data: checked as JSON, not as text
                 text_points += len(block.text)  # type: ignore[union-attr]
         if text_points > limits.step_text_code_points:
@@ -1124,6 +1148,27 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         if stop_reason == "tool_call" and not seen:
             return "stop reason 'tool_call' but the response contains no tool call"
         return None
+
+    def _call_problem(
+        self, index: int, call: ToolCall, seen: set[str], arguments_ok: bool
+    ) -> str | None:
+        """What is wrong with ``content[index]``, a tool call, or ``None``."""
+        if not call.id:
+            return f"content[{index}]: tool call id is empty"
+        problem: str | None = None
+        if not call.name:
+            problem = ": tool name is empty"
+        elif call.id in seen or call.id in self._call_ids:
+            problem = ": tool call id is not unique"
+        elif f"tool-result-{call.id}" in self._message_ids:
+            problem = f": its result id tool-result-{call.id} is already taken"
+        elif not arguments_ok:
+            _, semantic = arguments_problems(call.arguments, self._limits)
+            if semantic is not None:
+                problem = f" arguments: {semantic}"
+        if problem is None:
+            return None
+        return f"content[{index}] (tool call {call.id!r}){problem}"  # worded only when needed
 
     def _after_plan(
         self, request: ModelRequest, response: ModelResponse

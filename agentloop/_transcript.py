@@ -15,7 +15,7 @@ from typing import overload
 import msgspec
 
 from ._copy import copy_block
-from ._json import SURROGATE
+from ._json import clean_text
 from ._limits import DEFAULT_LIMITS, Limits, limit_name
 from ._messages import (
     AssistantMessage,
@@ -174,4 +174,4 @@ def _reuse(item: object) -> Message | None:
 
 def _plain_str(value: object) -> bool:
     """A ``str`` the log can hold (no lone surrogates); ASCII answers at C speed."""
-    return type(value) is str and (value.isascii() or SURROGATE.search(value) is None)
+    return type(value) is str and clean_text(value)
