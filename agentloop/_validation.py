@@ -418,7 +418,7 @@ def _plain_at(at: object) -> bool:
     return (
         at is None
         or type(at) is float
-        or (type(at) is int and -MAX_FLOAT_INT <= at <= MAX_FLOAT_INT)  # type: ignore[operator]
+        or (type(at) is int and -MAX_FLOAT_INT <= at <= MAX_FLOAT_INT)
     )
 
 
