@@ -578,7 +578,10 @@ def model_method(model: object, asynchronous: bool) -> Callable[[ModelRequest], 
 def tools_problem(registry: ToolRegistry, recorded: Sequence[ToolSpec]) -> str | None:
     """How ``registry`` differs from the tool specs a loop recorded (names and
     parameter schemas), or ``None`` when it can serve that loop."""
-    given = {spec.name: spec for spec in registry.specs()}
+    specs = registry.specs()
+    if specs == tuple(recorded):  # (the same spec objects, when run() made the loop)
+        return None
+    given = {spec.name: spec for spec in specs}
     for spec in recorded:
         mine = given.pop(spec.name, None)
         if mine is None:
@@ -750,12 +753,17 @@ class _Rules:
         return done
 
     def now(self) -> float:
-        return _read_clock(self._clock)
+        try:
+            return float(self._clock())
+        except StopIteration as exc:
+            raise _stop_iteration("clock") from exc
 
     def queued(self) -> Reply | None:
         """The oldest reply waiting in the inbox, stamped; ``None`` when there is none."""
         inbox = self._inbox
-        reply = inbox.take() if inbox is not None else None
+        if inbox is None:
+            return None
+        reply = inbox.take()
         if reply is None or reply.at is not None:
             return reply
         return msgspec.structs.replace(reply, at=self.now())
@@ -796,20 +804,16 @@ class _Rules:
                 at=self.now(),
             )
         reply: Reply = msgspec.structs.replace(item, at=self.now())
-        self._checked(reply, arguments_ok)
-        return reply
-
-    def _checked(self, reply: Reply, arguments_ok: bool) -> None:
-        """Tell the loop that ``reply``, made and checked here, needs no second check."""
-        if self._loop is not None:
+        if self._loop is not None:  # made and checked here: the loop need not check it again
             self._loop._checked_by_driver(reply, arguments_ok)
+        return reply
 
     def _result(self, call_id: str, content: str, is_error: bool) -> ToolResult:
         """The reply for a tool's outcome: its content with lone surrogates escaped (a
         tool may return ``os.listdir`` names), stamped."""
         reply = ToolResult(call_id, escape_surrogates(content), is_error, at=self.now())
-        if type(is_error) is bool:  # (then nothing in it needs checking again)
-            self._checked(reply, True)
+        if type(is_error) is bool and self._loop is not None:  # nothing left to check in it
+            self._loop._checked_by_driver(reply, True)
         return reply
 
     def _ended(self, request: ModelRequest) -> ModelFailure:

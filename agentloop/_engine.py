@@ -125,6 +125,7 @@ from ._toolspec import ToolSpec
 from ._transcript import TranscriptView, snapshot_transcript
 from ._validation import (
     accept,
+    arguments_ok,
     arguments_problems,
     json_problem,
     reply_problem,
@@ -249,10 +250,12 @@ def agent_loop(
         raise TypeError(f"parallel_tools must be a bool, got {parallel_tools!r}")
     checked_output = output_check(output, output_retries)
     specs = tool_specs(tools)
-    transcript, problem = snapshot_transcript(messages, checked_limits)
+    snapshot = snapshot_transcript(messages, checked_limits)
     return AgentLoop(
-        transcript=transcript,
-        invalid=problem,
+        transcript=snapshot.messages,
+        invalid=snapshot.problem,
+        message_ids=snapshot.message_ids,
+        call_ids=snapshot.call_ids,
         specs=specs,
         system=system,
         max_steps=max_steps,
@@ -286,6 +289,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         *,
         transcript: list[Message],
         invalid: str | None,
+        message_ids: set[str],
+        call_ids: set[str],
         specs: tuple[ToolSpec, ...],
         system: str | None,
         max_steps: int,
@@ -331,14 +336,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._pause_reason: str | None = None
         self._queued: list[Steer | FollowUp] = []  # received, not yet delivered
         self._steering = False  # a Steer is among them
-        self._message_ids = {m.id for m in transcript}
-        self._call_ids = {
-            b.id
-            for m in transcript
-            if type(m) is AssistantMessage
-            for b in m.content
-            if type(b) is ToolCall
-        }
+        self._message_ids = message_ids
+        self._call_ids = call_ids  # of the tool calls so far
         self._result: RunResult | None = None
         # A reply that arrived but is not recorded yet (a ToolResult while
         # after_tool_call runs): if the run ends there, run.finished records it.
@@ -762,19 +761,21 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._pending = None
         status, reason, error = outcome.status, outcome.reason, outcome.error
         interrupt: BaseException | None = None
+        hooks = self._hooks
         try:
-            if error is not None:
+            if error is not None and "on_error" in hooks:
                 self._observe_quietly("on_error", {"code": error.code, "message": error.message})
             try:
-                self._observe(
-                    "on_complete",
-                    {
-                        "status": status,
-                        "reason": reason,
-                        "final_text": outcome.final_text,
-                        "steps": self._step,
-                    },
-                )
+                if "on_complete" in hooks:
+                    self._observe(
+                        "on_complete",
+                        {
+                            "status": status,
+                            "reason": reason,
+                            "final_text": outcome.final_text,
+                            "steps": self._step,
+                        },
+                    )
             except _Finish as late:
                 if error is None:  # the first failure wins
                     status, reason, error = late.status, late.reason, late.error
@@ -893,8 +894,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             message = AssistantMessage(f"message-{response.id}", content)
             self._transcript.append(message)
             self._message_ids.add(message.id)
-            calls = [block for block in content if type(block) is ToolCall]
-            self._call_ids.update(call.id for call in calls)
+            calls: list[ToolCall] = []
+            for block in content:
+                if type(block) is ToolCall:
+                    calls.append(block)
+                    self._call_ids.add(block.id)
             if self._rules < USAGE_WHEN_RECORDED and response.usage is not None:
                 self._usage = self._usage + response.usage  # (rules 0: counted when committed)
             self._emit(
@@ -919,7 +923,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     final_text=final_text,
                 )
             self._set(Input.COMMIT_TOOLS)
-            yield from self._check_wall()
+            if self._wall_spent():
+                yield from self._budget_pause("wall_clock")
             truncated = stop_reason == "length"
             if self._parallel and not truncated:
                 yield from self._run_batched(calls, step)
@@ -1120,24 +1125,31 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         return self._content_problem(response.content, response.stop_reason, self._arguments_ok)
 
     def _content_problem(
-        self, content: tuple[Block, ...], stop_reason: str, arguments_ok: bool = False
+        self, content: tuple[Block, ...], stop_reason: str, checked: bool = False
     ) -> str | None:
-        """The first rule ``content`` breaks, or ``None``. ``arguments_ok``: its tool
-        calls' arguments are known to be plain and within the limits (see ``accept``)."""
+        """The first rule ``content`` breaks, or ``None``. ``checked``: its tool calls'
+        arguments are known to be plain and within the limits (see ``accept``)."""
         limits = self._limits
         if len(content) > limits.assistant_blocks:
             name = limit_name(limits, "assistant_blocks")
             return f"{len(content)} blocks exceed {name}"
         text_points = 0
         seen: set[str] = set()
+        taken, used = self._message_ids, self._call_ids
         for index, block in enumerate(content):
             kind = type(block)
             if kind is ToolCall:
-                call: ToolCall = block  # type: ignore[assignment]
-                problem = self._call_problem(index, call, seen, arguments_ok)
-                if problem is not None:
-                    return problem
-                seen.add(call.id)
+                call_id = block.id  # type: ignore[union-attr]
+                if (
+                    not call_id
+                    or not block.name  # type: ignore[union-attr]
+                    or call_id in seen
+                    or call_id in used
+                    or f"tool-result-{call_id}" in taken
+                    or not (checked or arguments_ok(block.arguments, limits))  # type: ignore[union-attr]
+                ):
+                    return self._call_problem(index, block, seen)  # type: ignore[arg-type]
+                seen.add(call_id)
             elif kind is not ProviderBlock:  # opaque data: checked as JSON, not as text
                 text_points += len(block.text)  # type: ignore[union-attr]
         if text_points > limits.step_text_code_points:
@@ -1149,26 +1161,21 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             return "stop reason 'tool_call' but the response contains no tool call"
         return None
 
-    def _call_problem(
-        self, index: int, call: ToolCall, seen: set[str], arguments_ok: bool
-    ) -> str | None:
-        """What is wrong with ``content[index]``, a tool call, or ``None``."""
+    def _call_problem(self, index: int, call: ToolCall, seen: set[str]) -> str:
+        """What is wrong with ``content[index]``, a tool call (the words, once
+        :meth:`_content_problem` found that something is)."""
         if not call.id:
             return f"content[{index}]: tool call id is empty"
-        problem: str | None = None
+        where = f"content[{index}] (tool call {call.id!r})"
         if not call.name:
-            problem = ": tool name is empty"
-        elif call.id in seen or call.id in self._call_ids:
-            problem = ": tool call id is not unique"
-        elif f"tool-result-{call.id}" in self._message_ids:
-            problem = f": its result id tool-result-{call.id} is already taken"
-        elif not arguments_ok:
-            _, semantic = arguments_problems(call.arguments, self._limits)
-            if semantic is not None:
-                problem = f" arguments: {semantic}"
-        if problem is None:
-            return None
-        return f"content[{index}] (tool call {call.id!r}){problem}"  # worded only when needed
+            return f"{where}: tool name is empty"
+        if call.id in seen or call.id in self._call_ids:
+            return f"{where}: tool call id is not unique"
+        if f"tool-result-{call.id}" in self._message_ids:
+            return f"{where}: its result id tool-result-{call.id} is already taken"
+        # (Structural problems were refused on the way in: the limits are left.)
+        structural, semantic = arguments_problems(call.arguments, self._limits)
+        return f"{where} arguments: {semantic or structural}"
 
     def _after_plan(
         self, request: ModelRequest, response: ModelResponse
@@ -1215,7 +1222,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     def _run_call(self, call: ToolCall, step: int, truncated: bool) -> Generator[Effect, Any, None]:
         if not self._steering and self._tool_budget_spent():
             yield from self._budget_pause("tool_calls")
-        call, loop_error = yield from self._open_call(call, step, truncated)
+        loop_error, gated = self._open_call(call, truncated)
+        if gated:
+            call, loop_error = yield from self._gate(call, step)
+        self._emit_call(call, step)
         reply: ToolResult | None = None
         if loop_error is not None:
             content, is_error = loop_error, True
@@ -1238,8 +1248,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._transcript.append(message)
         self._message_ids.add(message.id)
         self._emit_result(message, step, reply)
-        if reply is not None:
-            yield from self._check_wall()
+        if reply is not None and self._wall_spent():
+            yield from self._budget_pause("wall_clock")
 
     def _tool_budget_spent(self) -> bool:
         budget = self._budget
@@ -1249,35 +1259,40 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             and self._tool_calls >= budget.max_tool_calls
         )
 
-    def _open_call(
-        self, call: ToolCall, step: int, truncated: bool
-    ) -> Generator[Effect, Any, tuple[ToolCall, str | None]]:
-        """Count the call, run ``before_tool_call`` and approval, record ``tool.call``.
+    def _open_call(self, call: ToolCall, truncated: bool) -> tuple[str | None, bool]:
+        """Count the call and give the loop's own verdict on it, before any hook.
 
-        Returns the call as it will run (hooks may edit its arguments) and the
-        loop-made error that replaces running it, if any. Once a ``Steer`` came
-        (even during a budget pause just before), the calls left are skipped, not
-        run and not counted.
+        Returns the loop-made error that replaces running it, if any (a ``Steer``
+        came, a truncated response, an unknown tool), and whether
+        ``before_tool_call`` or approval must still decide (:meth:`_gate`). Once a
+        ``Steer`` came (even during a budget pause just before), the calls left are
+        skipped, not run and not counted. ``tool.call`` follows (:meth:`_emit_call`).
         """
-        steered = self._steering
-        if not steered:
-            self._tool_calls += 1
+        if self._steering:
+            return "skipped: steered", False
+        self._tool_calls += 1
+        if truncated:
+            return "truncated; re-issue the call", False
         spec = self._spec_by_name.get(call.name)
-        loop_error: str | None = None
-        if steered:
-            loop_error = "skipped: steered"
-        elif truncated:
-            loop_error = "truncated; re-issue the call"
-        elif spec is None:
+        if spec is None:
             known = ", ".join(sorted(self._spec_by_name)) or "none"
-            loop_error = f"unknown tool {call.name!r}; available tools: {known}"
-        else:
-            if "before_tool_call" in self._hooks:
-                call, loop_error = yield from self._before_tool_call(call, step)
-            if loop_error is None and spec.requires_approval:
-                call, loop_error = yield from self._approval(call, "approval", None)
-        self._emit(ToolCallEvent(sequence=len(self._events), at=self._now, step=step, call=call))
+            return f"unknown tool {call.name!r}; available tools: {known}", False
+        return None, spec.requires_approval or "before_tool_call" in self._hooks
+
+    def _gate(
+        self, call: ToolCall, step: int
+    ) -> Generator[Effect, Any, tuple[ToolCall, str | None]]:
+        """Run ``before_tool_call``, then approval; return the call as it will run
+        (hooks may edit its arguments) and the error that replaces running it, if any."""
+        loop_error: str | None = None
+        if "before_tool_call" in self._hooks:
+            call, loop_error = yield from self._before_tool_call(call, step)
+        if loop_error is None and self._spec_by_name[call.name].requires_approval:
+            call, loop_error = yield from self._approval(call, "approval", None)
         return call, loop_error
+
+    def _emit_call(self, call: ToolCall, step: int) -> None:
+        self._emit(ToolCallEvent(sequence=len(self._events), at=self._now, step=step, call=call))
 
     def _result_message(
         self, call: ToolCall, step: int, content: str, is_error: bool, reply: ToolResult | None
@@ -1324,7 +1339,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 if not self._steering and self._tool_budget_spent():
                     yield from self._run_batch(batch, done, step)
                     yield from self._budget_pause("tool_calls")
-                call, loop_error = yield from self._open_call(call, step, False)
+                loop_error, gated = self._open_call(call, False)
+                if gated:
+                    call, loop_error = yield from self._gate(call, step)
+                self._emit_call(call, step)
                 if loop_error is None:
                     batch.append((index, call))
                 else:
@@ -1362,7 +1380,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             done.append((index, message))
             self._emit_result(message, step, reply)
         self._append_results(done)
-        yield from self._check_wall()
+        if self._wall_spent():
+            yield from self._budget_pause("wall_clock")
 
     def _append_results(self, done: list[tuple[int, ToolResultMessage]]) -> None:
         done.sort(key=_first)
@@ -1468,16 +1487,20 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     # session.resume is recorded after the resume was applied, so state_at() at
     # that event shows the resumed loop.
 
-    def _check_wall(self) -> Generator[Effect, Any, None]:
+    def _wall_spent(self) -> bool:
+        """Whether the wall-clock budget is used up (then: ``_budget_pause("wall_clock")``).
+
+        A plain test, not a generator, so that the common case (no budget) costs a
+        call, not a generator's creation, wherever the clock may have moved.
+        """
         budget = self._budget
-        if (
+        return (
             budget is not None
             and budget.max_wall_seconds is not None
             and self._now is not None
             and self._wall_start is not None
             and self._now - self._wall_start >= budget.max_wall_seconds
-        ):
-            yield from self._budget_pause("wall_clock")
+        )
 
     def _tokens_limit(self, budget: Budget) -> str | None:
         """The token limit the run has reached (``input_tokens``, ...), or ``None``."""

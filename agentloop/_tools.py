@@ -275,6 +275,9 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool | ToolSpec | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool | ToolSpec] = {}
+        if type(tools) is ToolRegistry:  # a copy: its entries were checked when registered
+            self._tools.update(tools._tools)
+            return
         for entry in tools:
             self.register(entry)
 

@@ -64,6 +64,7 @@ __all__ = [
     "json_problem",
     "message_problem",
     "plain_arguments",
+    "plain_call",
     "reply_problem",
 ]
 
@@ -75,35 +76,27 @@ def plain_arguments(arguments: object, limits: Limits = DEFAULT_LIMITS) -> dict[
     One walk checks and copies (tuples become lists, as :func:`copy_json` makes
     them); what is checked is the copy, so what the loop keeps is what passed. No
     paths are built here; when this says ``None``, :func:`arguments_problems` walks
-    again to say what is wrong and where.
+    again to say what is wrong and where. The root object is walked first, without
+    a stack: most arguments are flat.
     """
     if type(arguments) is not dict:
         return None
-    entries = code_points = 0
     max_depth, max_entries = limits.argument_depth, limits.argument_entries
-    root: list[Any] = [None]
-    stack: list[tuple[Any, Any, Any, int]] = [
-        (arguments, root, 0, 1)
-    ]  # (source, target, key, depth)
-    while stack:
-        source, target, slot, depth = stack.pop()
-        if depth > max_depth:
-            return None
-        entries += len(source)
+    entries = len(arguments)
+    code_points = 0
+    root = arguments.copy()
+    copy: Any = root
+    items: Any = copy.items()
+    keyed, depth = True, 1
+    nested: list[tuple[Any, Any, Any, int]] = []  # (source, target, slot, depth): still to walk
+    while True:
         if entries > max_entries:
             return None  # before walking on: shared containers may expand without end
-        items: Any
-        if type(source) is dict:
-            copy: Any = source.copy()
-            for key in copy:
-                if type(key) is not str or not (key.isascii() or clean_text(key)):
+        for slot, value in items:
+            if keyed:
+                if type(slot) is not str or not (slot.isascii() or clean_text(slot)):
                     return None
-                code_points += len(key)
-            items = copy.items()
-        else:
-            copy = list(source)
-            items = enumerate(copy)
-        for key, value in items:
+                code_points += len(slot)
             kind = type(value)
             if kind is str:
                 if not (value.isascii() or clean_text(value)):
@@ -116,13 +109,22 @@ def plain_arguments(arguments: object, limits: Limits = DEFAULT_LIMITS) -> dict[
                 if not math.isfinite(value):
                     return None
             elif kind is dict or kind is list or kind is tuple:
-                stack.append((value, copy, key, depth + 1))
+                nested.append((value, copy, slot, depth + 1))
             elif kind is not bool and value is not None:
                 return None
+        if not nested:
+            break
+        source, target, slot, depth = nested.pop()
+        if depth > max_depth:
+            return None
+        entries += len(source)
+        keyed = type(source) is dict
+        copy = source.copy() if keyed else list(source)
+        items = copy.items() if keyed else enumerate(copy)
         target[slot] = copy
     # values == entries + 1 (every value but the root is one entry of its container)
     if entries < limits.argument_values and code_points <= limits.argument_string_code_points:
-        return root[0]  # type: ignore[no-any-return]
+        return root
     return None
 
 
@@ -376,27 +378,32 @@ def accept(reply: object, limits: Limits) -> tuple[Any, str | None, bool]:
       for the rarer replies, to find that there is none).
 
     The replies of every step (text and tool-call chunks, responses, tool results)
-    are checked and copied by a fast path; any other reply, or anything unusual
-    in one of these, goes the slow way: :func:`reply_problem`, then
-    :func:`own_reply`.
+    are checked and copied by a fast path that takes only what is plainly right;
+    any other reply, or anything unusual in one of these (non-ASCII ids, say),
+    goes the slow way: :func:`reply_problem`, then :func:`own_reply`. Both agree
+    on what is accepted; the slow one words what is not.
     """
     kind = type(reply)
     if kind is ToolResult:
+        call_id, content = reply.call_id, reply.content  # type: ignore[attr-defined]
         if (
-            _clean_str(reply.call_id)  # type: ignore[attr-defined]
-            and _clean_str(reply.content)  # type: ignore[attr-defined]
+            type(call_id) is str
+            and call_id.isascii()
+            and type(content) is str
+            and (content.isascii() or clean_text(content))
             and type(reply.is_error) is bool  # type: ignore[attr-defined]
             and _plain_at(reply.at)  # type: ignore[attr-defined]
         ):
             return reply, None, True
     elif kind is ModelChunk:
-        block = reply.block  # type: ignore[attr-defined]
-        if _clean_str(reply.request_id) and _plain_at(reply.at):  # type: ignore[attr-defined]
+        request_id, block = reply.request_id, reply.block  # type: ignore[attr-defined]
+        if type(request_id) is str and request_id.isascii() and _plain_at(reply.at):  # type: ignore[attr-defined]
             if type(block) is TextBlock:
-                if _clean_str(block.text):
+                text = block.text
+                if type(text) is str and (text.isascii() or clean_text(text)):
                     return reply, None, True
             elif type(block) is ToolCall:
-                call = _plain_call(block, limits)
+                call = plain_call(block, limits)
                 if call is not None:
                     return msgspec.structs.replace(reply, block=call), None, True  # type: ignore[type-var]
     elif kind is ModelResponse:
@@ -409,10 +416,6 @@ def accept(reply: object, limits: Limits) -> tuple[Any, str | None, bool]:
     return own_reply(reply), None, False
 
 
-def _clean_str(value: object) -> bool:
-    return type(value) is str and (value.isascii() or clean_text(value))
-
-
 def _plain_at(at: object) -> bool:
     """``at`` as :func:`reply_problem` accepts it, finite or not (the engine judges that)."""
     return (
@@ -422,40 +425,48 @@ def _plain_at(at: object) -> bool:
     )
 
 
-def _plain_call(call: ToolCall, limits: Limits) -> ToolCall | None:
-    """``call`` with a copy of its arguments, when everything in it is plain and
-    within ``limits``; else ``None``."""
-    if not _clean_str(call.id) or not _clean_str(call.name):
+def plain_call(call: ToolCall, limits: Limits) -> ToolCall | None:
+    """``call`` with a copy of its arguments, when its id and name are ASCII strs and
+    its arguments plain and within ``limits``; else ``None``."""
+    call_id, name = call.id, call.name
+    if type(call_id) is not str or type(name) is not str or not (call_id + name).isascii():
         return None
     arguments = plain_arguments(call.arguments, limits)
     if arguments is None:
         return None
-    return ToolCall(call.id, call.name, arguments)
+    return ToolCall(call_id, name, arguments)
 
 
 def _plain_response(response: ModelResponse, limits: Limits) -> ModelResponse | None:
-    """``response`` owning copies of its tool calls' arguments, when it holds only
-    text blocks and tool calls with plain arguments within ``limits``, no provider
-    words, usage or attempts of unusual types; else ``None``."""
-    content = response.content
+    """``response`` owning copies of its tool calls' arguments, when its ids and stop
+    reason are ASCII strs, it holds only text blocks and plain tool calls, and no
+    provider words, usage or attempts of unusual types; else ``None``."""
+    content, request_id, response_id, stop_reason = (
+        response.content,
+        response.request_id,
+        response.id,
+        response.stop_reason,
+    )
     if (
         type(content) is not tuple
-        or not _clean_str(response.request_id)
-        or not _clean_str(response.id)
-        or not _clean_str(response.stop_reason)
+        or type(request_id) is not str
+        or type(response_id) is not str
+        or type(stop_reason) is not str
+        or not (request_id + response_id + stop_reason).isascii()
         or not _plain_at(response.at)
         or response.stop_message is not None
         or response.attempts != ()
-        or _usage_problem(response.usage, "") is not None
+        or (response.usage is not None and _usage_problem(response.usage, "") is not None)
     ):
         return None
-    copied: list[Block] | None = None  # the blocks, once one of them was copied
+    copied: list[Block] | None = None  # the blocks, once a call among them was copied
     for index, block in enumerate(content):
         if type(block) is TextBlock:
-            if not _clean_str(block.text):
+            text = block.text
+            if type(text) is not str or not (text.isascii() or clean_text(text)):
                 return None
         elif type(block) is ToolCall:
-            call = _plain_call(block, limits)
+            call = plain_call(block, limits)
             if call is None:
                 return None
             if copied is None:
