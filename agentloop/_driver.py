@@ -48,12 +48,11 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any, NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 import msgspec
 from typing_extensions import Self
 
-from ._batch import ThreadPoolBatches
 from ._budget import Budget
 from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
@@ -81,6 +80,9 @@ from ._text import escape_surrogates, exception_text
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
 from ._validation import accept
+
+if TYPE_CHECKING:
+    from ._batch import ThreadPoolBatches
 
 __all__ = [
     "ANYTIME_REPLIES",
@@ -925,6 +927,8 @@ class _Driver(_Rules):
         batches = getattr(self, "_batches", None)
         if batches is None:
             registry = self._registry
+            from ._batch import ThreadPoolBatches  # on the first batch: threads cost an import
+
             batches = self._batches = ThreadPoolBatches(
                 lambda call: execute_tool(registry, call), self._tool_workers
             )
