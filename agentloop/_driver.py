@@ -310,17 +310,12 @@ def run(
         output,
         output_retries,
     )
-    return drive(
-        loop,
-        model=model,
-        tools=tools,
-        clock=clock,
-        signal=signal,
-        on_pause=on_pause,
-        on_event=on_event,
-        inbox=inbox,
-        tool_workers=tool_workers,
+    driver = _Driver.checked(
+        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers, fresh=True
     )
+    for _ in _steps(loop, driver):  # drive(loop, ...), the loop known to match the tools
+        pass
+    return _result(loop)
 
 
 def drive(
@@ -425,7 +420,7 @@ def run_stream(
         output_retries,
     )
     driver = _Driver.checked(
-        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
+        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers, fresh=True
     )
     return _events(loop, _steps(loop, driver))
 
@@ -708,8 +703,14 @@ class _Rules:
         on_event: OnEvent | None,
         inbox: Inbox | None,
         tool_workers: int | None = None,
+        *,
+        fresh: bool = False,
     ) -> Self:
-        """A driver for ``loop``, after checking every option (nothing runs before)."""
+        """A driver for ``loop``, after checking every option (nothing runs before).
+
+        ``fresh``: ``loop`` was just made from ``tools`` (a registry ``run`` copied),
+        so they match, and nothing was streamed yet.
+        """
         if not isinstance(loop, AgentLoop):
             raise TypeError(f"loop must be an AgentLoop (from agent_loop or replay), got {loop!r}")
         model_method(model, cls.asynchronous)
@@ -724,11 +725,14 @@ class _Rules:
         if tool_workers is not None and (type(tool_workers) is not int or tool_workers < 1):
             raise ValueError(f"tool_workers must be a positive int or None, got {tool_workers!r}")
         clock = _check_clock(clock)
-        _check_not_mid_stream(loop)
-        registry = ToolRegistry(tools)
-        problem = tools_problem(registry, loop.tools)
-        if problem is not None:
-            raise ValueError(f"the tools do not match the loop's: {problem}")
+        if fresh and type(tools) is ToolRegistry:
+            registry = tools  # run()'s own copy, which made the loop's specs
+        else:
+            _check_not_mid_stream(loop)
+            registry = ToolRegistry(tools)
+            problem = tools_problem(registry, loop.tools)
+            if problem is not None:
+                raise ValueError(f"the tools do not match the loop's: {problem}")
         if not cls.asynchronous:
             for entry in registry:
                 if isinstance(entry, Tool) and entry.is_async:

@@ -19,7 +19,7 @@ __all__ = [
 def escape_surrogates(text: str) -> str:
     """``text`` with lone surrogates (e.g. from ``os.listdir`` file names) escaped as
     ``\\udce9``, so the log can hold it."""
-    if clean_text(text):
+    if text.isascii() or clean_text(text):
         return text
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
