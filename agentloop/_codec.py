@@ -51,6 +51,7 @@ no line shows which path wrote it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -80,9 +81,21 @@ _USAGE_FIELDS: Final = Usage.__struct_fields__
 _PLAIN_CONTAINERS: Final = 4096
 
 _encoder = msgspec.json.Encoder()
-_decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
 _encode = _encoder.encode
-_decode = _decoder.decode
+
+
+def _first_decode(data: bytes | str) -> Event:
+    """Build the typed decoder on first use, then decode with it from now on.
+
+    (Making the decoder for the event union costs a few milliseconds, which
+    ``import agentloop`` need not pay: the loop itself only encodes.)
+    """
+    global _decode
+    _decode = msgspec.json.Decoder(Event).decode
+    return _decode(data)
+
+
+_decode: Callable[[bytes | str], Event] = _first_decode
 _decode_any = msgspec.json.decode
 
 

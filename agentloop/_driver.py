@@ -57,18 +57,17 @@ import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any, NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 import msgspec
 from typing_extensions import Self
 
-from ._batch import Done, ThreadPoolBatches
 from ._budget import Budget
 from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import Event, EventLog, ModelChunkEvent
 from ._hooks import HookRegistry
-from ._limits import Limits
+from ._limits import DEFAULT_LIMITS, Limits
 from ._logging import follow, run_finished
 from ._messages import UserMessage
 from ._protocol import (
@@ -92,7 +91,10 @@ from ._protocol import (
 from ._text import escape_surrogates, exception_text
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
-from ._validation import reply_problem
+from ._validation import accept
+
+if TYPE_CHECKING:
+    from ._batch import Done, ThreadPoolBatches
 
 __all__ = [
     "ANYTIME_REPLIES",
@@ -356,17 +358,12 @@ def run(
         output,
         output_retries,
     )
-    return drive(
-        loop,
-        model=model,
-        tools=tools,
-        clock=clock,
-        signal=signal,
-        on_pause=on_pause,
-        on_event=on_event,
-        inbox=inbox,
-        tool_workers=tool_workers,
+    driver = _Driver.checked(
+        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers, fresh=True
     )
+    for _ in _steps(loop, driver):  # drive(loop, ...), the loop known to match the tools
+        pass
+    return _result(loop)
 
 
 def drive(
@@ -493,7 +490,7 @@ def run_stream(
         output_retries,
     )
     driver = _Driver.checked(
-        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
+        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers, fresh=True
     )
     return _events(loop, _steps(loop, driver))
 
@@ -676,7 +673,10 @@ def tools_problem(
     sessions started with different tools passes them all; the model is only
     ever offered the loop's).
     """
-    given = {spec.name: spec for spec in registry.specs()}
+    specs = registry.specs()
+    if specs == tuple(recorded):  # (the same spec objects, when run() made the loop)
+        return None
+    given = {spec.name: spec for spec in specs}
     for spec in recorded:
         mine = given.pop(spec.name, None)
         if mine is None:
@@ -754,6 +754,7 @@ class _Rules:
         "_clock",
         "_inbox",
         "_log",
+        "_loop",
         "_model",
         "_on_event",
         "_on_pause",
@@ -778,7 +779,9 @@ class _Rules:
         on_event: OnEvent | None = None,
         tool_workers: int | None = None,
         before_effect: BeforeEffect | None = None,
+        loop: AgentLoop | None = None,
     ) -> None:
+        self._loop = loop  # told which replies the driver checked itself
         self._model = model
         self._registry = registry
         self._signal = signal
@@ -807,8 +810,13 @@ class _Rules:
         tool_workers: int | None = None,
         *,
         before_effect: BeforeEffect | None = None,
+        fresh: bool = False,
     ) -> Self:
-        """A driver for ``loop``, after checking every option (nothing runs before)."""
+        """A driver for ``loop``, after checking every option (nothing runs before).
+
+        ``fresh``: ``loop`` was just made from ``tools`` (a registry ``run`` copied),
+        so they match, and nothing was streamed yet.
+        """
         if not isinstance(loop, AgentLoop):
             raise TypeError(f"loop must be an AgentLoop (from agent_loop or replay), got {loop!r}")
         model_method(model, cls.asynchronous)
@@ -825,11 +833,14 @@ class _Rules:
         if tool_workers is not None and (type(tool_workers) is not int or tool_workers < 1):
             raise ValueError(f"tool_workers must be a positive int or None, got {tool_workers!r}")
         clock = _check_clock(clock)
-        _check_not_mid_stream(loop)
-        registry = ToolRegistry(tools)
-        problem = tools_problem(registry, loop.tools)
-        if problem is not None:
-            raise ValueError(f"the tools do not match the loop's: {problem}")
+        if fresh and type(tools) is ToolRegistry:
+            registry = tools  # run()'s own copy, which made the loop's specs
+        else:
+            _check_not_mid_stream(loop)
+            registry = ToolRegistry(tools)
+            problem = tools_problem(registry, loop.tools)
+            if problem is not None:
+                raise ValueError(f"the tools do not match the loop's: {problem}")
         if not cls.asynchronous:
             for entry in registry:
                 if isinstance(entry, Tool) and entry.is_async:
@@ -838,7 +849,16 @@ class _Rules:
                         "agentloop.arun/adrive, or make it a plain (sync) function"
                     )
         return cls(
-            model, registry, signal, on_pause, clock, inbox, on_event, tool_workers, before_effect
+            model,
+            registry,
+            signal,
+            on_pause,
+            clock,
+            inbox,
+            on_event,
+            tool_workers,
+            before_effect=before_effect,
+            loop=loop,
         )
 
     def watch(self, loop: AgentLoop) -> Callable[[], None]:
@@ -858,12 +878,17 @@ class _Rules:
         return done
 
     def now(self) -> float:
-        return _read_clock(self._clock)
+        try:
+            return float(self._clock())
+        except StopIteration as exc:
+            raise _stop_iteration("clock") from exc
 
     def queued(self) -> Reply | None:
         """The oldest reply waiting in the inbox, stamped; ``None`` when there is none."""
         inbox = self._inbox
-        reply = inbox.take() if inbox is not None else None
+        if inbox is None:
+            return None
+        reply = inbox.take()
         if reply is None or reply.at is not None:
             return reply
         return msgspec.structs.replace(reply, at=self.now())
@@ -922,7 +947,9 @@ class _Rules:
             # Output the loop would refuse as malformed (wrong field types, arguments
             # that are not a JSON object, text that is not valid Unicode) is the
             # model's fault: a failed run, not a CallerProtocolError out of run().
-            problem = reply_problem(item)
+            # Checked here, once: the loop is told so and does not check it again.
+            limits = DEFAULT_LIMITS if self._loop is None else self._loop.limits
+            item, problem, arguments_ok = accept(item, limits)
         if problem is not None:
             return ModelFailure(
                 request.id,
@@ -931,6 +958,16 @@ class _Rules:
                 at=self.now(),
             )
         reply: Reply = msgspec.structs.replace(item, at=self.now())
+        if self._loop is not None:  # made and checked here: the loop need not check it again
+            self._loop._checked_by_driver(reply, arguments_ok)
+        return reply
+
+    def _result(self, call_id: str, content: str, is_error: bool) -> ToolResult:
+        """The reply for a tool's outcome: its content with lone surrogates escaped (a
+        tool may return ``os.listdir`` names), stamped."""
+        reply = ToolResult(call_id, escape_surrogates(content), is_error, at=self.now())
+        if type(is_error) is bool and self._loop is not None:  # nothing left to check in it
+            self._loop._checked_by_driver(reply, True)
         return reply
 
     def _ended(self, request: ModelRequest) -> ModelFailure:
@@ -956,7 +993,7 @@ class _Rules:
         # The tool ran: its result is recorded even if a cancel arrived meanwhile
         # (nothing that happened is lost); the cancel takes effect right after.
         content, is_error = outcome
-        return ToolResult(request.call.id, escape_surrogates(content), is_error, at=self.now())
+        return self._result(request.call.id, content, is_error)
 
     def _batched(self, done: Done) -> ToolResult | Cancel:
         """The reply for the next result of a batch to complete; ``None`` means the
@@ -1059,6 +1096,8 @@ class _Driver(_Rules):
         batches = getattr(self, "_batches", None)
         if batches is None:
             registry = self._registry
+            from ._batch import ThreadPoolBatches  # on the first batch: threads cost an import
+
             batches = self._batches = ThreadPoolBatches(
                 lambda call: execute_tool(registry, call),
                 self._signal,

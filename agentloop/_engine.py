@@ -48,7 +48,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from ._budget import Budget, BudgetUsage
-from ._copy import copy_block, copy_call, copy_json, own_reply
+from ._copy import copy_block, copy_call, copy_json
 from ._errors import (
     CALLER_PROTOCOL_ERROR,
     HOOK_ABORT,
@@ -124,6 +124,8 @@ from ._text import abort_reason, call_ids, decision_problem, exception_text, wro
 from ._toolspec import ToolSpec
 from ._transcript import TranscriptView, snapshot_transcript
 from ._validation import (
+    accept,
+    arguments_ok,
     arguments_problems,
     json_problem,
     reply_problem,
@@ -248,10 +250,12 @@ def agent_loop(
         raise TypeError(f"parallel_tools must be a bool, got {parallel_tools!r}")
     checked_output = output_check(output, output_retries)
     specs = tool_specs(tools)
-    transcript, problem = snapshot_transcript(messages, checked_limits)
+    snapshot = snapshot_transcript(messages, checked_limits)
     return AgentLoop(
-        transcript=transcript,
-        invalid=problem,
+        transcript=snapshot.messages,
+        invalid=snapshot.problem,
+        message_ids=snapshot.message_ids,
+        call_ids=snapshot.call_ids,
         specs=specs,
         system=system,
         max_steps=max_steps,
@@ -285,6 +289,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         *,
         transcript: list[Message],
         invalid: str | None,
+        message_ids: set[str],
+        call_ids: set[str],
         specs: tuple[ToolSpec, ...],
         system: str | None,
         max_steps: int,
@@ -330,14 +336,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._pause_reason: str | None = None
         self._queued: list[Steer | FollowUp] = []  # received, not yet delivered
         self._steering = False  # a Steer is among them
-        self._message_ids = {m.id for m in transcript}
-        self._call_ids = {
-            b.id
-            for m in transcript
-            if type(m) is AssistantMessage
-            for b in m.content
-            if type(b) is ToolCall
-        }
+        self._message_ids = message_ids
+        self._call_ids = call_ids  # of the tool calls so far
         self._result: RunResult | None = None
         # A reply that arrived but is not recorded yet (a ToolResult while
         # after_tool_call runs): if the run ends there, run.finished records it.
@@ -345,6 +345,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._started = False
         self._closing = False
         self._dead: CallerProtocolError | None = None
+        # The reply a driver checked (see _checked_by_driver), and whether the last
+        # reply's tool-call arguments are known to be plain and within the limits.
+        self._checked: Reply | None = None
+        self._checked_arguments_ok = False
+        self._arguments_ok = False
         self._gen = self._main()
 
     # ------------------------------------------------------------------ observations
@@ -505,10 +510,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             fn(event)
 
     def _ask(self, effect: Effect) -> Generator[Effect, Any, Reply]:
-        """Yield ``effect``; check and record the time of what comes back.
+        """Yield ``effect``; check, take over and record the time of what comes back.
 
         A ``Steer`` or ``FollowUp`` is queued (and recorded), and ``effect`` is
-        yielded again: the caller may send one at any yield.
+        yielded again: the caller may send one at any yield. Sets
+        :attr:`_arguments_ok` for the reply returned (see :func:`accept`).
         """
         while True:
             self._pending = effect
@@ -522,18 +528,24 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 reply = _CLOSED
             self._pending = None
             kind = type(reply)
-            if kind is ModelResponse and type(reply.content) is list:
-                reply = msgspec.structs.replace(reply, content=tuple(reply.content))
-            problem = reply_problem(reply)
-            if problem is not None:
-                at = getattr(reply, "at", None)
-                raise _Misuse(
-                    problem,
-                    UnrecognizedReply(description=problem, at=at if type(at) is float else None),
-                )
-            reply = own_reply(reply)  # mutating the caller's dicts later changes nothing here
-            if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
-                raise _Misuse(reply.description, reply)
+            if reply is self._checked and reply is not None:
+                self._arguments_ok = self._checked_arguments_ok  # checked by our driver
+            else:
+                if kind is ModelResponse and type(reply.content) is list:
+                    reply = msgspec.structs.replace(reply, content=tuple(reply.content))
+                # Mutating the caller's dicts later changes nothing here: we keep copies.
+                reply, problem, self._arguments_ok = accept(reply, self._limits)
+                if problem is not None:
+                    at = getattr(reply, "at", None)
+                    raise _Misuse(
+                        problem,
+                        UnrecognizedReply(
+                            description=problem, at=at if type(at) is float else None
+                        ),
+                    )
+                if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
+                    raise _Misuse(reply.description, reply)
+            self._checked = None
             at = reply.at
             if at is not None:
                 if type(at) is int:
@@ -549,6 +561,15 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             if kind not in _QUEUED:
                 return reply  # type: ignore[no-any-return]
             self._queue(reply)
+
+    def _checked_by_driver(self, reply: Reply, arguments_ok: bool) -> None:
+        """For this package's drivers: ``reply``, about to be sent, was made by the
+        driver and checked on its way in (``accept`` against :attr:`limits`, which
+        says ``arguments_ok``), so the loop takes it as it is instead of checking it
+        again. Only that very object is trusted, once; anything else sent to the
+        loop (by any caller) is checked as always. Its ``at`` is checked anyway."""
+        self._checked = reply
+        self._checked_arguments_ok = arguments_ok
 
     def _queue(self, reply: Steer | FollowUp) -> None:
         message = reply.message
@@ -740,19 +761,21 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._pending = None
         status, reason, error = outcome.status, outcome.reason, outcome.error
         interrupt: BaseException | None = None
+        hooks = self._hooks
         try:
-            if error is not None:
+            if error is not None and "on_error" in hooks:
                 self._observe_quietly("on_error", {"code": error.code, "message": error.message})
             try:
-                self._observe(
-                    "on_complete",
-                    {
-                        "status": status,
-                        "reason": reason,
-                        "final_text": outcome.final_text,
-                        "steps": self._step,
-                    },
-                )
+                if "on_complete" in hooks:
+                    self._observe(
+                        "on_complete",
+                        {
+                            "status": status,
+                            "reason": reason,
+                            "final_text": outcome.final_text,
+                            "steps": self._step,
+                        },
+                    )
             except _Finish as late:
                 if error is None:  # the first failure wins
                     status, reason, error = late.status, late.reason, late.error
@@ -871,8 +894,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             message = AssistantMessage(f"message-{response.id}", content)
             self._transcript.append(message)
             self._message_ids.add(message.id)
-            calls = [block for block in content if type(block) is ToolCall]
-            self._call_ids.update(call.id for call in calls)
+            calls: list[ToolCall] = []
+            for block in content:
+                if type(block) is ToolCall:
+                    calls.append(block)
+                    self._call_ids.add(block.id)
             if self._rules < USAGE_WHEN_RECORDED and response.usage is not None:
                 self._usage = self._usage + response.usage  # (rules 0: counted when committed)
             self._emit(
@@ -897,7 +923,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     final_text=final_text,
                 )
             self._set(Input.COMMIT_TOOLS)
-            yield from self._check_wall()
+            if self._wall_spent():
+                yield from self._budget_pause("wall_clock")
             truncated = stop_reason == "length"
             if self._parallel and not truncated:
                 yield from self._run_batched(calls, step)
@@ -994,18 +1021,22 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         while True:
             reply = yield from self._ask(request)
             if type(reply) is ModelChunk:
-                where = f"step {step}, chunk {chunks + 1}"
+                # (Messages are worded only when they are needed: this runs per chunk.)
                 if reply.request_id != request.id:
                     raise _failed(
                         MODEL_PROTOCOL_ERROR,
-                        f"{where}: chunk names request {reply.request_id!r}, "
-                        f"but the active request is {request.id!r}",
+                        f"step {step}, chunk {chunks + 1}: chunk names request "
+                        f"{reply.request_id!r}, but the active request is {request.id!r}",
                         reply,
                     )
                 chunks += 1
                 if chunks > max_chunks:
                     name = limit_name(limits, "chunks_per_step")
-                    raise _failed(MODEL_PROTOCOL_ERROR, f"{where}: more than {name} chunks", reply)
+                    raise _failed(
+                        MODEL_PROTOCOL_ERROR,
+                        f"step {step}, chunk {chunks}: more than {name} chunks",
+                        reply,
+                    )
                 block = reply.block
                 if type(block) is TextBlock:
                     text_points += len(block.text)
@@ -1017,19 +1048,22 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                         parts = []
                     if type(block) is ThinkingBlock:
                         text_points += len(block.text)
-                    elif type(block) is ToolCall:
+                    elif type(block) is ToolCall and not self._arguments_ok:
                         _, semantic = arguments_problems(block.arguments, limits)
                         if semantic is not None:
                             raise _failed(
                                 MODEL_PROTOCOL_ERROR,
-                                f"{where}: tool call {block.id!r} arguments: {semantic}",
+                                f"step {step}, chunk {chunks}: tool call {block.id!r} "
+                                f"arguments: {semantic}",
                                 reply,
                             )
                     streamed.append(block)
                 if text_points > max_text:
                     name = limit_name(limits, "step_text_code_points")
                     raise _failed(
-                        MODEL_PROTOCOL_ERROR, f"{where}: streamed text exceeds {name}", reply
+                        MODEL_PROTOCOL_ERROR,
+                        f"step {step}, chunk {chunks}: streamed text exceeds {name}",
+                        reply,
                     )
                 self._emit(
                     ModelChunkEvent(
@@ -1088,32 +1122,34 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             return "response id is empty"
         if f"message-{response.id}" in self._message_ids:
             return f"response id {response.id!r} was already used (message-{response.id})"
-        return self._content_problem(response.content, response.stop_reason)
+        return self._content_problem(response.content, response.stop_reason, self._arguments_ok)
 
-    def _content_problem(self, content: tuple[Block, ...], stop_reason: str) -> str | None:
+    def _content_problem(
+        self, content: tuple[Block, ...], stop_reason: str, checked: bool = False
+    ) -> str | None:
+        """The first rule ``content`` breaks, or ``None``. ``checked``: its tool calls'
+        arguments are known to be plain and within the limits (see ``accept``)."""
         limits = self._limits
         if len(content) > limits.assistant_blocks:
             name = limit_name(limits, "assistant_blocks")
             return f"{len(content)} blocks exceed {name}"
         text_points = 0
         seen: set[str] = set()
+        taken, used = self._message_ids, self._call_ids
         for index, block in enumerate(content):
             kind = type(block)
             if kind is ToolCall:
-                call: ToolCall = block  # type: ignore[assignment]
-                where = f"content[{index}] (tool call {call.id!r})"
-                if not call.id:
-                    return f"content[{index}]: tool call id is empty"
-                if not call.name:
-                    return f"{where}: tool name is empty"
-                if call.id in seen or call.id in self._call_ids:
-                    return f"{where}: tool call id is not unique"
-                if f"tool-result-{call.id}" in self._message_ids:
-                    return f"{where}: its result id tool-result-{call.id} is already taken"
-                seen.add(call.id)
-                _, semantic = arguments_problems(call.arguments, limits)
-                if semantic is not None:
-                    return f"{where} arguments: {semantic}"
+                call_id = block.id  # type: ignore[union-attr]
+                if (
+                    not call_id
+                    or not block.name  # type: ignore[union-attr]
+                    or call_id in seen
+                    or call_id in used
+                    or f"tool-result-{call_id}" in taken
+                    or not (checked or arguments_ok(block.arguments, limits))  # type: ignore[union-attr]
+                ):
+                    return self._call_problem(index, block, seen)  # type: ignore[arg-type]
+                seen.add(call_id)
             elif kind is not ProviderBlock:  # opaque data: checked as JSON, not as text
                 text_points += len(block.text)  # type: ignore[union-attr]
         if text_points > limits.step_text_code_points:
@@ -1124,6 +1160,22 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         if stop_reason == "tool_call" and not seen:
             return "stop reason 'tool_call' but the response contains no tool call"
         return None
+
+    def _call_problem(self, index: int, call: ToolCall, seen: set[str]) -> str:
+        """What is wrong with ``content[index]``, a tool call (the words, once
+        :meth:`_content_problem` found that something is)."""
+        if not call.id:
+            return f"content[{index}]: tool call id is empty"
+        where = f"content[{index}] (tool call {call.id!r})"
+        if not call.name:
+            return f"{where}: tool name is empty"
+        if call.id in seen or call.id in self._call_ids:
+            return f"{where}: tool call id is not unique"
+        if f"tool-result-{call.id}" in self._message_ids:
+            return f"{where}: its result id tool-result-{call.id} is already taken"
+        # (Structural problems were refused on the way in: the limits are left.)
+        structural, semantic = arguments_problems(call.arguments, self._limits)
+        return f"{where} arguments: {semantic or structural}"
 
     def _after_plan(
         self, request: ModelRequest, response: ModelResponse
@@ -1170,7 +1222,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     def _run_call(self, call: ToolCall, step: int, truncated: bool) -> Generator[Effect, Any, None]:
         if not self._steering and self._tool_budget_spent():
             yield from self._budget_pause("tool_calls")
-        call, loop_error = yield from self._open_call(call, step, truncated)
+        loop_error, gated = self._open_call(call, truncated)
+        if gated:
+            call, loop_error = yield from self._gate(call, step)
+        self._emit_call(call, step)
         reply: ToolResult | None = None
         if loop_error is not None:
             content, is_error = loop_error, True
@@ -1193,8 +1248,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._transcript.append(message)
         self._message_ids.add(message.id)
         self._emit_result(message, step, reply)
-        if reply is not None:
-            yield from self._check_wall()
+        if reply is not None and self._wall_spent():
+            yield from self._budget_pause("wall_clock")
 
     def _tool_budget_spent(self) -> bool:
         budget = self._budget
@@ -1204,35 +1259,40 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             and self._tool_calls >= budget.max_tool_calls
         )
 
-    def _open_call(
-        self, call: ToolCall, step: int, truncated: bool
-    ) -> Generator[Effect, Any, tuple[ToolCall, str | None]]:
-        """Count the call, run ``before_tool_call`` and approval, record ``tool.call``.
+    def _open_call(self, call: ToolCall, truncated: bool) -> tuple[str | None, bool]:
+        """Count the call and give the loop's own verdict on it, before any hook.
 
-        Returns the call as it will run (hooks may edit its arguments) and the
-        loop-made error that replaces running it, if any. Once a ``Steer`` came
-        (even during a budget pause just before), the calls left are skipped, not
-        run and not counted.
+        Returns the loop-made error that replaces running it, if any (a ``Steer``
+        came, a truncated response, an unknown tool), and whether
+        ``before_tool_call`` or approval must still decide (:meth:`_gate`). Once a
+        ``Steer`` came (even during a budget pause just before), the calls left are
+        skipped, not run and not counted. ``tool.call`` follows (:meth:`_emit_call`).
         """
-        steered = self._steering
-        if not steered:
-            self._tool_calls += 1
+        if self._steering:
+            return "skipped: steered", False
+        self._tool_calls += 1
+        if truncated:
+            return "truncated; re-issue the call", False
         spec = self._spec_by_name.get(call.name)
-        loop_error: str | None = None
-        if steered:
-            loop_error = "skipped: steered"
-        elif truncated:
-            loop_error = "truncated; re-issue the call"
-        elif spec is None:
+        if spec is None:
             known = ", ".join(sorted(self._spec_by_name)) or "none"
-            loop_error = f"unknown tool {call.name!r}; available tools: {known}"
-        else:
-            if "before_tool_call" in self._hooks:
-                call, loop_error = yield from self._before_tool_call(call, step)
-            if loop_error is None and spec.requires_approval:
-                call, loop_error = yield from self._approval(call, "approval", None)
-        self._emit(ToolCallEvent(sequence=len(self._events), at=self._now, step=step, call=call))
+            return f"unknown tool {call.name!r}; available tools: {known}", False
+        return None, spec.requires_approval or "before_tool_call" in self._hooks
+
+    def _gate(
+        self, call: ToolCall, step: int
+    ) -> Generator[Effect, Any, tuple[ToolCall, str | None]]:
+        """Run ``before_tool_call``, then approval; return the call as it will run
+        (hooks may edit its arguments) and the error that replaces running it, if any."""
+        loop_error: str | None = None
+        if "before_tool_call" in self._hooks:
+            call, loop_error = yield from self._before_tool_call(call, step)
+        if loop_error is None and self._spec_by_name[call.name].requires_approval:
+            call, loop_error = yield from self._approval(call, "approval", None)
         return call, loop_error
+
+    def _emit_call(self, call: ToolCall, step: int) -> None:
+        self._emit(ToolCallEvent(sequence=len(self._events), at=self._now, step=step, call=call))
 
     def _result_message(
         self, call: ToolCall, step: int, content: str, is_error: bool, reply: ToolResult | None
@@ -1279,7 +1339,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 if not self._steering and self._tool_budget_spent():
                     yield from self._run_batch(batch, done, step)
                     yield from self._budget_pause("tool_calls")
-                call, loop_error = yield from self._open_call(call, step, False)
+                loop_error, gated = self._open_call(call, False)
+                if gated:
+                    call, loop_error = yield from self._gate(call, step)
+                self._emit_call(call, step)
                 if loop_error is None:
                     batch.append((index, call))
                 else:
@@ -1317,7 +1380,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             done.append((index, message))
             self._emit_result(message, step, reply)
         self._append_results(done)
-        yield from self._check_wall()
+        if self._wall_spent():
+            yield from self._budget_pause("wall_clock")
 
     def _append_results(self, done: list[tuple[int, ToolResultMessage]]) -> None:
         done.sort(key=_first)
@@ -1423,16 +1487,20 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     # session.resume is recorded after the resume was applied, so state_at() at
     # that event shows the resumed loop.
 
-    def _check_wall(self) -> Generator[Effect, Any, None]:
+    def _wall_spent(self) -> bool:
+        """Whether the wall-clock budget is used up (then: ``_budget_pause("wall_clock")``).
+
+        A plain test, not a generator, so that the common case (no budget) costs a
+        call, not a generator's creation, wherever the clock may have moved.
+        """
         budget = self._budget
-        if (
+        return (
             budget is not None
             and budget.max_wall_seconds is not None
             and self._now is not None
             and self._wall_start is not None
             and self._now - self._wall_start >= budget.max_wall_seconds
-        ):
-            yield from self._budget_pause("wall_clock")
+        )
 
     def _tokens_limit(self, budget: Budget) -> str | None:
         """The token limit the run has reached (``input_tokens``, ...), or ``None``."""

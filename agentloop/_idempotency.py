@@ -13,7 +13,7 @@ and ``asyncio.to_thread``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Final
 
@@ -62,14 +62,20 @@ def idempotency_session(session_id: str) -> Iterator[None]:
         _SESSION.reset(token)
 
 
-@contextmanager
-def _keyed(call_id: str) -> Iterator[None]:
+def _keyed(call_id: str) -> AbstractContextManager[None]:
     """Set the key of call ``call_id`` while a tool runs (if a session is named)."""
     session = _SESSION.get()
     if session is None:
-        yield
-        return
-    token = _KEY.set(f"{session}:{call_id}")
+        return _UNKEYED  # the common case: nothing to set, and no generator to run
+    return _key_set(f"{session}:{call_id}")
+
+
+_UNKEYED: Final = nullcontext()
+
+
+@contextmanager
+def _key_set(key: str) -> Iterator[None]:
+    token = _KEY.set(key)
     try:
         yield
     finally:

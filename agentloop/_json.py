@@ -23,6 +23,7 @@ __all__ = [
     "MAX_RECORDED_VALUES",
     "SURROGATE",
     "Scan",
+    "clean_text",
     "copy_json",
     "finite_number",
     "int_text",
@@ -57,6 +58,30 @@ _PATH_HEAD: Final = 24
 _PATH_TAIL: Final = 16
 
 
+def _first_surrogate(text: str) -> int:
+    """The index of the first lone surrogate in ``text``, or -1.
+
+    UTF-16 has no encoding for a surrogate code point standing alone in a ``str``,
+    and CPython's encoder finds one at C speed (10-20 times faster than searching
+    with :data:`SURROGATE`): the encoding is the search, its error the answer.
+    """
+    if text.isascii():  # O(1): CPython knows it from how the str is stored
+        return -1
+    try:
+        text.encode("utf-16-le")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return -1
+
+
+def clean_text(text: str) -> bool:
+    """Whether ``text`` holds no lone surrogate (it can be written as UTF-8 JSON).
+
+    Hot paths test ``text.isascii() or clean_text(text)``: most text is ASCII.
+    """
+    return _first_surrogate(text) < 0
+
+
 def surrogate_problem(text: str, where: str) -> str | None:
     """Why ``text`` cannot be written as UTF-8 JSON (a lone surrogate), or ``None``.
 
@@ -64,14 +89,12 @@ def surrogate_problem(text: str, where: str) -> str | None:
     names from ``os.listdir``, say) or from JSON escapes like ``"\\ud800"``. The
     log could not hold them, so the loop refuses them where they enter.
     """
-    if text.isascii():
-        return None
-    match = SURROGATE.search(text)
-    if match is None:
+    index = _first_surrogate(text)
+    if index < 0:
         return None
     return (
-        f"{where} is not valid Unicode: lone surrogate {match.group()!r} at index "
-        f"{match.start()} (encode it first, e.g. with errors='backslashreplace')"
+        f"{where} is not valid Unicode: lone surrogate {text[index]!r} at index "
+        f"{index} (encode it first, e.g. with errors='backslashreplace')"
     )
 
 

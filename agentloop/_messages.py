@@ -27,6 +27,7 @@ __all__ = [
     "UserMessage",
     "close_dangling_calls",
     "text_from_assistant",
+    "transcript_ids",
     "validate_transcript",
 ]
 
@@ -128,6 +129,16 @@ def validate_transcript(messages: Iterable[Message]) -> None:
     Raises:
         ValueError: naming the first rule broken and the message index.
     """
+    transcript_ids(messages)
+
+
+def transcript_ids(messages: Iterable[Message]) -> tuple[set[str], set[str]]:
+    """:func:`validate_transcript`'s checks; returns the transcript's message ids and
+    tool call ids (which the loop keeps, to check the ids that come later).
+
+    Raises:
+        ValueError: as :func:`validate_transcript`.
+    """
     seen_ids: set[str] = set()
     open_calls: dict[str, str] = {}
     answered: set[str] = set()
@@ -162,6 +173,7 @@ def validate_transcript(messages: Iterable[Message]) -> None:
     if open_calls:
         missing = ", ".join(repr(c) for c in open_calls)
         raise ValueError(f"tool call(s) without a result: {missing}")
+    return seen_ids, answered  # (every call is answered)
 
 
 def close_dangling_calls(

@@ -42,10 +42,10 @@ def check_options(
     elif limits == DEFAULT_LIMITS:
         limits = DEFAULT_LIMITS  # the run records no limits: compared by identity
     steps_cap = limits.agent_steps
-    cap_name = limit_name(limits, "agent_steps")
     if type(max_steps) is not int or not 1 <= max_steps <= steps_cap:
         raise ValueError(
-            f"max_steps must be an int from 1 to {cap_name}, got {value_text(max_steps)}"
+            f"max_steps must be an int from 1 to {limit_name(limits, 'agent_steps')}, "
+            f"got {value_text(max_steps)}"
         )
     if type(request_sequence_start) is not int or request_sequence_start < 0:
         raise ValueError(
@@ -55,8 +55,8 @@ def check_options(
     if request_sequence_start + max_steps > steps_cap:
         first, last = request_sequence_start + 1, request_sequence_start + max_steps
         raise ValueError(
-            f"request numbers {int_text(first)}..{int_text(last)} "
-            f"go past {cap_name}; lower max_steps or request_sequence_start"
+            f"request numbers {int_text(first)}..{int_text(last)} go past "
+            f"{limit_name(limits, 'agent_steps')}; lower max_steps or request_sequence_start"
         )
     if system is not None:
         if type(system) is not str:

@@ -173,7 +173,7 @@ def _stream_blocks(content: tuple[Block, ...]) -> list[Block]:
     out: list[Block] = []
     for block in content:
         if type(block) is TextBlock and pieces > 1 and len(block.text) > 1:
-            out.extend(TextBlock(part) for part in _split(block.text, pieces))
+            out.extend([TextBlock(part) for part in _split(block.text, pieces)])
         else:
             out.append(block)
     return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._json import SURROGATE, value_text
+from ._json import clean_text, value_text
 from ._messages import Block, ToolCall
 from ._protocol import Effect, ModelRequest, Reply, ToolBatch, ToolRequest
 
@@ -19,7 +19,7 @@ __all__ = [
 def escape_surrogates(text: str) -> str:
     """``text`` with lone surrogates (e.g. from ``os.listdir`` file names) escaped as
     ``\\udce9``, so the log can hold it."""
-    if text.isascii() or SURROGATE.search(text) is None:
+    if text.isascii() or clean_text(text):
         return text
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 

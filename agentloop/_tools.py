@@ -46,7 +46,7 @@ class Tool:
         fn: the wrapped function.
     """
 
-    __slots__ = ("_arguments", "_models", "_positional", "fn", "spec")
+    __slots__ = ("_arguments", "_async", "_async_of", "_models", "_positional", "fn", "spec")
 
     def __init__(
         self,
@@ -116,7 +116,10 @@ class Tool:
     @property
     def is_async(self) -> bool:
         """Whether the function is an ``async def`` (only async drivers can run it)."""
-        return inspect.iscoroutinefunction(self.fn)
+        fn = self.fn
+        if getattr(self, "_async_of", None) is not fn:  # once per function: inspect is slow
+            self._async_of, self._async = fn, inspect.iscoroutinefunction(fn)
+        return self._async
 
     def execute(self, call: ToolCall) -> tuple[str, bool]:
         """Run the function for ``call`` and return ``(content, is_error)``.
@@ -275,6 +278,9 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool | ToolSpec | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool | ToolSpec] = {}
+        if type(tools) is ToolRegistry:  # a copy: its entries were checked when registered
+            self._tools.update(tools._tools)
+            return
         for entry in tools:
             self.register(entry)
 
@@ -300,7 +306,7 @@ class ToolRegistry:
 
     def specs(self) -> tuple[ToolSpec, ...]:
         """The specs of every registered tool, in order (a snapshot)."""
-        return tuple(t if isinstance(t, ToolSpec) else t.spec for t in self._tools.values())
+        return tuple([t if isinstance(t, ToolSpec) else t.spec for t in self._tools.values()])
 
     def get(self, name: str) -> Tool | ToolSpec | None:
         """The entry registered under ``name``, or ``None``."""

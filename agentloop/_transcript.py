@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
-from typing import overload
+from typing import NamedTuple, overload
 
 import msgspec
 
 from ._copy import copy_block
-from ._json import SURROGATE
+from ._json import clean_text
 from ._limits import DEFAULT_LIMITS, Limits, limit_name
 from ._messages import (
     AssistantMessage,
+    Block,
     Message,
     ToolCall,
     ToolResultMessage,
     UserMessage,
-    validate_transcript,
+    transcript_ids,
 )
-from ._validation import arguments_problems, block_problem, message_problem
+from ._validation import arguments_problems, block_problem, message_problem, plain_call
 
 __all__ = ["TranscriptView", "snapshot_transcript"]
 
@@ -77,10 +78,18 @@ class TranscriptView(Sequence[Message]):
         return f"TranscriptView({list(self)!r})"
 
 
-def snapshot_transcript(
-    messages: object, limits: Limits = DEFAULT_LIMITS
-) -> tuple[list[Message], str | None]:
-    """Copy the caller's messages through the IR; return them and the first problem.
+class Snapshot(NamedTuple):
+    """The initial transcript as a run keeps it (see :func:`snapshot_transcript`)."""
+
+    messages: list[Message]
+    problem: str | None  # the first problem; then the lists and sets are empty
+    message_ids: set[str]
+    call_ids: set[str]
+
+
+def snapshot_transcript(messages: object, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
+    """Copy the caller's messages through the IR; return them, the first problem, and
+    the ids they use.
 
     Messages must be the IR's Structs or dicts of the same shape, with fields of
     exactly the IR's types: nothing is converted on the way in (bytes are not
@@ -95,58 +104,71 @@ def snapshot_transcript(
     items = list(itertools.islice(messages, most + 1))
     if len(items) > most:
         count = f"{len(messages)}" if isinstance(messages, Sized) else "more than"
-        return [], f"{count} initial messages exceed {limit_name(limits, 'initial_messages')}"
+        return _invalid(f"{count} initial messages exceed {limit_name(limits, 'initial_messages')}")
     rebuilt: list[Message] = []
     for index, item in enumerate(items):
-        message = _reuse(item)
+        message = _reuse(item, limits)
         if message is None:
-            where = f"messages[{index}]"
-            kind = type(item)
-            if kind is UserMessage or kind is ToolResultMessage or kind is AssistantMessage:
-                problem = message_problem(item, where)
-                if problem is not None:
-                    return [], problem
-                # Only an assistant message whose content is a list gets here (the
-                # fast path keeps every other well-typed message): a tuple of copies.
-                message = AssistantMessage(
-                    item.id,
-                    tuple(copy_block(block) for block in item.content),
-                )
-            elif isinstance(item, dict):
-                try:
-                    message = msgspec.convert(item, Message)
-                except (msgspec.ValidationError, TypeError) as exc:
-                    return [], f"{where}: {exc}"
-                problem = message_problem(message, where)
-                if problem is not None:
-                    return [], problem
-            else:
-                return [], (
-                    f"{where} must be a UserMessage, AssistantMessage or ToolResultMessage "
-                    f"(or a dict of the same shape), got {kind.__name__}"
-                )
-        if type(message) is AssistantMessage:
-            for block in message.content:
-                if type(block) is ToolCall:
-                    structural, semantic = arguments_problems(block.arguments, limits)
-                    if structural or semantic:
-                        return (
-                            [],
-                            f"messages[{index}]: tool call {block.id!r}: {structural or semantic}",
-                        )
-        rebuilt.append(message)
+            message, problem = _checked(index, item, limits)
+            if problem is not None:
+                return _invalid(problem)
+        rebuilt.append(message)  # type: ignore[arg-type]
     try:
-        validate_transcript(rebuilt)
+        message_ids, call_ids = transcript_ids(rebuilt)
     except ValueError as exc:
-        return [], str(exc)
-    return rebuilt, None
+        return _invalid(str(exc))
+    return Snapshot(rebuilt, None, message_ids, call_ids)
 
 
-def _reuse(item: object) -> Message | None:
+def _invalid(problem: str) -> Snapshot:
+    return Snapshot([], problem, set(), set())
+
+
+def _checked(index: int, item: object, limits: Limits) -> tuple[Message | None, str | None]:
+    """The checked path of the snapshot: the message rebuilt, or the first problem
+    worded (``messages[2].content must be a str``, ...)."""
+    where = f"messages[{index}]"
+    kind = type(item)
+    if kind is UserMessage or kind is ToolResultMessage or kind is AssistantMessage:
+        problem = message_problem(item, where)  # type: ignore[arg-type]
+        if problem is not None:
+            return None, problem
+        # Only an assistant message gets here (the fast path keeps every other
+        # well-typed message): its content a list, or a tool call the fast path did
+        # not take. Rebuilt with a tuple of copies.
+        assert kind is AssistantMessage
+        message: Message = AssistantMessage(
+            item.id,  # type: ignore[attr-defined]
+            tuple(copy_block(block) for block in item.content),  # type: ignore[attr-defined]
+        )
+    elif isinstance(item, dict):
+        try:
+            message = msgspec.convert(item, Message)
+        except (msgspec.ValidationError, TypeError) as exc:
+            return None, f"{where}: {exc}"
+        problem = message_problem(message, where)
+        if problem is not None:
+            return None, problem
+    else:
+        return None, (
+            f"{where} must be a UserMessage, AssistantMessage or ToolResultMessage "
+            f"(or a dict of the same shape), got {kind.__name__}"
+        )
+    if type(message) is AssistantMessage:
+        for block in message.content:
+            if type(block) is ToolCall:
+                structural, semantic = arguments_problems(block.arguments, limits)
+                if structural or semantic:
+                    return None, f"{where}: tool call {block.id!r}: {structural or semantic}"
+    return message, None
+
+
+def _reuse(item: object, limits: Limits) -> Message | None:
     """The fast path of the snapshot: a well-typed message kept or cheaply rebuilt.
 
     Messages are frozen and their fields immutable, except tool-call argument dicts,
-    which are copied. Anything else returns ``None`` and takes the checked path.
+    which are checked (within ``limits``) and copied in one walk. Anything else
+    returns ``None`` and takes the checked path.
     """
     kind = type(item)
     if kind is UserMessage:
@@ -163,15 +185,23 @@ def _reuse(item: object) -> Message | None:
             return item  # type: ignore[return-value]
     elif kind is AssistantMessage:
         content = item.content  # type: ignore[attr-defined]
-        if (
-            _plain_str(item.id)  # type: ignore[attr-defined]
-            and type(content) is tuple
-            and all(block_problem(block, "") is None for block in content)
-        ):
-            return AssistantMessage(item.id, tuple(copy_block(block) for block in content))  # type: ignore[attr-defined]
+        if not _plain_str(item.id) or type(content) is not tuple:  # type: ignore[attr-defined]
+            return None
+        blocks: list[Block] = []
+        for block in content:
+            if type(block) is ToolCall:
+                block = plain_call(block, limits)
+                if block is None:
+                    return None
+            elif block_problem(block, "") is None:
+                block = copy_block(block)
+            else:
+                return None
+            blocks.append(block)
+        return AssistantMessage(item.id, tuple(blocks))  # type: ignore[attr-defined]
     return None
 
 
 def _plain_str(value: object) -> bool:
     """A ``str`` the log can hold (no lone surrogates); ASCII answers at C speed."""
-    return type(value) is str and (value.isascii() or SURROGATE.search(value) is None)
+    return type(value) is str and (value.isascii() or clean_text(value))

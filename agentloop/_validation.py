@@ -16,13 +16,24 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
+
 from ._budget import Budget
+from ._copy import own_reply
 from ._json import INT_END as _INT_END
 from ._json import INT_MIN as _INT_MIN
-from ._json import MAX_FLOAT_INT, SURROGATE, json_problem, path_text, scan, surrogate_problem
+from ._json import (
+    MAX_FLOAT_INT,
+    clean_text,
+    json_problem,
+    path_text,
+    scan,
+    surrogate_problem,
+)
 from ._limits import DEFAULT_LIMITS, Limits, limit_name
 from ._messages import (
     AssistantMessage,
+    Block,
     Message,
     ProviderBlock,
     TextBlock,
@@ -46,65 +57,81 @@ from ._protocol import (
 )
 
 __all__ = [
+    "accept",
     "arguments_ok",
     "arguments_problems",
     "block_problem",
     "json_problem",
     "message_problem",
+    "plain_arguments",
+    "plain_call",
     "reply_problem",
 ]
 
 
-def arguments_ok(arguments: object, limits: Limits = DEFAULT_LIMITS) -> bool:
-    """The fast path: ``True`` when ``arguments`` is plain JSON within every limit.
+def plain_arguments(arguments: object, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any] | None:
+    """The fast path: a copy of ``arguments`` when they are plain JSON within every
+    limit, else ``None``.
 
-    No paths are built here; when this says ``False``, :func:`arguments_problems`
-    walks again to say what is wrong and where.
+    One walk checks and copies (tuples become lists, as :func:`copy_json` makes
+    them); what is checked is the copy, so what the loop keeps is what passed. No
+    paths are built here; when this says ``None``, :func:`arguments_problems` walks
+    again to say what is wrong and where. The root object is walked first, without
+    a stack: most arguments are flat.
     """
     if type(arguments) is not dict:
-        return False
-    entries = code_points = 0
-    max_depth = limits.argument_depth
-    stack: list[tuple[Any, int]] = [(arguments, 1)]
-    while stack:
-        container, depth = stack.pop()
-        if depth > max_depth:
-            return False
-        entries += len(container)
-        if entries > limits.argument_entries:
-            return False  # before walking on: shared containers may expand without end
-        if type(container) is dict:
-            for key in container:
-                if type(key) is not str:
-                    return False
-                if not key.isascii() and SURROGATE.search(key):
-                    return False
-                code_points += len(key)
-            items = container.values()
-        else:
-            items = container
-        for value in items:
+        return None
+    max_depth, max_entries = limits.argument_depth, limits.argument_entries
+    entries = len(arguments)
+    code_points = 0
+    root = arguments.copy()
+    copy: Any = root
+    items: Any = copy.items()
+    keyed, depth = True, 1
+    nested: list[tuple[Any, Any, Any, int]] = []  # (source, target, slot, depth): still to walk
+    while True:
+        if entries > max_entries:
+            return None  # before walking on: shared containers may expand without end
+        for slot, value in items:
+            if keyed:
+                if type(slot) is not str or not (slot.isascii() or clean_text(slot)):
+                    return None
+                code_points += len(slot)
             kind = type(value)
             if kind is str:
-                if not value.isascii() and SURROGATE.search(value):
-                    return False
+                if not (value.isascii() or clean_text(value)):
+                    return None
                 code_points += len(value)
             elif kind is int:
                 if not _INT_MIN <= value < _INT_END:
-                    return False
+                    return None
             elif kind is float:
                 if not math.isfinite(value):
-                    return False
+                    return None
             elif kind is dict or kind is list or kind is tuple:
-                stack.append((value, depth + 1))
+                nested.append((value, copy, slot, depth + 1))
             elif kind is not bool and value is not None:
-                return False
+                return None
+        if not nested:
+            break
+        source, target, slot, depth = nested.pop()
+        if depth > max_depth:
+            return None
+        entries += len(source)
+        keyed = type(source) is dict
+        copy = source.copy() if keyed else list(source)
+        items = copy.items() if keyed else enumerate(copy)
+        target[slot] = copy
     # values == entries + 1 (every value but the root is one entry of its container)
-    return (
-        entries <= limits.argument_entries
-        and entries < limits.argument_values
-        and code_points <= limits.argument_string_code_points
-    )
+    if entries < limits.argument_values and code_points <= limits.argument_string_code_points:
+        return root
+    return None
+
+
+def arguments_ok(arguments: object, limits: Limits = DEFAULT_LIMITS) -> bool:
+    """``True`` when ``arguments`` is plain JSON within every limit (see
+    :func:`plain_arguments`)."""
+    return plain_arguments(arguments, limits) is not None
 
 
 def arguments_problems(
@@ -119,7 +146,7 @@ def arguments_problems(
     rule and the path (``$.a[2].b``), or ``None``. The limits are ``limits``' (the
     ``MAX_*`` defaults unless a run set others).
     """
-    if arguments_ok(arguments, limits):
+    if plain_arguments(arguments, limits) is not None:
         return None, None
     if type(arguments) is not dict:
         return f"arguments must be a JSON object (dict), got {type(arguments).__name__}", None
@@ -335,3 +362,118 @@ def reply_problem(reply: object) -> str | None:
         elif type(at) is int and not -MAX_FLOAT_INT <= at <= MAX_FLOAT_INT:
             problem = f"{kind.__name__}.at is an integer too large for a float"
     return problem
+
+
+def accept(reply: object, limits: Limits) -> tuple[Any, str | None, bool]:
+    """Check a reply on its way into the loop and take it over, in one walk.
+
+    Returns ``(owned, problem, arguments_ok)``:
+
+    - ``problem``: the structural problem (:func:`reply_problem`'s words), or
+      ``None``; then ``owned`` is the reply holding its own copies of the caller's
+      argument dicts and payloads (:func:`own_reply`: mutating what was sent
+      changes nothing in the loop).
+    - ``arguments_ok``: every tool call in it has plain arguments within ``limits``.
+      When ``False`` the loop checks them again to word the semantic problem (or,
+      for the rarer replies, to find that there is none).
+
+    The replies of every step (text and tool-call chunks, responses, tool results)
+    are checked and copied by a fast path that takes only what is plainly right;
+    any other reply, or anything unusual in one of these (non-ASCII ids, say),
+    goes the slow way: :func:`reply_problem`, then :func:`own_reply`. Both agree
+    on what is accepted; the slow one words what is not.
+    """
+    kind = type(reply)
+    if kind is ToolResult:
+        call_id, content = reply.call_id, reply.content  # type: ignore[attr-defined]
+        if (
+            type(call_id) is str
+            and call_id.isascii()
+            and type(content) is str
+            and (content.isascii() or clean_text(content))
+            and type(reply.is_error) is bool  # type: ignore[attr-defined]
+            and _plain_at(reply.at)  # type: ignore[attr-defined]
+        ):
+            return reply, None, True
+    elif kind is ModelChunk:
+        request_id, block = reply.request_id, reply.block  # type: ignore[attr-defined]
+        if type(request_id) is str and request_id.isascii() and _plain_at(reply.at):  # type: ignore[attr-defined]
+            if type(block) is TextBlock:
+                text = block.text
+                if type(text) is str and (text.isascii() or clean_text(text)):
+                    return reply, None, True
+            elif type(block) is ToolCall:
+                call = plain_call(block, limits)
+                if call is not None:
+                    return msgspec.structs.replace(reply, block=call), None, True  # type: ignore[type-var]
+    elif kind is ModelResponse:
+        owned = _plain_response(reply, limits)  # type: ignore[arg-type]
+        if owned is not None:
+            return owned, None, True
+    problem = reply_problem(reply)
+    if problem is not None:
+        return reply, problem, False
+    return own_reply(reply), None, False
+
+
+def _plain_at(at: object) -> bool:
+    """``at`` as :func:`reply_problem` accepts it, finite or not (the engine judges that)."""
+    return (
+        at is None
+        or type(at) is float
+        or (type(at) is int and -MAX_FLOAT_INT <= at <= MAX_FLOAT_INT)
+    )
+
+
+def plain_call(call: ToolCall, limits: Limits) -> ToolCall | None:
+    """``call`` with a copy of its arguments, when its id and name are ASCII strs and
+    its arguments plain and within ``limits``; else ``None``."""
+    call_id, name = call.id, call.name
+    if type(call_id) is not str or type(name) is not str or not (call_id + name).isascii():
+        return None
+    arguments = plain_arguments(call.arguments, limits)
+    if arguments is None:
+        return None
+    return ToolCall(call_id, name, arguments)
+
+
+def _plain_response(response: ModelResponse, limits: Limits) -> ModelResponse | None:
+    """``response`` owning copies of its tool calls' arguments, when its ids and stop
+    reason are ASCII strs, it holds only text blocks and plain tool calls, and no
+    provider words, usage or attempts of unusual types; else ``None``."""
+    content, request_id, response_id, stop_reason = (
+        response.content,
+        response.request_id,
+        response.id,
+        response.stop_reason,
+    )
+    if (
+        type(content) is not tuple
+        or type(request_id) is not str
+        or type(response_id) is not str
+        or type(stop_reason) is not str
+        or not (request_id + response_id + stop_reason).isascii()
+        or not _plain_at(response.at)
+        or response.stop_message is not None
+        or response.attempts != ()
+        or (response.usage is not None and _usage_problem(response.usage, "") is not None)
+    ):
+        return None
+    copied: list[Block] | None = None  # the blocks, once a call among them was copied
+    for index, block in enumerate(content):
+        if type(block) is TextBlock:
+            text = block.text
+            if type(text) is not str or not (text.isascii() or clean_text(text)):
+                return None
+        elif type(block) is ToolCall:
+            call = plain_call(block, limits)
+            if call is None:
+                return None
+            if copied is None:
+                copied = list(content)
+            copied[index] = call
+        else:
+            return None
+    if copied is None:
+        return response
+    return msgspec.structs.replace(response, content=tuple(copied))

@@ -260,8 +260,7 @@ def _header_body() -> bytes:
     return _encode(_Header(LOG_FORMAT, LOG_FORMAT_VERSION, __version__))[:-1]
 
 
-def _is_header(line: bytes) -> bool:
-    return line.startswith(b'{"format":')
+_HEADER_START: Final = b'{"format":'  # how a header line starts
 
 
 # --------------------------------------------------------------------------- format 2
@@ -460,6 +459,7 @@ class _Format2:
             self.check_link(line, end, where)
         self.link = link
         event: Event
+        body: bytes | None = None  # what the writer writes for the event, once known
         if line[body_end - 1] != 0x22:  # does not end with a string: no "=" member
             try:
                 event = decode_event(line) if end <= _SAFE_LENGTH else _decode(line, where)
@@ -481,8 +481,9 @@ class _Format2:
                     self.draft = reply if reply.__class__ is ModelResponse else None
                 return event
         else:
-            event = self._read_derived(line, body_end, where)
-        body = self.body(event)
+            event, body = self._read_derived(line, body_end, where)
+        if body is None:
+            body = self.body(event)
         if len(body) != body_end or not line.startswith(body):
             raise where.not_canonical(
                 line[:body_end] + b"}", body + b"}", "this agentloop writes", event
@@ -490,8 +491,15 @@ class _Format2:
         self.advance(event)
         return event
 
-    def _read_derived(self, line: bytes, body_end: int, where: _Where) -> Event:
-        """Decode a line that may leave a field out (``"="``), rebuilding the field."""
+    def _read_derived(
+        self, line: bytes, body_end: int, where: _Where
+    ) -> tuple[Event, bytes | None]:
+        """Decode a line that may leave a field out (``"="``), rebuilding the field.
+
+        Returns the event and, for a line that leaves its message out, the body the
+        writer writes for it (the line's own fields, encoded: the message it leaves
+        out is the one rebuilt, by construction), else ``None`` (ask :meth:`body`).
+        """
         derived: str | None = None
         for name, marker in _DERIVED.items():
             if line.endswith(marker, 0, body_end):
@@ -505,7 +513,7 @@ class _Format2:
                         what = "plan.draft response" if cls is PlanCommitEvent else "tool.call"
                         raise where.error(f"its message refers to a {what} the log does not have")
                     event: Event = cls(**msgspec.structs.asdict(fields), message=message)
-                    return event
+                    return event, _encode_any(fields)[:-1] + _DERIVED["message"]
         event = _decode(line, where)
         if derived == "final_text" and event.__class__ is RunFinishedEvent:
             final_text = self._final_text()
@@ -513,7 +521,7 @@ class _Format2:
                 raise where.error("its final_text refers to a plan.commit the log does not have")
             if event.final_text is None:
                 event = msgspec.structs.replace(event, final_text=final_text)
-        return event
+        return event, None
 
     def _share(self, event: ModelChunkEvent) -> None:
         """Let a streamed chunk hold its step's request id and its event's time as
@@ -962,7 +970,7 @@ def _events(file: IO[bytes], path: str, scan: _Scan, limit: int) -> Iterator[Eve
                 _torn(line, end, where, format2)
         if end == 0:
             raise where.error("an empty line (a log has none; was the file edited?)")
-        if _is_header(line):
+        if line.startswith(_HEADER_START):
             raise where.error(
                 "a second log header: the file holds two logs (one file records one "
                 "session; were two files joined?)"
@@ -1022,8 +1030,9 @@ def read_log(path: StrPath, *, max_line_bytes: int = MAX_LINE_BYTES) -> list[Eve
     events: list[Event] = []
     append = events.append
     try:
-        for event in _open_and_scan(name, _Scan(), max_line_bytes):
-            append(event)
+        with open(name, "rb") as file:
+            for event in _events(file, name, _Scan(), max_line_bytes):
+                append(event)
     except _Torn as torn:
         raise TornLogError(
             f"{torn}; the {len(events)} events before it are intact (TornLogError.events)",

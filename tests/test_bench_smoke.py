@@ -6,6 +6,7 @@ No peers and no timing assertions: timing is not a test. The suite is loaded wit
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import os
@@ -43,12 +44,39 @@ def test_history_plan_has_the_asked_size_and_is_a_valid_transcript(core, size):
     agentloop.validate_transcript(messages)
 
 
-@pytest.mark.parametrize("variant", ["raw generator", "run() + ScriptedModel"])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "raw generator",
+        "run() + ScriptedModel",
+        "run() + ScriptedModel, no streaming",
+        "floor (no engine)",
+    ],
+)
 @pytest.mark.parametrize(("history", "steps"), [(0, 2), (9, 2), (0, 50), (4095, 2)])
 def test_core_variants_complete_every_scenario(core, variant, history, steps):
     run = core.variants()[variant](history, steps)
     assert run() == core.FINAL_TEXT
     assert run() == core.FINAL_TEXT  # each call is a fresh run
+
+
+@pytest.mark.parametrize(("history", "steps"), [(0, 2), (9, 2), (0, 50)])
+def test_the_floor_records_the_engines_events_one_for_one(core, history, steps):
+    floor_events: list[Any] = []
+    floor = core.floor_loop(core.transcript(history), steps, floor_events)
+    floor_result = core.drive(floor, next(floor), core.replies_for(steps))
+    loop = agentloop.agent_loop(
+        core.transcript(history), tools=(core.ADD_SPEC,), max_steps=steps, started_at=0.0
+    )
+    result = core.drive(loop, next(loop), core.replies_for(steps))
+    assert floor_events == list(loop.log)
+    assert floor_result == result
+
+
+def test_the_async_variant_and_the_streamed_scenario_complete(core):
+    assert asyncio.run(core.make_arun(0, 2)()) == core.FINAL_TEXT
+    assert core.make_streamed(core.CHUNK_WORDS)() == core.FINAL_TEXT
+    assert core.make_large_results("é" * 10)().steps == core.LARGE_STEPS
 
 
 def test_recorded_session_replays_and_round_trips(core):
@@ -80,13 +108,26 @@ def test_quick_core_run_prints_the_table_and_writes_json(tmp_path):
         assert needle in report, report
     assert "agentloop: raw generator" in report
     assert "agentloop: run() + ScriptedModel" in report
+    for needle in ("floor (no engine)", "streamed chunks", "cold start", "goals", "big log"):
+        assert needle in report, report
     (data,) = json.loads(out.read_text())
     assert data["framework"] == "agentloop"
-    assert set(data["variants"]) == {"raw generator", "run() + ScriptedModel"}
+    assert set(data["variants"]) == {
+        "raw generator",
+        "run() + ScriptedModel",
+        "run() + ScriptedModel, no streaming",
+        "floor (no engine)",
+    }
     for variant in data["variants"].values():
         assert set(variant["S2"]) == {"10", "1000", "4096"}
         assert variant["S1"]["ns_per_run"] > 0
-    assert data["extras"]["S5"]["bytes_per_step"] > 0
+    (arun,) = data["async_variants"].values()
+    assert set(arun) == {"S1", "S3"}
+    extras = data["extras"]
+    assert extras["S5"]["bytes_per_step"] > 0
+    assert extras["chunks"]["ns_streamed"] > 0
+    assert extras["non_ascii"]["non_ascii_log"] > 0
+    assert extras["cold_start"]["bytecode_ms"] > 0
     checkpoints = data["memory_extra"]["checkpoints"]
     assert "100" in checkpoints and checkpoints["100"]["peak_mib"] > 0
 

@@ -296,3 +296,26 @@ def test_text_split_differently_in_chunks_and_final_is_the_same_story() -> None:
     final = response("request-001", "r1", TextBlock("Let "), TextBlock("me add."))
     result = finish(loop, [*chunks("request-001", "Let me ", "add."), final])
     assert (result.status, result.final_text) == ("completed", "Let me add.")
+
+
+# ------------------------------------------------------------------- the snapshot's slow path
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # content a list: rebuilt as a tuple of copies
+        AssistantMessage("a1", [ToolCall("c1", "add", {"left": 1, "right": 2})]),  # type: ignore[arg-type]
+        # a non-ASCII call id: the fast path takes ASCII ids only
+        AssistantMessage("a1", (ToolCall("cé1", "add", {"left": 1, "right": 2}),)),
+    ],
+)
+def test_an_initial_tool_call_the_fast_path_leaves_is_checked_and_kept(message: Any) -> None:
+    call_id = message.content[0].id
+    result = ToolResultMessage(f"t-{call_id}", call_id, "add", '{"sum":3}')
+    loop = agent_loop([UserMessage("u1", "1 + 2?"), message, result], tools=[ADD])
+    next(loop)
+    kept = loop.messages[1]
+    assert type(kept.content) is tuple and kept.content == tuple(message.content)
+    assert kept.content[0].arguments is not message.content[0].arguments  # a copy
+    loop.close()

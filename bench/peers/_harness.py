@@ -33,19 +33,25 @@ Numbers are printed, never asserted: timing is not a test.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import importlib.util
+import io
 import json
 import math
+import operator
 import os
 import platform
 import resource
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -107,18 +113,28 @@ class Settings:
     batch_ns: int
     warmup_ns: int
     replays: int  # sessions replayed back to back for the memory check
+    cpu: bool = False  # time the process's CPU time instead of the wall clock
 
     @classmethod
-    def make(cls, quick: bool, repeat: int | None = None) -> Settings:
+    def make(cls, quick: bool, repeat: int | None = None, cpu: bool = False) -> Settings:
         if quick:
-            return cls(quick=True, repeat=repeat or 1, batch_ns=0, warmup_ns=0, replays=100)
+            return cls(
+                quick=True, repeat=repeat or 1, batch_ns=0, warmup_ns=0, replays=100, cpu=cpu
+            )
         return cls(
             quick=False,
             repeat=repeat or 15,
             batch_ns=20_000_000,
             warmup_ns=50_000_000,
             replays=1000,
+            cpu=cpu,
         )
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        """``time.process_time_ns`` with ``cpu`` (on a busy machine it moves less: time
+        spent waiting for a CPU does not count), else ``time.perf_counter_ns``."""
+        return time.process_time_ns if self.cpu else time.perf_counter_ns
 
 
 @dataclass(frozen=True)
@@ -127,15 +143,17 @@ class Job:
 
     fn: Callable[[], object]
     sampled: bool = False
+    clock: Callable[[], int] = time.perf_counter_ns
 
     def once(self) -> int:
         if self.sampled:
             elapsed = self.fn()
             assert isinstance(elapsed, int)
             return max(elapsed, 1)
-        start = time.perf_counter_ns()
+        clock = self.clock
+        start = clock()
         self.fn()
-        return max(time.perf_counter_ns() - start, 1)
+        return max(clock() - start, 1)
 
     def batch(self, number: int) -> int:
         fn = self.fn
@@ -145,10 +163,11 @@ class Job:
             for _ in range(number):
                 total += sample()
             return total
-        start = time.perf_counter_ns()
+        clock = self.clock
+        start = clock()
         for _ in range(number):
             fn()
-        return time.perf_counter_ns() - start
+        return clock() - start
 
 
 def measure_all(jobs: Mapping[str, Job], settings: Settings) -> dict[str, float]:
@@ -161,6 +180,8 @@ def measure_all(jobs: Mapping[str, Job], settings: Settings) -> dict[str, float]
     one job.
     """
     numbers: dict[str, int] = {}
+    if settings.cpu:
+        jobs = {name: replace(job, clock=settings.clock) for name, job in jobs.items()}
     for name, job in jobs.items():
         once = job.once()
         warmed = once
@@ -202,21 +223,49 @@ def _check(label: str, run: Callable[[], str]) -> None:
         raise AssertionError(f"{label}: final text {text!r}, expected {FINAL_TEXT!r}")
 
 
-def time_variant(label: str, make: RunFactory, settings: Settings) -> dict[str, Any]:
-    """Time S1, S2 and S3 for one variant (interleaved); nanoseconds per run."""
+def time_variant(
+    label: str, make: RunFactory, settings: Settings, scenarios: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Time S1, S2 and S3 (or only ``scenarios``) for one variant, interleaved;
+    nanoseconds per run."""
     plan = {"S1": (0, S1_STEPS), "S3": (0, S3_STEPS)}
     plan.update({f"S2:{size}": (size - 1, S1_STEPS) for size in S2_SIZES})
+    if scenarios is not None:
+        plan = {key: plan[key] for key in scenarios}
     jobs: dict[str, Job] = {}
     for key, (history, steps) in plan.items():
         run = make(history, steps)
         _check(f"{label} {key}", run)
         jobs[key] = Job(run)
     ns = measure_all(jobs, settings)
-    return {
-        "S1": {"ns_per_run": ns["S1"], "steps": S1_STEPS},
-        "S2": {str(size): {"ns_per_run": ns[f"S2:{size}"], "steps": S1_STEPS} for size in S2_SIZES},
-        "S3": {"ns_per_run": ns["S3"], "steps": S3_STEPS},
+    result: dict[str, Any] = {
+        key: {"ns_per_run": ns[key], "steps": plan[key][1]} for key in ("S1", "S3") if key in ns
     }
+    sizes = {str(size): f"S2:{size}" for size in S2_SIZES if f"S2:{size}" in ns}
+    if sizes:
+        result["S2"] = {
+            size: {"ns_per_run": ns[key], "steps": S1_STEPS} for size, key in sizes.items()
+        }
+    return result
+
+
+#: The scenarios the async variants are timed on (per run and per step).
+ASYNC_SCENARIOS = ("S1", "S3")
+
+
+def on_one_event_loop(
+    make: Callable[[int, int], Callable[[], Awaitable[str]]],
+) -> RunFactory:
+    """An async variant as the harness times it: ``make(history, steps)`` returns a
+    coroutine function, each run of which is awaited on one event loop made once
+    for the worker (as a server's is), so no framework pays for a new loop per run."""
+    loop = asyncio.new_event_loop()
+
+    def factory(history: int, steps: int) -> Callable[[], str]:
+        arun = make(history, steps)
+        return lambda: loop.run_until_complete(arun())
+
+    return factory
 
 
 def memory_variant(make: RunFactory) -> dict[str, Any]:
@@ -250,16 +299,22 @@ def worker_main(
     *,
     extras: Extras | None = None,
     memory: Memory | None = None,
+    async_variants: Callable[[], dict[str, RunFactory]] | None = None,
     argv: Sequence[str] | None = None,
 ) -> int:
-    """The entry point of a framework's module: time it, print JSON on the last line."""
+    """The entry point of a framework's module: time it, print JSON on the last line.
+
+    ``async_variants`` (each run awaited on one event loop, see
+    :func:`on_one_event_loop`) are timed on :data:`ASYNC_SCENARIOS` only.
+    """
     parser = argparse.ArgumentParser(description=f"bench worker for {framework}")
     parser.add_argument("--quick", action="store_true", help="few iterations (smoke run)")
     parser.add_argument("--repeat", type=int, default=None, help="batches per measurement")
+    parser.add_argument("--cpu-time", action="store_true", help="time CPU, not the wall clock")
     parser.add_argument("--memory", type=int, metavar="VARIANT", default=None)
     parser.add_argument("--memory-extra", action="store_true")
     args = parser.parse_args(argv)
-    settings = Settings.make(args.quick, args.repeat)
+    settings = Settings.make(args.quick, args.repeat, args.cpu_time)
     result: dict[str, Any] = {"framework": framework, "versions": versions()}
     table = variants()
     if args.memory is not None:
@@ -273,6 +328,11 @@ def worker_main(
         result["variants"] = {
             label: time_variant(label, make, settings) for label, make in table.items()
         }
+        if async_variants is not None:
+            result["async_variants"] = {
+                label: time_variant(label, make, settings, ASYNC_SCENARIOS)
+                for label, make in async_variants().items()
+            }
         if extras is not None:
             result["extras"] = extras(settings)
     print(json.dumps(result))
@@ -307,18 +367,25 @@ def _missing(framework: Framework) -> list[str]:
     return [name for name in framework.requires if importlib.util.find_spec(name) is None]
 
 
-def run_worker(framework: Framework, *options: str) -> dict[str, Any]:
-    """Run one worker in a fresh process; its JSON result (or ``{"error": ...}``)."""
+def run_worker(
+    framework: Framework, *options: str, root: Path = ROOT, name: str | None = None
+) -> dict[str, Any]:
+    """Run one worker in a fresh process; its JSON result (or ``{"error": ...}``).
+
+    ``root`` is the checkout whose ``bench.peers`` (and, for agentloop, whose
+    ``agentloop``/``replay``) the worker runs: another revision for a baseline.
+    """
+    label = name or framework.name
     missing = _missing(framework)
     if missing:
-        return {"framework": framework.name, "error": f"not installed: {', '.join(missing)}"}
+        return {"framework": label, "error": f"not installed: {', '.join(missing)}"}
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     env.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
     env.setdefault("LANGSMITH_TRACING", "false")
     proc = subprocess.run(
         [sys.executable, "-m", f"bench.peers.{framework.module}", *options],
-        cwd=ROOT,
+        cwd=root,
         env=env,
         capture_output=True,
         text=True,
@@ -327,9 +394,25 @@ def run_worker(framework: Framework, *options: str) -> dict[str, Any]:
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return {"framework": framework.name, "error": f"exit {proc.returncode}: {tail}"}
+        return {"framework": label, "error": f"exit {proc.returncode}: {tail}"}
     data: dict[str, Any] = json.loads(lines[-1])
+    data["framework"] = label
     return data
+
+
+def checkout(revision: str, into: Path) -> Path:
+    """The files of ``revision`` of this repository (``git archive``), under ``into``."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", revision],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        raise SystemExit(f"cannot check out {revision!r}: {archive.stderr.decode().strip()}")
+    target = into / revision.replace("/", "_")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(target, filter="data")
+    return target
 
 
 def collect(
@@ -338,28 +421,44 @@ def collect(
     *,
     memory: bool = True,
     progress: Callable[[str], None] | None = None,
+    baselines: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Time every framework (one process each), then measure memory (one process each)."""
-    options = ("--quick",) if settings.quick else ()
+    """Time every framework (one process each), then measure memory (one process each).
+
+    Each of ``baselines`` (git revisions) runs agentloop's worker of that revision
+    right after agentloop's own, as framework ``agentloop@<revision>``: the same
+    scenarios, the same machine, the same run (no memory checks).
+    """
+    options: tuple[str, ...] = ("--quick",) if settings.quick else ()
+    if settings.cpu:
+        options += ("--cpu-time",)
     quick = (*options, "--repeat", str(settings.repeat))
     results = []
-    for framework in frameworks:
-        if progress is not None:
-            progress(f"timing {framework.name} ...")
-        data = run_worker(framework, *quick)
-        if memory and "error" not in data:
-            data["memory"] = {}
-            for index in framework.memory_variants:
-                if progress is not None:
-                    progress(f"memory {framework.name} (variant {index}) ...")
-                mem = run_worker(framework, *quick, "--memory", str(index))
-                data["memory"].update(mem.get("memory", {"error": mem.get("error")}))
-            if framework.memory_extra:
-                if progress is not None:
-                    progress(f"memory {framework.name} (replays) ...")
-                mem = run_worker(framework, *quick, "--memory-extra")
-                data["memory_extra"] = mem.get("memory_extra", {"error": mem.get("error")})
-        results.append(data)
+    with tempfile.TemporaryDirectory() as tmp:
+        for framework in frameworks:
+            if progress is not None:
+                progress(f"timing {framework.name} ...")
+            data = run_worker(framework, *quick)
+            if memory and "error" not in data:
+                data["memory"] = {}
+                for index in framework.memory_variants:
+                    if progress is not None:
+                        progress(f"memory {framework.name} (variant {index}) ...")
+                    mem = run_worker(framework, *quick, "--memory", str(index))
+                    data["memory"].update(mem.get("memory", {"error": mem.get("error")}))
+                if framework.memory_extra:
+                    if progress is not None:
+                        progress(f"memory {framework.name} (replays) ...")
+                    mem = run_worker(framework, *quick, "--memory-extra")
+                    data["memory_extra"] = mem.get("memory_extra", {"error": mem.get("error")})
+            results.append(data)
+            if framework is CORE:
+                for revision in baselines:
+                    if progress is not None:
+                        progress(f"timing agentloop@{revision} ...")
+                    root = checkout(revision, Path(tmp))
+                    name = f"agentloop@{revision}"
+                    results.append(run_worker(CORE, *quick, root=root, name=name))
     return results
 
 
@@ -420,29 +519,40 @@ def growth_per_message(variant: Mapping[str, Any]) -> float | None:
     return (last - first) / (S2_SIZES[-1] - S2_SIZES[0])
 
 
-def _labels(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
+def _labels(
+    results: Sequence[Mapping[str, Any]], kind: str = "variants"
+) -> list[tuple[str, Mapping[str, Any]]]:
     out: list[tuple[str, Mapping[str, Any]]] = []
     for data in results:
-        for label, variant in data.get("variants", {}).items():
+        for label, variant in data.get(kind, {}).items():
             out.append((f"{data['framework']}: {label}", variant))
     return out
 
 
-def format_report(results: Sequence[Mapping[str, Any]], settings: Settings) -> str:
-    """The whole report: versions, the comparison table, agentloop-only rows, targets."""
+RAW = "agentloop: raw generator"
+DRIVEN = "agentloop: run() + ScriptedModel"
+UNSTREAMED = "agentloop: run() + ScriptedModel, no streaming"
+FLOOR = "agentloop: floor (no engine)"
+ARUN = "agentloop: arun() + ScriptedModel"
+
+
+def format_report(
+    results: Sequence[Mapping[str, Any]],
+    settings: Settings,
+    big_log: Mapping[str, Any] | None = None,
+) -> str:
+    """The whole report: versions, the comparison tables, agentloop-only rows, goals."""
     lines: list[str] = []
     say = lines.append
-    say(f"machine: {machine()}")
+    say(f"machine: {machine()}; load average {_load()}")
     if settings.quick:
         timing = "quick smoke run (one batch of one call, no warm-up): the numbers mean nothing"
     else:
         timing = (
             f"best of {settings.repeat} interleaved batches of >= {settings.batch_ns / 1e6:g} ms"
         )
-    say(
-        f"timing: {timing}; time.perf_counter_ns, one fresh process per framework, "
-        "scripted models, no network"
-    )
+    clock = "time.process_time_ns (CPU time)" if settings.cpu else "time.perf_counter_ns"
+    say(f"timing: {timing}; {clock}, one fresh process per framework, scripted models, no network")
     for data in results:
         versions = ", ".join(f"{k} {v}" for k, v in data.get("versions", {}).items())
         status = f"  SKIPPED ({data['error']})" if "error" in data else ""
@@ -450,19 +560,19 @@ def format_report(results: Sequence[Mapping[str, Any]], settings: Settings) -> s
     say("")
     variants = _labels(results)
     base = dict(variants)
-    raw = base.get("agentloop: raw generator")
-    driven = base.get("agentloop: run() + ScriptedModel")
+    raw, driven, floor = base.get(RAW), base.get(DRIVEN), base.get(FLOOR)
     name_w = max([len(name) for name, _ in variants] + [9])
     scen_w = max(len(title) for _, title in ROWS)
     header = (
         f"{'scenario':<{scen_w}}  {'framework':<{name_w}}  {'µs/run':>9}  {'µs/step':>8}  "
-        f"{'vs raw':>7}  {'vs run()':>8}  note"
+        f"{'vs floor':>8}  {'vs raw':>7}  {'vs run()':>8}  note"
     )
     say(header)
     say("-" * len(header))
     for key, title in ROWS:
         for index, (name, variant) in enumerate(variants):
             ns, steps = _row_ns(variant, key)
+            floor_ns = _row_ns(floor, key)[0] if floor else None
             raw_ns = _row_ns(raw, key)[0] if raw else None
             run_ns = _row_ns(driven, key)[0] if driven else None
             note = ""
@@ -472,9 +582,13 @@ def format_report(results: Sequence[Mapping[str, Any]], settings: Settings) -> s
                     note = f"{growth / 1000:+.3f} µs per extra message"
             say(
                 f"{title if index == 0 else '':<{scen_w}}  {name:<{name_w}}  {_us(ns):>9}  "
-                f"{_us(None if ns is None else ns / steps):>8}  {_ratio(ns, raw_ns):>7}  "
-                f"{_ratio(ns, run_ns):>8}  {note}"
+                f"{_us(None if ns is None else ns / steps):>8}  {_ratio(ns, floor_ns):>8}  "
+                f"{_ratio(ns, raw_ns):>7}  {_ratio(ns, run_ns):>8}  {note}"
             )
+    asynchronous = _labels(results, "async_variants")
+    if asynchronous:
+        say("")
+        lines.extend(format_async(asynchronous))
     memory = format_memory(results)
     if memory:
         say("")
@@ -484,8 +598,37 @@ def format_report(results: Sequence[Mapping[str, Any]], settings: Settings) -> s
         say("")
         lines.extend(format_agentloop(agentloop))
         say("")
-        lines.extend(format_targets(results, settings))
+        lines.extend(format_goals(results, settings, big_log))
     return "\n".join(lines)
+
+
+def _load() -> str:
+    try:
+        return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    except OSError:  # pragma: no cover - not on this platform
+        return "unknown"
+
+
+def format_async(variants: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """The async runs (``arun`` and the peers' async APIs), each awaited on one loop."""
+    base = dict(variants).get(ARUN)
+    name_w = max(len(name) for name, _ in variants)
+    lines = [
+        "async runs, each awaited on one event loop per process (S1 and S3 only)",
+        f"{'scenario':<30}  {'framework':<{name_w}}  {'µs/run':>9}  {'µs/step':>8}  "
+        f"{'vs arun()':>9}",
+    ]
+    for key, title in ROWS:
+        if key not in ASYNC_SCENARIOS:
+            continue
+        for index, (name, variant) in enumerate(variants):
+            ns, steps = _row_ns(variant, key)
+            arun_ns = _row_ns(base, key)[0] if base else None
+            lines.append(
+                f"{title if index == 0 else '':<30}  {name:<{name_w}}  {_us(ns):>9}  "
+                f"{_us(None if ns is None else ns / steps):>8}  {_ratio(ns, arun_ns):>9}"
+            )
+    return lines
 
 
 def format_memory(results: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -552,6 +695,31 @@ def format_agentloop(data: Mapping[str, Any]) -> list[str]:
                 f"{s5['read_log_events_per_s']:,.0f} events/s, write_log "
                 f"{s5['write_log_events_per_s']:,.0f} events/s"
             )
+    chunks = extras.get("chunks")
+    if chunks:
+        say(
+            f"  streamed chunks: run() of one step answering in {chunks['chunks']:,} text chunks "
+            f"{_us(chunks['ns_streamed'])} µs, in one {_us(chunks['ns_one'])} µs: "
+            f"{_us(chunks['ns_per_chunk'])} µs per chunk"
+        )
+    text = extras.get("non_ascii")
+    if text:
+        say(
+            f"  1 MB tool results ({text['steps']} steps, run() + ScriptedModel), µs per step: "
+            f"with a LogWriter, ASCII {_us(text['ascii_log'])}, non-ASCII "
+            f"{_us(text['non_ascii_log'])} ({_ratio(text['non_ascii_log'], text['ascii_log'])}); "
+            f"without a log, ASCII {_us(text['ascii'])}, non-ASCII {_us(text['non_ascii'])} "
+            f"({_ratio(text['non_ascii'], text['ascii'])})"
+        )
+    cold = extras.get("cold_start")
+    if cold:
+        say(
+            f"  cold start (median of {cold['runs']} fresh processes): import msgspec "
+            f"{cold['msgspec_ms']:.1f} ms, then import agentloop adds {cold['bytecode_ms']:.1f} "
+            f"ms; without bytecode (nothing cached, nothing written) it adds "
+            f"{cold['no_bytecode_ms']:.1f} ms, of which compiling agentloop/_engine.py "
+            f"({cold['engine_lines']:,} lines) takes {cold['engine_compile_ms']:.1f} ms"
+        )
     extra = data.get("memory_extra")
     if extra and "checkpoints" in extra:
         marks = ", ".join(
@@ -562,62 +730,223 @@ def format_agentloop(data: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def format_targets(results: Sequence[Mapping[str, Any]], settings: Settings) -> list[str]:
-    """Each issue-7 target with the measured value (measured, not asserted)."""
-    lines = ["targets (measured, not asserted)"]
+class _Goals:
+    """The goal lines of the report: each measured value with its verdict."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.lines: list[str] = []
+        self.quick = settings.quick
+
+    def heading(self, text: str) -> None:
+        self.lines.append(f"  {text}")
+
+    def add(
+        self, text: str, value: float | None, ok: Callable[[float], bool], note: str = ""
+    ) -> None:
+        if value is None:
+            verdict = "n/a"
+        elif self.quick:
+            verdict = "n/a (quick run)"
+        else:
+            verdict = "met" if ok(value) else "MISSED"
+        self.lines.append(f"    {text}  {verdict}{f'  ({note})' if note else ''}")
+
+
+def _per_step(variant: Mapping[str, Any] | None, key: str) -> float | None:
+    if variant is None:
+        return None
+    ns, steps = _row_ns(variant, key)
+    return None if ns is None else ns / steps
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}x" if value < 10 else f"{value:,.0f}x"
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def format_goals(
+    results: Sequence[Mapping[str, Any]],
+    settings: Settings,
+    big_log: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Each goal of issues 16, 12 and 7 with the value measured in this run (ratios
+    within the run), and met / MISSED. Measured, never asserted."""
+    goals = _Goals(settings)
+    head = "goals (measured, not asserted; ratios within this run)"
     if settings.quick:
-        lines[0] += ": a quick run is not warmed up, its verdicts mean nothing"
+        head += ": a quick run is not warmed up, its verdicts mean nothing"
     variants = dict(_labels(results))
-    raw = variants.get("agentloop: raw generator")
     agentloop = next(d for d in results if d.get("framework") == "agentloop")
     extras = agentloop.get("extras", {})
-
-    def verdict(value: float | None, ok: Callable[[float], bool]) -> str:
-        if value is None or settings.quick:
-            return "n/a"
-        return "met" if ok(value) else "MISSED"
-
-    s1 = _row_ns(raw, "S1")[0] if raw else None
-    driven = variants.get("agentloop: run() + ScriptedModel")
-    s1_run = _row_ns(driven, "S1")[0] if driven else None
-    lines.append(f"  S1 <= 50 µs per run: {_us(s1)} µs  {verdict(s1, lambda v: v <= 50_000)}")
+    raw, driven = variants.get(RAW), variants.get(DRIVEN)
+    floor, unstreamed = variants.get(FLOOR), variants.get(UNSTREAMED)
     peers = [
         (ns, name)
         for name, variant in variants.items()
         if not name.startswith("agentloop") and (ns := _row_ns(variant, "S1")[0]) is not None
     ]
-    if peers and s1:
-        fastest, name = min(peers)
-        also = f"; run() + ScriptedModel: {fastest / s1_run:,.0f}x" if s1_run else ""
-        lines.append(
-            f"  S1 >= 50x faster than the fastest peer ({name}): {fastest / s1:,.0f}x  "
-            f"{verdict(fastest / s1, lambda v: v >= 50)}  (raw generator{also})"
+    fastest, fastest_name = min(peers) if peers else (None, "")
+
+    goals.heading("issue 16: close to the floor")
+    for label, variant, most in (("raw generator", raw, 3), ("run() + ScriptedModel", driven, 6)):
+        ratio = _div(_per_step(variant, "S3"), _per_step(floor, "S3"))
+        s1 = _div(_per_step(variant, "S1"), _per_step(floor, "S1"))
+        goals.add(
+            f"{label} step <= {most}x the floor (S3): {_x(ratio)}",
+            ratio,
+            partial(operator.ge, most),
+            f"S1: {_x(s1)}",
+        )
+    chunk = extras.get("chunks", {}).get("ns_per_chunk")
+    goals.add(
+        f"a streamed chunk through run() <= 3 µs: {_us(chunk)} µs",
+        chunk,
+        lambda v: v <= 3_000,
+    )
+    s1_run = _row_ns(driven, "S1")[0] if driven else None
+    s1_flat = _row_ns(unstreamed, "S1")[0] if unstreamed else None
+    s1_raw = _row_ns(raw, "S1")[0] if raw else None
+    speedup = _div(fastest, s1_run)
+    goals.add(
+        f"S1 run() + ScriptedModel (streaming) >= 60x faster than the fastest peer"
+        f"{f' ({fastest_name})' if peers else ' (run with --peers)'}: {_x(speedup)}",
+        speedup,
+        lambda v: v >= 60,
+        f"not streaming: {_x(_div(fastest, s1_flat))}; raw generator: {_x(_div(fastest, s1_raw))}",
+    )
+    s5 = extras.get("S5", {}).get("roundtrip_events_per_s")
+    goals.add(
+        f"S5 encode+decode >= 1,500,000 events/s: {s5 or 0:,.0f}", s5, lambda v: v >= 1_500_000
+    )
+    from_file = extras.get("S4", {}).get("file_events_per_s")
+    goals.add(
+        f"read_log + replay from a file >= 300,000 events/s: {from_file or 0:,.0f}",
+        from_file,
+        lambda v: v >= 300_000,
+    )
+    large = (big_log or {}).get("large")
+    peak = large["peak_over_file_size"] if large else None
+    size = f"a {large['file_mib']:.0f} MiB log" if large else "run with --big-log"
+    goals.add(f"read_log peak RSS <= 2x the file size ({size}): {_x(peak)}", peak, lambda v: v <= 2)
+    text = extras.get("non_ascii", {})
+    ratio = _div(text.get("non_ascii_log"), text.get("ascii_log"))
+    goals.add(
+        f"1 MB non-ASCII tool result within 2x of an ASCII one per step (with a LogWriter): "
+        f"{_x(ratio)}",
+        ratio,
+        lambda v: v <= 2,
+        f"without a log: {_x(_div(text.get('non_ascii'), text.get('ascii')))}",
+    )
+    cold = extras.get("cold_start", {})
+    adds = cold.get("bytecode_ms")
+    goals.add(
+        f"import agentloop adds <= 25 ms over import msgspec: "
+        f"{'-' if adds is None else f'{adds:.1f}'} ms",
+        adds,
+        lambda v: v <= 25,
+        "without bytecode: "
+        + (
+            "-"
+            if adds is None
+            else f"{cold['no_bytecode_ms']:.0f} ms, the engine compiles in "
+            f"{cold['engine_compile_ms']:.1f} ms"
+        ),
+    )
+    for data in results:
+        name = str(data.get("framework", ""))
+        if name.startswith("agentloop@") and "error" not in data:
+            worst, where = _worst_regression(agentloop, data)
+            goals.add(
+                f"no Part I scenario more than 5% slower than {name}: worst {_x(worst)} ({where})",
+                worst,
+                lambda v: v <= 1.05,
+            )
+
+    goals.heading("issue 12: async drivers")
+    asynchronous = dict(_labels(results, "async_variants"))
+    arun_step = _per_step(asynchronous.get(ARUN), "S3")
+    async_peers = [
+        (ns, name)
+        for name, variant in asynchronous.items()
+        if not name.startswith("agentloop") and (ns := _per_step(variant, "S3")) is not None
+    ]
+    if async_peers and arun_step:
+        fastest_async, name = min(async_peers)
+        goals.add(
+            f"arun() step >= 30x faster than the fastest peer's async run ({name}, S3): "
+            f"{_x(fastest_async / arun_step)}",
+            fastest_async / arun_step,
+            lambda v: v >= 30,
+            f"arun() {_us(arun_step)} µs per step",
         )
     else:
-        lines.append("  S1 >= 50x faster than the fastest peer: n/a (run with --peers)")
-    s3, steps = _row_ns(raw, "S3") if raw else (None, 1)
-    s3_step = None if s3 is None else s3 / steps
-    lines.append(
-        f"  S3 <= 20 µs per step: {_us(s3_step)} µs  {verdict(s3_step, lambda v: v <= 20_000)}"
+        goals.add(
+            "arun() step >= 30x faster than the fastest peer's async run",
+            None,
+            bool,
+            "run with --peers",
+        )
+
+    goals.heading("issue 7: the first targets")
+    goals.add(f"S1 <= 50 µs per run: {_us(s1_raw)} µs", s1_raw, lambda v: v <= 50_000)
+    goals.add(
+        f"S1 >= 50x faster than the fastest peer: {_x(_div(fastest, s1_raw))}",
+        _div(fastest, s1_raw),
+        lambda v: v >= 50,
+        "raw generator",
     )
+    s3 = _per_step(raw, "S3")
+    goals.add(f"S3 <= 20 µs per step: {_us(s3)} µs", s3, lambda v: v <= 20_000)
     steps_only = extras.get("S2_steps_only", {})
     first = steps_only.get(str(S2_SIZES[0]), {}).get("ns_per_step")
     last = steps_only.get(str(S2_SIZES[-1]), {}).get("ns_per_step")
-    ratio = last / first if first and last else None
-    lines.append(
-        f"  S2 per-step cost at {S2_SIZES[-1]} within 1.3x of {S2_SIZES[0]}: "
-        f"{'-' if ratio is None else f'{ratio:.2f}x'}  {verdict(ratio, lambda v: v <= 1.3)}"
+    goals.add(
+        f"S2 per-step cost at {S2_SIZES[-1]} within 1.3x of {S2_SIZES[0]}: {_x(_div(last, first))}",
+        _div(last, first),
+        lambda v: v <= 1.3,
     )
     s4 = extras.get("S4", {}).get("events_per_s")
-    lines.append(
-        f"  S4 >= 200,000 events/s replayed: {s4 or 0:,.0f}  {verdict(s4, lambda v: v >= 200_000)}"
+    goals.add(f"S4 >= 200,000 events/s replayed: {s4 or 0:,.0f}", s4, lambda v: v >= 200_000)
+    goals.add(
+        f"S5 encode+decode >= 1,000,000 events/s: {s5 or 0:,.0f}", s5, lambda v: v >= 1_000_000
     )
-    s5 = extras.get("S5", {}).get("roundtrip_events_per_s")
-    lines.append(
-        f"  S5 encode+decode >= 1,000,000 events/s: {s5 or 0:,.0f}  "
-        f"{verdict(s5, lambda v: v >= 1_000_000)}"
-    )
-    return lines
+    return [head, *goals.lines]
+
+
+#: The agentloop-only rows a baseline is compared on (higher is better for these).
+_THROUGHPUTS = (
+    ("S4", "events_per_s"),
+    ("S4", "file_events_per_s"),
+    ("S5", "roundtrip_events_per_s"),
+)
+
+
+def _worst_regression(
+    now: Mapping[str, Any], before: Mapping[str, Any]
+) -> tuple[float | None, str]:
+    """The largest ``now / before`` cost ratio over the Part I scenarios (S1, S2, S3
+    of both variants; S4, S5 throughputs), and which scenario it is."""
+    worst: tuple[float, str] | None = None
+    old_variants = before.get("variants", {})
+    for label, variant in now.get("variants", {}).items():
+        old = old_variants.get(label)
+        if old is None:
+            continue
+        for key, _ in ROWS:
+            ratio = _div(_row_ns(variant, key)[0], _row_ns(old, key)[0])
+            if ratio is not None and (worst is None or ratio > worst[0]):
+                worst = (ratio, f"{label}, {key}")
+    for section, field in _THROUGHPUTS:
+        ratio = _div(
+            before.get("extras", {}).get(section, {}).get(field),
+            now.get("extras", {}).get(section, {}).get(field),
+        )
+        if ratio is not None and (worst is None or ratio > worst[0]):
+            worst = (ratio, f"{section} {field}")
+    return (None, "nothing to compare") if worst is None else worst
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -632,7 +961,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--big-log",
         action="store_true",
-        help="also read a 100 MB log: peak memory against its size (big_log.py)",
+        help="also read a 100 MB log: peak memory against its size (big_log.py); "
+        "--quick reads a 2 MB one anyway",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="REV",
+        help="also time agentloop as of this git revision, in the same run (repeatable)",
+    )
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time the CPU time of each worker instead of the wall clock (steadier on a "
+        "busy machine)",
     )
 
 
@@ -642,22 +985,40 @@ def run_suite(args: argparse.Namespace) -> int:
     Returns 1 when agentloop's worker failed, else 0 (a peer that is not
     installed or fails is reported as skipped).
     """
-    settings = Settings.make(args.quick, args.repeat)
+    settings = Settings.make(args.quick, args.repeat, getattr(args, "cpu_time", False))
     frameworks = [CORE, *PEERS] if args.peers else [CORE]
+
+    def progress(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
     results = collect(
         frameworks,
         settings,
         memory=not args.no_memory,
-        progress=lambda text: print(text, file=sys.stderr, flush=True),
+        progress=progress,
+        baselines=getattr(args, "baseline", ()),
     )
-    print(format_report(results, settings))
-    if getattr(args, "big_log", False):
+    big: dict[str, Any] | None = None
+    if getattr(args, "big_log", False) or args.quick:
+        progress("reading a big log ...")
         script = Path(__file__).resolve().parent / "big_log.py"
-        mb = ["--mb", "5"] if args.quick else []
-        print()
-        done = subprocess.run([sys.executable, str(script), *mb], check=False)
+        mb = ["--mb", "2"] if args.quick else []
+        done = subprocess.run(
+            [sys.executable, str(script), "--json", *mb],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
+            print(done.stderr, file=sys.stderr)
             return 1
+        big = json.loads(done.stdout.splitlines()[-1])
+    print(format_report(results, settings, big))
+    if big is not None:
+        from .big_log import report
+
+        print()
+        print(report(big))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 1 if any("error" in d for d in results if d["framework"] == "agentloop") else 0

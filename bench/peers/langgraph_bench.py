@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib.metadata import version
 from typing import Any
 
@@ -41,6 +41,7 @@ from ._harness import (
     add,
     call_id,
     history_plan,
+    on_one_event_loop,
     worker_main,
 )
 
@@ -79,9 +80,27 @@ class ScriptedChatModel(BaseChatModel):
             message = AIMessage(content=FINAL_TEXT)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        # The default runs _generate in a worker thread: answer on the event loop.
+        return self._generate(messages, stop, None, **kwargs)
+
 
 MODEL = ScriptedChatModel()
-ADD_TOOL = StructuredTool.from_function(add, name="add", description="Add two integers.")
+
+
+async def _async_add(left: int, right: int) -> dict[str, int]:
+    return add(left, right)
+
+
+ADD_TOOL = StructuredTool.from_function(
+    add, coroutine=_async_add, name="add", description="Add two integers."
+)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     GRAPH = create_react_agent(MODEL, [ADD_TOOL])
@@ -121,12 +140,28 @@ def make(size: int, steps: int) -> Callable[[], str]:
     return run
 
 
+def make_async(size: int, steps: int) -> Callable[[], Awaitable[str]]:
+    earlier = history(size)
+
+    async def run() -> str:
+        MODEL.reset(steps)
+        state = await GRAPH.ainvoke({"messages": [*earlier, HumanMessage(USER_TEXT)]}, CONFIG)
+        text: str = state["messages"][-1].content
+        return text
+
+    return run
+
+
 def variants() -> dict[str, RunFactory]:
     return {"create_react_agent .invoke": make}
 
 
+def async_variants() -> dict[str, RunFactory]:
+    return {"create_react_agent .ainvoke": on_one_event_loop(make_async)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return worker_main(FRAMEWORK, versions, variants, argv=argv)
+    return worker_main(FRAMEWORK, versions, variants, async_variants=async_variants, argv=argv)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from importlib.metadata import version
 from typing import Any
 
@@ -44,6 +44,7 @@ from ._harness import (
     add,
     call_id,
     history_plan,
+    on_one_event_loop,
     worker_main,
 )
 
@@ -146,12 +147,31 @@ def make(size: int, steps: int) -> Callable[[], str]:
     return run
 
 
+def make_async(size: int, steps: int) -> Callable[[], Awaitable[str]]:
+    earlier = history(size)
+
+    async def run() -> str:
+        MODEL.reset(steps)
+        given: str | list[TResponseInputItem] = USER_TEXT
+        if earlier:
+            given = [*earlier, {"role": "user", "content": USER_TEXT}]
+        result = await Runner.run(AGENT, given, max_turns=100)
+        output: str = result.final_output
+        return output
+
+    return run
+
+
 def variants() -> dict[str, RunFactory]:
     return {"Runner.run_sync + scripted Model": make}
 
 
+def async_variants() -> dict[str, RunFactory]:
+    return {"await Runner.run + scripted Model": on_one_event_loop(make_async)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return worker_main(FRAMEWORK, versions, variants, argv=argv)
+    return worker_main(FRAMEWORK, versions, variants, async_variants=async_variants, argv=argv)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ The agent is built once; each run resets the script and calls ``run_sync``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib.metadata import version
 
 from pydantic_ai import (
@@ -39,6 +39,7 @@ from ._harness import (
     add,
     call_id,
     history_plan,
+    on_one_event_loop,
     worker_main,
 )
 
@@ -107,12 +108,27 @@ def make(size: int, steps: int) -> Callable[[], str]:
     return run
 
 
+def make_async(size: int, steps: int) -> Callable[[], Awaitable[str]]:
+    earlier = history(size) if size else None
+
+    async def run() -> str:
+        SCRIPT.reset(steps)
+        result = await AGENT.run(USER_TEXT, message_history=earlier, usage_limits=NO_LIMITS)
+        return result.output
+
+    return run
+
+
 def variants() -> dict[str, RunFactory]:
     return {"Agent.run_sync + FunctionModel": make}
 
 
+def async_variants() -> dict[str, RunFactory]:
+    return {"await Agent.run + FunctionModel": on_one_event_loop(make_async)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return worker_main(FRAMEWORK, versions, variants, argv=argv)
+    return worker_main(FRAMEWORK, versions, variants, async_variants=async_variants, argv=argv)
 
 
 if __name__ == "__main__":
