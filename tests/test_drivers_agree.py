@@ -4,7 +4,8 @@ parallel tools, steering and follow-ups from the inbox, a cancel, a budget -- wr
 the same log, byte for byte, under ``run`` and under ``arun``, and that log replays.
 
 Parallel tools are run one at a time here (``tool_workers=1``) so that completion
-order, and with it the log, is the same under both drivers."""
+order, and with it the log, is the same under both drivers; their tools send
+nothing to the inbox (see ``sessions``)."""
 
 from __future__ import annotations
 
@@ -52,11 +53,16 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
             )
         )
         steps.append(calls)
+    parallel = draw(st.booleans())
     return {
         "steps": steps,
-        "parallel": draw(st.booleans()),
-        # (call number, what the tool sends to the inbox while it runs)
-        "inbox": draw(
+        "parallel": parallel,
+        # (call number, what the tool sends to the inbox while it runs). Not in a
+        # batch: there the next call may start before the driver takes the last
+        # result, so where a message lands among the results is a race.
+        "inbox": []
+        if parallel
+        else draw(
             st.lists(
                 st.tuples(st.integers(1, 8), st.sampled_from(["steer", "follow_up", "cancel"])),
                 max_size=2,
