@@ -136,40 +136,28 @@ def options(session: dict[str, Any], clock: Callable[[], float]) -> dict[str, An
     }
 
 
-def sync_log(session: dict[str, Any]) -> EventLog:
-    inbox, tools, clock = setup(session, asynchronous=False)
+def session_log(session: dict[str, Any], asynchronous: bool) -> EventLog:
+    """The session's log under ``arun`` (``asynchronous``) or ``run``."""
+    inbox, tools, clock = setup(session, asynchronous)
     log = EventLog()
-    run(
-        [UserMessage("u1", "go")],
-        model=script(session),
-        tools=tools,
-        log=log,
-        inbox=inbox,
+    arguments: dict[str, Any] = {
+        "model": script(session),
+        "tools": tools,
+        "log": log,
+        "inbox": inbox,
         **options(session, clock),
-    )
-    return log
-
-
-def async_log(session: dict[str, Any]) -> EventLog:
-    inbox, tools, clock = setup(session, asynchronous=True)
-    log = EventLog()
-    asyncio.run(
-        arun(
-            [UserMessage("u1", "go")],
-            model=script(session),
-            tools=tools,
-            log=log,
-            inbox=inbox,
-            **options(session, clock),
-        )
-    )
+    }
+    if asynchronous:
+        asyncio.run(arun([UserMessage("u1", "go")], **arguments))
+    else:
+        run([UserMessage("u1", "go")], **arguments)
     return log
 
 
 @settings(max_examples=60, deadline=None)
 @given(sessions())
 def test_run_and_arun_write_the_same_log_and_it_replays(session: dict[str, Any]) -> None:
-    sync, concurrent = sync_log(session), async_log(session)
+    sync, concurrent = session_log(session, False), session_log(session, True)
     assert [encode_event(e) for e in concurrent] == [encode_event(e) for e in sync]
     regenerated = replay.replay(list(sync))
     assert [encode_event(e) for e in regenerated.events] == [encode_event(e) for e in sync]
