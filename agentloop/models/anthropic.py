@@ -132,6 +132,17 @@ _ASYNC_CLIENTS: Final = (
 )
 
 _OWN_KINDS: Final = frozenset({"thinking_signature", "redacted_thinking"})
+#: The stream's event types the parser knows (the SDK's ``RawMessageStreamEvent``).
+_EVENT_TYPES: Final = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    }
+)
 _STOP: Final = {
     "refusal": "refusal",
     "end_turn": "stop",
@@ -369,6 +380,10 @@ def _replies(request: ModelRequest, usage: _Usage) -> Parser[RawMessageStreamEve
     # for max_tokens (the input was cut off); anything after it is an error.
     cut_off: tuple[_OpenBlock, str, MalformedOutput] | None = None
     while (event := (yield NEXT)) is not END:
+        if event.type not in _EVENT_TYPES:
+            # A type the API added later: the SDK yields it dressed as the first
+            # class of its event union (a message_start without a message). Skip it.
+            continue
         if cut_off is not None and type(event) not in (RawMessageDeltaEvent, RawMessageStopEvent):
             raise cut_off[2]
         match event:
@@ -431,10 +446,8 @@ def _replies(request: ModelRequest, usage: _Usage) -> Parser[RawMessageStreamEve
                 if details is not None:
                     stop_message = first_text([details.explanation, details.category])
                 usage.update(usage_)
-            case RawMessageStopEvent():
+            case _:  # message_stop, the one type of _EVENT_TYPES left
                 break
-            case _:  # pragma: no cover - event types added to the API later
-                pass
     if stop_reason is None:
         raise MalformedOutput(
             f"anthropic message {message_id!r}: the stream ended without a stop_reason"
