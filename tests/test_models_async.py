@@ -31,6 +31,7 @@ pytest.importorskip("google.genai")
 
 import anthropic
 import httpx2
+import msgspec
 import openai
 from google import genai
 from google.genai import types as genai_types
@@ -45,6 +46,7 @@ from agentloop import (
     ModelError,
     ModelRequest,
     ModelResponse,
+    OutputSpec,
     PlanDraftEvent,
     RunFinishedEvent,
     RunResult,
@@ -56,7 +58,7 @@ from agentloop import (
     tool,
 )
 from agentloop.models import FallbackModel, RetryAttempt, RetryPolicy
-from agentloop.models._common import ModelReply, StreamingModel
+from agentloop.models._common import ModelReply, StreamingModel, output_system, schema_name
 from agentloop.models.anthropic import AnthropicModel
 from agentloop.models.gemini import GeminiModel
 from agentloop.models.openai import OpenAIChatModel, OpenAIResponsesModel
@@ -730,3 +732,143 @@ def test_leaving_early_closes_the_fallback_models_stream() -> None:
         assert waiting.closed
 
     asyncio.run(main())
+
+
+# =========================================================================== structured output
+
+
+class Forecast(msgspec.Struct):
+    city: str
+    celsius: int
+
+
+FORECAST = OutputSpec(name="Forecast", schema=msgspec.json.schema(Forecast))
+SCHEMA_TEXT = msgspec.json.encode(FORECAST.schema).decode()
+INSTRUCTION = f"Answer with only a JSON value matching this JSON Schema: {SCHEMA_TEXT}"
+
+
+def sent_body(
+    kind: str, asynchronous: bool, output: OutputSpec | None, **options: Any
+) -> dict[str, Any]:
+    """The request body the ``kind`` adapter sends for ``REQUEST`` with ``output``."""
+    server = Server(body(TEXT[kind]))
+    model = make(kind, server, asynchronous, **options)
+    request = msgspec.structs.replace(REQUEST, output=output)
+    outcome = acollect(model, request) if asynchronous else collect(model, request)
+    assert outcome[1] is None
+    return server.body()
+
+
+#: What each adapter sends for ``output=Forecast``: (field, value) of the body.
+NATIVE: dict[str, tuple[str, Any]] = {
+    "chat": (
+        "response_format",
+        {
+            "type": "json_schema",
+            "json_schema": {"name": "Forecast", "schema": FORECAST.schema},
+        },
+    ),
+    "responses": (
+        "text",
+        {"format": {"type": "json_schema", "name": "Forecast", "schema": FORECAST.schema}},
+    ),
+    "anthropic": ("system", f"Be kind.\n\n{INSTRUCTION}"),
+    "gemini": (
+        "generationConfig",
+        {"responseMimeType": "application/json", "responseJsonSchema": FORECAST.schema},
+    ),
+}
+
+
+#: That field without ``output`` (``None``: not sent).
+WITHOUT: dict[str, Any] = {"chat": None, "responses": None, "anthropic": "Be kind.", "gemini": {}}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_output_is_sent_as_the_providers_response_format(kind: str, asynchronous: bool) -> None:
+    field, value = NATIVE[kind]
+    with_output = sent_body(kind, asynchronous, FORECAST)
+    without = sent_body(kind, asynchronous, None)
+    assert with_output[field] == value
+    assert {k: v for k, v in with_output.items() if k != field} == {
+        k: v for k, v in without.items() if k != field
+    }
+    assert without.get(field) == WITHOUT[kind]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_callers_own_response_format_wins(asynchronous: bool) -> None:
+    json_object = {"type": "json_object"}
+    sent = sent_body("chat", asynchronous, FORECAST, response_format=json_object)
+    assert sent["response_format"] == json_object
+    plain = {"format": {"type": "text"}}
+    assert sent_body("responses", asynchronous, FORECAST, text=plain)["text"] == plain
+    merged = sent_body("responses", asynchronous, FORECAST, text={"verbosity": "low"})
+    assert merged["text"] == {"verbosity": "low", **NATIVE["responses"][1]}
+    for option, value in [
+        ("response_mime_type", "text/x.enum"),
+        ("response_schema", {"type": "STRING"}),
+        ("response_json_schema", {"type": "string"}),
+    ]:
+        config = sent_body("gemini", asynchronous, FORECAST, **{option: value})["generationConfig"]
+        assert "responseJsonSchema" not in config or config["responseJsonSchema"] == value
+        assert config.get("responseMimeType") != "application/json"
+
+
+def test_the_instruction_without_a_system_prompt() -> None:
+    request = ModelRequest("request-001", 1, (UserMessage("u1", "Hi"),), (), None, output=FORECAST)
+    server = Server(body(TEXT["anthropic"]))
+    assert collect(make("anthropic", server, False), request)[1] is None
+    assert server.body()["system"] == INSTRUCTION
+    assert output_system("", FORECAST) == INSTRUCTION
+    assert output_system("Be kind.", None) == "Be kind."
+    assert output_system(None, None) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "sent"),
+    [
+        ("Forecast", "Forecast"),
+        ("list[Forecast]", "list_Forecast_"),
+        ("dict[str, my-type]", "dict_str__my-type_"),
+        ("x" * 100, "x" * 64),
+        ("", "output"),
+    ],
+)
+def test_the_schema_name_is_what_openai_accepts(name: str, sent: str) -> None:
+    assert schema_name(OutputSpec(name=name)) == sent
+
+
+def json_answer(kind: str) -> bytes:
+    """``kind``'s text stream, its text deltas replaced by a Forecast as JSON."""
+    data = body(TEXT[kind])
+    if kind == "gemini":
+        pieces = [(b'"There are **3**"', b'"{\\"city\\":\\"Paris\\","')]
+        pieces.append((rb'" \"r\"s in strawberry.\n\nst**r**awbe**rr**y"', b'"\\"celsius\\":18}"'))
+    else:
+        pieces = [
+            (b'"Hello"', b'"{\\"city\\":"'),
+            (b'" there"', b'"\\"Paris\\","'),
+            (b'"!"', b'"\\"celsius\\":18}"'),
+        ]
+    for old, new in pieces:
+        assert old in data, (kind, old)
+        data = data.replace(old, new)
+    return data
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_run_with_output_decodes_the_providers_json_answer(kind: str, asynchronous: bool) -> None:
+    server = Server(json_answer(kind))
+    model = make(kind, server, asynchronous)
+    messages = [UserMessage("u1", "Weather in Paris?")]
+    result, _ = session(messages, model, tools=[], output=Forecast)
+    assert result.status == "completed"
+    assert result.output == Forecast("Paris", 18)
+    field, value = NATIVE[kind]
+    if kind == "anthropic":
+        assert server.body()["system"] == INSTRUCTION
+    else:
+        assert server.body()[field] == value

@@ -52,6 +52,11 @@ cancelled) closes the SDK's stream, and with it the HTTP response, on the way ou
 
 Provider blocks (:class:`~agentloop.ProviderBlock`) of another provider are never
 sent: :func:`sendable` drops them, with a DEBUG line on the same logger.
+
+A request's structured output (``ModelRequest.output``, from ``output=T``) goes to
+the provider as its own JSON-schema response format where it has one (named by
+:func:`schema_name`), else as an instruction at the end of the system prompt
+(:func:`output_system`).
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ import contextlib
 import enum
 import inspect
 import logging
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterable, Iterator
 from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
@@ -71,6 +77,7 @@ from .._deep import parse as parse_deep
 from .._errors import MODEL_PROTOCOL_ERROR, ModelError
 from .._limits import MAX_CHUNKS_PER_STEP
 from .._messages import Block, ProviderBlock, TextBlock, ThinkingBlock, ToolCall
+from .._output import OutputSpec
 from .._protocol import ModelChunk, ModelFailure, ModelRequest, ModelResponse, Usage
 
 __all__ = [
@@ -91,6 +98,8 @@ __all__ = [
     "first_text",
     "kind_from_status",
     "logger",
+    "output_system",
+    "schema_name",
     "sendable",
 ]
 
@@ -630,6 +639,24 @@ def kind_from_status(status: int | None) -> str:
     if 400 <= status < 500:
         return "bad_request"
     return "unknown"
+
+
+def output_system(system: str | None, output: OutputSpec | None) -> str | None:
+    """``system`` with the structured-output instruction appended (for a provider
+    without a JSON-schema response format); ``system`` itself without ``output``."""
+    if output is None:
+        return system
+    schema = msgspec.json.encode(output.schema).decode()
+    instruction = f"Answer with only a JSON value matching this JSON Schema: {schema}"
+    return instruction if not system else f"{system}\n\n{instruction}"
+
+
+def schema_name(output: OutputSpec) -> str:
+    """The output type's name as a response-format name: ``[a-zA-Z0-9_-]{1,64}``."""
+    return _NOT_NAME.sub("_", output.name)[:64] or "output"
+
+
+_NOT_NAME: Final = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 def first_text(values: Iterable[object]) -> str | None:

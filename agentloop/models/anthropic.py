@@ -23,7 +23,8 @@ followed by its ``ProviderBlock("anthropic", "thinking_signature")`` (or carryin
 unsigned thinking, blank text and other providers' blocks are not sent, as the API
 rejects them); consecutive ``ToolResultMessage``\\ s are one user message of
 ``tool_result`` blocks (``is_error`` included). Tool specs become tools with
-``input_schema``.
+``input_schema``. With ``output=T`` (no JSON-schema option is assumed) the system
+prompt ends with "Answer with only a JSON value matching this JSON Schema: ...".
 
 Stream: ``text_delta`` is text; a ``tool_use`` block's ``input_json_delta``
 fragments are assembled and sent as one ``ToolCall`` at ``content_block_stop``; a
@@ -83,6 +84,7 @@ from ._common import (
     decode_arguments,
     first_text,
     kind_from_status,
+    output_system,
     sendable,
 )
 
@@ -223,8 +225,9 @@ class AnthropicModel(StreamingModel):
 
     def _call(self, request: ModelRequest) -> ProviderCall[Any]:
         options = dict(self.request_options)
-        if request.system is not None:
-            options["system"] = request.system
+        system = output_system(request.system, request.output)
+        if system is not None:
+            options["system"] = system
         tools = _tools(request)
         if tools:
             options["tools"] = tools

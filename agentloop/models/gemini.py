@@ -22,7 +22,9 @@ its ``id``, ``ProviderBlock("gemini", "thought_signature")`` -> the
 providers' blocks are not sent); consecutive ``ToolResultMessage``\\ s are one
 ``user`` content of ``function_response`` parts (``{"result": content}``, or
 ``{"error": content}`` when ``is_error``). Tool specs become one tool of
-``function_declarations`` (``parameters_json_schema``).
+``function_declarations`` (``parameters_json_schema``). With ``output=T`` the config
+has ``response_mime_type="application/json"`` and ``response_json_schema``, unless
+you pass ``response_mime_type``, ``response_schema`` or ``response_json_schema``.
 
 Stream: text parts are text; ``thought`` parts are thinking, sent as one
 ``ThinkingBlock`` when the thought ends; a ``function_call`` part is one
@@ -95,6 +97,10 @@ __all__ = ["GeminiModel", "RetryPolicy"]
 
 _RESERVED: Final = frozenset({"system_instruction", "tools"})
 _OWN_KINDS: Final = ("thought_signature",)
+#: Config options that say how to answer: given any, ``output=`` leaves them be.
+_OUTPUT_OPTIONS: Final = frozenset(
+    {"response_mime_type", "response_schema", "response_json_schema"}
+)
 _STOP: Final = {"STOP": "stop", "MAX_TOKENS": "length"}
 
 
@@ -148,6 +154,10 @@ class GeminiModel(StreamingModel):
         config = types.GenerateContentConfig(**self.config_options)
         if request.system is not None:
             config.system_instruction = request.system
+        output = request.output
+        if output is not None and not _OUTPUT_OPTIONS & self.config_options.keys():
+            config.response_mime_type = "application/json"
+            config.response_json_schema = output.schema
         declarations = [
             types.FunctionDeclaration(
                 name=spec.name,

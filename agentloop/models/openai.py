@@ -22,6 +22,10 @@ not sent); a ``ToolResultMessage`` a ``{"role": "tool"}`` message (the API has n
 error flag: ``is_error`` is not sent, the content says what happened). Tool specs
 become ``{"type": "function", "function": {...}}`` tools. The request asks for
 ``stream_options={"include_usage": True}`` unless you pass ``stream_options``.
+With ``output=T`` the request asks for ``response_format={"type": "json_schema",
+"json_schema": {"name": ..., "schema": ...}}`` (not ``strict``: a msgspec or
+pydantic schema need not meet strict mode's rules) unless you pass
+``response_format``.
 
 Stream: ``delta.content`` is text; ``delta.reasoning_content`` (DeepSeek, vLLM,
 xAI) and ``delta.reasoning`` (OpenRouter) are thinking, sent as one
@@ -49,7 +53,9 @@ Mapping (Responses)
 ``system`` becomes ``instructions``; messages become input items (user and
 assistant text messages, ``function_call`` and ``function_call_output`` items, in
 transcript order); tool specs become ``{"type": "function", "strict": False}``
-tools. ``response.output_text.delta`` (and refusal deltas) are text; a function
+tools. With ``output=T`` the request has ``text={"format": {"type": "json_schema",
+"name": ..., "schema": ...}}`` (merged into your ``text`` option unless it has a
+``format``). ``response.output_text.delta`` (and refusal deltas) are text; a function
 call is sent when its ``response.output_item.done`` arrives (``call_id`` is the
 ``ToolCall.id``). ``response.completed`` -> ``stop``/``tool_call``,
 ``response.incomplete`` -> ``length`` for ``max_output_tokens`` else ``error``;
@@ -106,6 +112,7 @@ from ._common import (
     encode_arguments,
     first_text,
     kind_from_status,
+    schema_name,
     sendable,
 )
 
@@ -221,6 +228,12 @@ class OpenAIChatModel(_OpenAIModel):
     def _call(self, request: ModelRequest) -> ProviderCall[Any]:
         options = dict(self.request_options)
         options.setdefault("stream_options", {"include_usage": True})
+        output = request.output
+        if output is not None and "response_format" not in options:
+            options["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": schema_name(output), "schema": output.schema},
+            }
         tools = _chat_tools(request)
         if tools:
             options["tools"] = tools
@@ -264,6 +277,18 @@ class OpenAIResponsesModel(_OpenAIModel):
                 options["include"] = [*include, _ENCRYPTED]
         if request.system is not None:
             options["instructions"] = request.system
+        output = request.output
+        text = options.get("text") or {}
+        if output is not None and "format" not in text:
+            # (a ``text`` option without a format, e.g. only ``verbosity``, keeps its keys)
+            options["text"] = {
+                **text,
+                "format": {
+                    "type": "json_schema",
+                    "name": schema_name(output),
+                    "schema": output.schema,
+                },
+            }
         tools = _responses_tools(request)
         if tools:
             options["tools"] = tools
