@@ -409,7 +409,7 @@ class SQLiteStore:
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
         try:
-            db.execute("PRAGMA journal_mode=WAL")
+            _enter_wal(db, timeout)
             db.execute(f"PRAGMA synchronous={synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
             _migrate(db, self.path, MIGRATIONS, float(clock()))
@@ -1004,6 +1004,27 @@ def _migrate(
     except BaseException:
         _rollback(db)
         raise
+
+
+def _enter_wal(db: sqlite3.Connection, timeout: float) -> None:
+    """``PRAGMA journal_mode=WAL``, waiting up to ``timeout`` for other connections.
+
+    SQLite does not call the busy handler for this pragma: when another process
+    holds a lock on the file (two workers opening a new store at the same moment),
+    it fails at once with "database is locked". So wait here as the busy handler
+    would, with a short backoff, until the timeout.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _rollback(db: sqlite3.Connection) -> None:

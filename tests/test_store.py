@@ -89,6 +89,62 @@ def store(tmp_path: Path, clock: FakeClock) -> Iterator[SQLiteStore]:
 # --------------------------------------------------------------------------- opening
 
 
+def _writer_holding_a_lock(path: Path) -> sqlite3.Connection:
+    """A connection to a new file in the middle of a write transaction (what a
+    second worker opening the same new store does at that moment)."""
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("BEGIN IMMEDIATE")
+    return db
+
+
+def test_opening_waits_for_another_connection_to_let_go_of_a_new_file(tmp_path):
+    # SQLite does not call the busy handler for PRAGMA journal_mode=WAL while
+    # another connection holds the write lock (it could deadlock): two workers
+    # opening a new store at the same moment made one fail at once with "database
+    # is locked" (seen in CI). The store waits, up to its timeout.
+    path = tmp_path / "new.db"
+    writer = _writer_holding_a_lock(path)
+    probe = sqlite3.connect(path, timeout=30.0)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        probe.execute("PRAGMA journal_mode=WAL")  # at once, despite the timeout
+    probe.close()
+    release = threading.Timer(0.2, lambda: writer.execute("ROLLBACK"))
+    release.start()
+    try:
+        with SQLiteStore(path, timeout=30.0) as store:
+            assert store.schema_version == SCHEMA_VERSION
+    finally:
+        release.join()
+        writer.close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    db.close()
+
+
+def test_opening_gives_up_after_the_timeout(tmp_path):
+    path = tmp_path / "new.db"
+    writer = _writer_holding_a_lock(path)
+    try:
+        with pytest.raises(StoreError, match=r"cannot open the store: database is locked"):
+            SQLiteStore(path, timeout=0.05)
+    finally:
+        writer.close()
+
+
+def test_entering_wal_mode_does_not_retry_other_errors():
+    class Failing:
+        calls = 0
+
+        def execute(self, sql: str) -> None:
+            self.calls += 1
+            raise sqlite3.OperationalError("disk I/O error")
+
+    db = Failing()
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        store_module._enter_wal(db, 30.0)  # type: ignore[arg-type]
+    assert db.calls == 1
+
+
 def test_a_new_store_has_the_schema_in_wal_mode(tmp_path):
     path = tmp_path / "new.db"
     with SQLiteStore(path) as store:
