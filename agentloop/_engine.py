@@ -426,6 +426,16 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         return f"<AgentLoop state={self._state.name} step={self._step} events={len(self._events)}>"
 
     # ------------------------------------------------------------------ generator protocol
+    #
+    # send/throw/close wrap the private generator (_gen) and catch misuse at the
+    # boundary: a reply before priming, after the end, or after the run died raises
+    # CallerProtocolError and records nothing more. Inside, every reply enters
+    # through _ask, once: accept() checks and copies it (or it is the very object
+    # this package's driver checked, see _checked_by_driver), its ``at`` moves the
+    # loop's clock, a Cancel unwinds to _finish, and a Steer or FollowUp is queued
+    # (message.queued) while the same effect is yielded again; _deliver appends
+    # the queued messages at the next boundary. _set is the only place the state
+    # changes, _emit the only place an event is recorded.
 
     def send(self, value: Reply | None) -> Effect:
         """Send a reply to the pending effect; return the next effect.

@@ -88,6 +88,14 @@ def test_recorded_session_replays_and_round_trips(core):
     assert [agentloop.decode_event(data) for data in encoded] == events
 
 
+def test_the_floors_do_the_work_they_stand_for(core, tmp_path):
+    events = core.record_session()
+    core.bare_codec(events)()
+    path = tmp_path / "session.jsonl"
+    importlib.import_module("replay").write_log(path, events)
+    core.reader_floor(path, events)()  # every event encodes as recorded, or it raises
+
+
 def test_quick_core_run_prints_the_table_and_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     env = dict(
@@ -125,6 +133,10 @@ def test_quick_core_run_prints_the_table_and_writes_json(tmp_path):
     assert set(arun) == {"S1", "S3"}
     extras = data["extras"]
     assert extras["S5"]["bytes_per_step"] > 0
+    # The floors the S4/S5 goals are printed against.
+    assert extras["S5"]["bare_events_per_s"] > 0
+    assert extras["S4"]["floor_events_per_s"] > 0
+    assert "bare msgspec, the floor:" in report and "the C work alone" in report
     assert extras["chunks"]["ns_streamed"] > 0
     assert extras["non_ascii"]["non_ascii_log"] > 0
     assert extras["cold_start"]["bytecode_ms"] > 0

@@ -17,6 +17,7 @@ session, S5 ``encode_event``/``decode_event`` over that session's log; and
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import statistics
@@ -492,6 +493,49 @@ def cold_start(runs: int) -> dict[str, Any]:
     }
 
 
+def bare_codec(events: list[agentloop.Event]) -> Callable[[], None]:
+    """S5's floor: msgspec alone (one Encoder, one typed Decoder), none of
+    ``encode_event``'s checks for values JSON cannot hold."""
+    encoder = msgspec.json.Encoder()
+    decoder = msgspec.json.Decoder(agentloop.Event)
+    encode, decode = encoder.encode, decoder.decode
+
+    def codec() -> None:
+        for event in events:
+            decode(encode(event))
+
+    return codec
+
+
+def reader_floor(path: Path, events: list[agentloop.Event]) -> Callable[[], None]:
+    """The C work a log-format-2 reader cannot skip, per line, with no Python logic
+    around it: read the line, hash it into the chain (SHA-256), decode the event and
+    encode it again (the canonical check); then what ``replay`` adds at least: the
+    check of each event, byte for byte (two encodings). Bare msgspec calls on the
+    whole encoded event stand in for the line's own fields."""
+    encoder = msgspec.json.Encoder()
+    decoder = msgspec.json.Decoder(agentloop.Event)
+    encode, decode = encoder.encode, decoder.decode
+    pairs = [(agentloop.encode_event(event), event) for event in events]
+    sha256 = hashlib.sha256()
+
+    def floor() -> None:
+        link = b""
+        with open(path, "rb") as file:
+            file.readline()  # the header
+            for data, original in pairs:
+                line = file.readline()
+                digest = sha256.copy()
+                digest.update(link)
+                digest.update(line[:-21])
+                link = digest.digest()[:8].hex().encode()
+                event = decode(data)
+                if encode(event) != data or encode(original) != encode(event):
+                    raise AssertionError(f"{event} does not encode as recorded")
+
+    return floor
+
+
 def extras(settings: Settings) -> dict[str, Any]:
     events = record_session()
     check = replay.replay(events)
@@ -508,6 +552,8 @@ def extras(settings: Settings) -> dict[str, Any]:
         jobs = steps_only_jobs()
         jobs["replay"] = Job(lambda: replay.replay(events))
         jobs["replay_file"] = Job(lambda: replay.replay(replay.read_log(path)))
+        jobs["reader_floor"] = Job(reader_floor(path, events))
+        jobs["bare_codec"] = Job(bare_codec(events))
         jobs["read_log"] = Job(lambda: replay.read_log(path))
         jobs["write_log"] = Job(lambda: replay.write_log(path, events))
         jobs["encode"] = Job(lambda: [encode(event) for event in events])
@@ -545,6 +591,8 @@ def extras(settings: Settings) -> dict[str, Any]:
             "ns_per_replay": ns["replay"],
             "events_per_s": count / ns["replay"] * 1e9,
             "file_events_per_s": count / ns["replay_file"] * 1e9,
+            # Reading and checking without any Python logic, nor the engine.
+            "floor_events_per_s": count / ns["reader_floor"] * 1e9,
             "file_bytes": file_bytes,
         },
         "S5": {
@@ -553,6 +601,7 @@ def extras(settings: Settings) -> dict[str, Any]:
             "encode_events_per_s": count / ns["encode"] * 1e9,
             "decode_events_per_s": count / ns["decode"] * 1e9,
             "roundtrip_events_per_s": count / (ns["encode"] + ns["decode"]) * 1e9,
+            "bare_events_per_s": count / ns["bare_codec"] * 1e9,
             "bytes": size,
             "bytes_per_step": size / MEMORY_STEPS,
             "bytes_per_event": size / count,
