@@ -32,8 +32,10 @@ def file_demo(tmp_path: Path) -> list[Any]:
 def test_ctrl_c_stops_the_demo_and_the_same_command_finishes_it(tmp_path):
     db = tmp_path / "demo.db"
     command = [sys.executable, "-m", "agentloop", "demo", "--store", str(db)]
+    # Every model call waits 1 s: the window for the Ctrl-C below. (With 0.2 s, a
+    # loaded CI machine let the demo finish before the signal arrived.)
     worker = subprocess.Popen(
-        [*command, "--delay", "0.2"],
+        [*command, "--delay", "1"],
         cwd=tmp_path,
         env=subprocess_env(NO_COLOR="1"),
         stdout=subprocess.PIPE,
@@ -45,7 +47,7 @@ def test_ctrl_c_stops_the_demo_and_the_same_command_finishes_it(tmp_path):
     for line in worker.stdout:
         shown.append(line)
         if "step.start" in line and "request-002" in line:
-            break  # the second model call (0.2 s) is about to start: Ctrl-C
+            break  # the second model call (1 s) is about to start: Ctrl-C
     worker.send_signal(signal.SIGINT)
     _, err = worker.communicate(timeout=60)
     assert worker.returncode == 130, err
