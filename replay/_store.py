@@ -655,7 +655,8 @@ class SQLiteStore:
     ) -> None:
         """Store a new session with its first events (one transaction).
 
-        With ``owner``, the new session is leased to it for ``lease_seconds``.
+        With ``owner``, the new session is leased to it for ``lease_seconds``
+        (unless ``status`` is a finished one: a finished session holds no lease).
 
         Raises:
             StoreConflict: a session with that id exists already (another writer
@@ -671,6 +672,8 @@ class SQLiteStore:
         rows = _stored_rows(session_id, 0, events, format2)
         config = msgspec.json.encode(_session_config(events[0])).decode()
         now = self.now()
+        if status in _FINISHED:
+            owner = None
         expires = None if owner is None else now + lease_seconds
         with self._write() as db:
             found = db.execute(
@@ -723,7 +726,9 @@ class SQLiteStore:
             status, steps: the session's status and step after these events.
             owner: the lease holder making the append; it must still hold the
                 lease (its expiry is renewed by ``lease_seconds`` from now).
-                ``None`` skips the lease check.
+                ``None`` skips the lease check. When ``status`` is a finished one,
+                the lease is released in the same transaction: a finished session
+                holds no lease, even if its worker dies right after.
             consume_answer: also delete the session's recorded answer (it was
                 applied: these events record it).
             consume_queued: also delete the session's queued messages numbered up
@@ -741,18 +746,22 @@ class SQLiteStore:
         _check_batch(session_id, expected, events)
         now = self.now()
         lease = None if owner is None else now + lease_seconds
+        finished = status in _FINISHED
         with self._write() as db:
             # One statement checks and moves the session on (the common case); when
             # it matches nothing, a second one finds out why.
             moved = db.execute(
                 "UPDATE sessions SET next_sequence = ?, status = ?, steps = ?, updated = ?, "
-                "lease_expires = coalesce(?, lease_expires) "
+                "lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END, "
+                "lease_expires = CASE WHEN ? THEN NULL ELSE coalesce(?, lease_expires) END "
                 "WHERE id = ? AND next_sequence = ? AND (? IS NULL OR lease_owner = ?)",
                 (
                     expected + len(events),
                     status,
                     steps,
                     now,
+                    finished,
+                    finished,
                     lease,
                     session_id,
                     expected,

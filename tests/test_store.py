@@ -397,6 +397,29 @@ def file_of(events: list[Event], tmp_path: Path) -> bytes:
     return data
 
 
+def test_an_append_that_does_not_finish_renews_the_lease(store, clock):
+    events = events_of()
+    store.create("s", events[:3], status="running", steps=1, owner="w", lease_seconds=10)
+    clock.now = 1004.0
+    store.append(
+        "s", events[3:5], expected=3, status="running", steps=1, owner="w", lease_seconds=10
+    )
+    info = store.session("s")
+    assert (info.lease_owner, info.lease_expires) == ("w", 1014.0)
+    store.append(
+        "s", events[5:6], expected=5, status="paused", steps=1, owner="w", lease_seconds=10
+    )
+    assert store.session("s").lease_owner == "w"  # paused is not finished: release() does it
+
+
+def test_a_session_created_finished_holds_no_lease(store):
+    events = events_of()
+    store.create("s", events, status="completed", steps=1, owner="w", lease_seconds=10)
+    info = store.session("s")
+    assert (info.status, info.lease_owner, info.lease_expires) == ("completed", None, None)
+    assert store.release("s", "w") is False  # nothing left to give up
+
+
 def test_create_append_and_read_back(store, clock, tmp_path):
     events = events_of()
     store.create("s", events[:3], status="running", steps=1, owner="w", lease_seconds=10)
@@ -425,11 +448,14 @@ def test_create_append_and_read_back(store, clock, tmp_path):
         "s", events[3:], expected=3, status="completed", steps=1, owner="w", lease_seconds=10
     )
     info = store.session("s")
-    assert (info.status, info.events, info.updated, info.lease_expires) == (
+    # A finished session holds no lease: released with its last events, in the same
+    # transaction (a worker killed right after leaves no lease behind).
+    assert (info.status, info.events, info.updated, info.lease_owner, info.lease_expires) == (
         "completed",
         len(events),
         1005.0,
-        1015.0,
+        None,
+        None,
     )
     assert info.finished
     assert store.events("s") == events
