@@ -28,12 +28,18 @@ def file_demo(tmp_path: Path) -> list[Any]:
     return replay.read_log(path)
 
 
+def _default_sigint() -> None:
+    # A background job of a non-interactive shell (a CI step started with ``&``)
+    # runs with SIGINT ignored, and children inherit that: Python then installs no
+    # KeyboardInterrupt handler. The child gets the default back, as in a terminal.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(os.name != "posix", reason="SIGINT to a child process")
 def test_ctrl_c_stops_the_demo_and_the_same_command_finishes_it(tmp_path):
     db = tmp_path / "demo.db"
     command = [sys.executable, "-m", "agentloop", "demo", "--store", str(db)]
-    # Every model call waits 1 s: the window for the Ctrl-C below. (With 0.2 s, a
-    # loaded CI machine let the demo finish before the signal arrived.)
+    # Every model call waits 1 s: the window for the Ctrl-C below.
     worker = subprocess.Popen(
         [*command, "--delay", "1"],
         cwd=tmp_path,
@@ -41,6 +47,7 @@ def test_ctrl_c_stops_the_demo_and_the_same_command_finishes_it(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
     assert worker.stdout is not None
     shown = []
