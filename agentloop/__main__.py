@@ -453,9 +453,10 @@ def _demo_store(args: argparse.Namespace, out: IO[str], model: Model | None) -> 
         # stored; the next run starts again from the stored ones.
         with SQLiteStore(args.store) as store:
             saved = sum(info.events for info in store.sessions() if info.id == DEMO_SESSION)
+        unstored = f"; the lines from #{saved} on above were not stored" if saved else ""
         print(
             f"\ninterrupted: {saved} events of session {DEMO_SESSION!r} are stored in "
-            f"{args.store}; run the same command again to continue",
+            f"{args.store}{unstored}; run the same command again to continue",
             file=sys.stderr,
         )
         return 130

@@ -65,6 +65,9 @@ def test_ctrl_c_stops_the_demo_and_the_same_command_finishes_it(tmp_path):
         assert info.status == "running" and info.lease_owner is None
         stopped_at = info.events
         assert f"{stopped_at} events of session 'demo' are stored" in err
+        # The live timeline also showed the cancel the interrupted run made in
+        # memory; the message says those lines are not in the store.
+        assert f"the lines from #{stopped_at} on above were not stored" in err
         assert replay.replay(store.events("demo")).result is None  # it waits for a reply
 
     again = subprocess.run(
