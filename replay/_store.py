@@ -103,6 +103,9 @@ __all__ = [
 #: (the ``RunResult.status``).
 SESSION_STATUSES: Final = ("running", "paused", *agentloop.STATUSES)
 _FINISHED: Final = frozenset(agentloop.STATUSES)
+# A session in these holds no lease: its worker is done with it (finished, or
+# parked until an answer comes). The commit that moves it there releases the lease.
+_UNLEASED: Final = _FINISHED | {"paused"}
 
 #: ``PRAGMA application_id`` of an agentloop store ("ALS1" in ASCII): tells a store
 #: from any other SQLite database.
@@ -656,7 +659,8 @@ class SQLiteStore:
         """Store a new session with its first events (one transaction).
 
         With ``owner``, the new session is leased to it for ``lease_seconds``
-        (unless ``status`` is a finished one: a finished session holds no lease).
+        (unless ``status`` is ``paused`` or a finished one: such a session holds no
+        lease).
 
         Raises:
             StoreConflict: a session with that id exists already (another writer
@@ -672,7 +676,7 @@ class SQLiteStore:
         rows = _stored_rows(session_id, 0, events, format2)
         config = msgspec.json.encode(_session_config(events[0])).decode()
         now = self.now()
-        if status in _FINISHED:
+        if status in _UNLEASED:
             owner = None
         expires = None if owner is None else now + lease_seconds
         with self._write() as db:
@@ -726,9 +730,10 @@ class SQLiteStore:
             status, steps: the session's status and step after these events.
             owner: the lease holder making the append; it must still hold the
                 lease (its expiry is renewed by ``lease_seconds`` from now).
-                ``None`` skips the lease check. When ``status`` is a finished one,
-                the lease is released in the same transaction: a finished session
-                holds no lease, even if its worker dies right after.
+                ``None`` skips the lease check. When ``status`` is ``paused`` (the
+                session parks) or a finished one, the lease is released in the same
+                transaction: such a session holds no lease, even if its worker dies
+                right after.
             consume_answer: also delete the session's recorded answer (it was
                 applied: these events record it).
             consume_queued: also delete the session's queued messages numbered up
@@ -746,7 +751,7 @@ class SQLiteStore:
         _check_batch(session_id, expected, events)
         now = self.now()
         lease = None if owner is None else now + lease_seconds
-        finished = status in _FINISHED
+        unleased = status in _UNLEASED
         with self._write() as db:
             # One statement checks and moves the session on (the common case); when
             # it matches nothing, a second one finds out why.
@@ -760,8 +765,8 @@ class SQLiteStore:
                     status,
                     steps,
                     now,
-                    finished,
-                    finished,
+                    unleased,
+                    unleased,
                     lease,
                     session_id,
                     expected,

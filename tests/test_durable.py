@@ -310,6 +310,22 @@ def test_a_pause_without_on_pause_parks_and_an_answer_continues_it(store):
     assert replay.replay(store.events("s")).result == result
 
 
+def test_a_worker_that_dies_right_after_parking_leaves_no_lease(store, monkeypatch):
+    # As if the process were killed between the commit that parks and release():
+    # the commit itself gave the lease up, so another worker goes on at once.
+    options: dict[str, Any] = {"model": FunctionModel(publishing), "tools": [publish]}
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "release", lambda session_id, owner: False)
+        parked = replay.run_durable(store, "s", QUESTION, owner="doomed", **options)
+    assert type(parked) is Parked
+    info = store.session("s")
+    assert (info.status, info.lease_owner, info.lease_expires) == ("paused", None, None)
+    replay.answer(store, "s", APPROVE)
+    assert store.runnable() == ["s"]
+    result = replay.run_durable(store, "s", owner="next", **options)
+    assert result == plain(publishing, (publish,), on_pause=lambda pause: APPROVE)
+
+
 def test_an_answer_is_stamped_when_it_is_applied(store):
     options: dict[str, Any] = {"model": FunctionModel(publishing), "tools": [publish]}
     replay.run_durable(store, "a", QUESTION, **options)

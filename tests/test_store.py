@@ -397,7 +397,7 @@ def file_of(events: list[Event], tmp_path: Path) -> bytes:
     return data
 
 
-def test_an_append_that_does_not_finish_renews_the_lease(store, clock):
+def test_an_append_renews_the_lease_until_the_session_parks_or_finishes(store, clock):
     events = events_of()
     store.create("s", events[:3], status="running", steps=1, owner="w", lease_seconds=10)
     clock.now = 1004.0
@@ -406,10 +406,15 @@ def test_an_append_that_does_not_finish_renews_the_lease(store, clock):
     )
     info = store.session("s")
     assert (info.lease_owner, info.lease_expires) == ("w", 1014.0)
+    # Parking releases the lease with the events that park: an answered session is
+    # runnable at once, even if its worker died before calling release().
     store.append(
         "s", events[5:6], expected=5, status="paused", steps=1, owner="w", lease_seconds=10
     )
-    assert store.session("s").lease_owner == "w"  # paused is not finished: release() does it
+    info = store.session("s")
+    assert (info.status, info.lease_owner, info.lease_expires) == ("paused", None, None)
+    store.put_answer("s", Resume())
+    assert store.runnable() == ["s"]
 
 
 def test_a_session_created_finished_holds_no_lease(store):
