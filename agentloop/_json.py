@@ -27,6 +27,7 @@ __all__ = [
     "copy_json",
     "finite_number",
     "int_text",
+    "json_equal",
     "json_problem",
     "non_finite_path",
     "path_text",
@@ -278,6 +279,33 @@ def non_finite_path(value: object) -> str | None:
 def json_problem(value: object, path: str = "$") -> str | None:
     """Why ``value`` is not plain, finite JSON the log can hold (or ``None`` when it is)."""
     return scan(value, path, numbers_are_structural=True).structural
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """``a == b`` for plain JSON values (already checked: no cycles), without recursion.
+
+    Python's own ``==`` recurses in C and raises ``RecursionError`` about a
+    thousand levels down; this walks with a stack and answers as ``==`` does: dicts
+    by keys and values whatever their order, lists and tuples item by item (a list
+    never equals a tuple), numbers by value (``1 == 1.0``).
+    """
+    stack: list[tuple[Any, Any]] = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if x is y:
+            continue
+        kind = type(x)
+        if kind is dict:
+            if type(y) is not dict or x.keys() != y.keys():
+                return False
+            stack.extend((value, y[key]) for key, value in x.items())
+        elif kind is list or kind is tuple:
+            if type(y) is not kind or len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif type(y) in CONTAINERS or x != y:
+            return False
+    return True
 
 
 def copy_json(value: Any) -> Any:

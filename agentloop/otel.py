@@ -59,6 +59,7 @@ from typing import Any, Final
 import msgspec
 
 from ._codec import encode_event
+from ._deep import encode as encode_deep
 from ._events import (
     BudgetWarnEvent,
     Event,
@@ -80,6 +81,7 @@ from ._messages import (
     AssistantMessage,
     Block,
     Message,
+    ProviderBlock,
     TextBlock,
     ThinkingBlock,
     ToolCall,
@@ -150,7 +152,10 @@ _encode = msgspec.json.Encoder().encode
 
 def _json(value: Any) -> str:
     # msgspec writes NaN/inf as null and any int exactly; event values are valid Unicode.
-    return _encode(value).decode()
+    try:
+        return _encode(value).decode()
+    except RecursionError:  # e.g. a provider's opaque data nested a thousand levels
+        return encode_deep(value).decode()  # the same bytes, without recursion
 
 
 class _Open:
@@ -599,6 +604,15 @@ def _part(block: Block) -> dict[str, Any]:
             "id": block.id,
             "name": block.name,
             "arguments": block.arguments,
+        }
+    if isinstance(block, ProviderBlock):
+        # Opaque provider state: a generic part with its fields, built here rather
+        # than by msgspec.to_builtins, which recurses into deep data.
+        return {
+            "type": "provider",
+            "provider": block.provider,
+            "kind": block.kind,
+            "data": block.data,
         }
     # A block type this module does not know (yet): a generic part with its fields.
     part: dict[str, Any] = msgspec.to_builtins(block)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,16 @@ from agentloop import (
     Event,
     EventLog,
     ModelChunk,
+    ModelRequest,
     ModelResponse,
     PauseRequest,
     PlanDraftEvent,
+    ProviderBlock,
     Resume,
     RunFinishedEvent,
     SessionCompleteEvent,
     SessionResumeEvent,
+    TextBlock,
     ToolCall,
     ToolResult,
     ToolSpec,
@@ -50,6 +54,7 @@ from agentloop import (
     run,
 )
 from agentloop._deep import encode, parse
+from agentloop._json import json_equal
 from agentloop.models.openai import OpenAIChatModel
 from replay import LogWriter, read_log, replay, write_log
 from tests.helpers import ECHO, check_log, response
@@ -497,3 +502,86 @@ def test_encode_tagged_treats_builtin_subclasses_as_builtins() -> None:
     value = [Mapping({"$int": 1}), Sequence([math.nan, Mapping(a=2**70)])]
     expected = msgspec.json.encode(_codec._tag(msgspec.to_builtins(value)))
     assert encode(value, tagged=True) == expected
+
+
+# --------------------------------------------------------------------------- opaque provider data
+
+
+class _ProviderModel:
+    """Streams a ProviderBlock holding ``streamed`` (``data`` by default) and a text,
+    then answers with a ProviderBlock holding ``data`` and the same text."""
+
+    def __init__(self, data: dict[str, Any], streamed: dict[str, Any] | None = None) -> None:
+        self.data, self.streamed = data, data if streamed is None else streamed
+
+    def stream(self, request: ModelRequest) -> Iterator[ModelChunk | ModelResponse]:
+        kind = "redacted_thinking"
+        yield ModelChunk(request.id, ProviderBlock("anthropic", kind, self.streamed))
+        yield ModelChunk(request.id, TextBlock("done"))
+        block = ProviderBlock("anthropic", kind, self.data)
+        yield ModelResponse(request.id, "r1", (block, TextBlock("done")), "stop")
+
+
+def test_deep_provider_data_streamed_and_answered_completes_and_replays(tmp_path: Path) -> None:
+    # The stream check compared the streamed ProviderBlock with the final one with
+    # Python's ==, which raised RecursionError out of run() at this depth.
+    log = EventLog()
+    path = tmp_path / "deep.jsonl"
+    with LogWriter(path) as writer:
+        writer.follow(log)
+        result = run([USER], model=_ProviderModel(nested(5000)), tools=[], log=log)
+    assert (result.status, result.final_text) == ("completed", "done")
+    check_log(list(log))
+    assert [encode_event(e) for e in replay(read_log(path)).events] == [
+        encode_event(e) for e in log
+    ]
+
+
+def test_deep_provider_data_that_differs_deep_down_is_a_stream_mismatch() -> None:
+    final = nested(5000)
+    streamed = nested(5000)
+    innermost = streamed
+    while innermost:
+        innermost = innermost["a"]
+    innermost["b"] = 1
+    result = run([USER], model=_ProviderModel(final, streamed), tools=[], log=EventLog())
+    assert result.status == "failed" and result.error is not None
+    assert result.error.code == MODEL_PROTOCOL_ERROR
+    assert "streamed chunks disagree with the final response at normalized block 0" in (
+        result.error.message
+    )
+    assert "ProviderBlock" in result.error.message
+
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.sampled_from([0.0, 1.0, 2.5])
+    | st.text("ab", max_size=2),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text("ab", max_size=2), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(_json, _json)
+@example({"a": 1, "b": [1]}, {"b": [1.0], "a": True})  # order and numbers as == sees them
+@example([1], (1,))  # a list never equals a tuple
+@example({"a": []}, {"a": {}})
+def test_json_equal_answers_as_python_does(a: Any, b: Any) -> None:
+    assert json_equal(a, b) is (a == b)
+    assert json_equal(a, a) and json_equal(b, b)
+
+
+def test_json_equal_at_any_depth() -> None:
+    assert json_equal(nested(100_000), nested(100_000))
+    assert not json_equal(nested(100_000), nested(99_999))
+    deep_list: list[Any] = [0]
+    other: list[Any] = [0.0]
+    for _ in range(100_000):
+        deep_list, other = [deep_list], [other]
+    assert json_equal(deep_list, other)  # 0 == 0.0, as for ==

@@ -45,6 +45,7 @@ from agentloop import (
     ModelResponse,
     PlanCommitEvent,
     PlanDraftEvent,
+    ProviderBlock,
     Resume,
     RunFinishedEvent,
     ScriptedModel,
@@ -293,6 +294,32 @@ def test_content_capture_is_opt_in() -> None:
     assert decoded(chat2, "gen_ai.output.messages") == [{**final, "finish_reason": "stop"}]
     assert decoded(tool_span, "gen_ai.tool.call.arguments") == {"a": 20, "b": 22}
     assert attrs(tool_span)["gen_ai.tool.call.result"] == "42"
+
+
+def test_provider_blocks_are_generic_parts_at_any_depth(caplog: pytest.LogCaptureFixture) -> None:
+    # Opaque provider state nested far past msgspec's recursion: the output messages
+    # are still written (without recursion), and nothing is logged as a failure.
+    deep: dict[str, Any] = {}
+    for _ in range(3000):
+        deep = {"a": deep}
+    blocks = (ProviderBlock("anthropic", "redacted_thinking", deep), TextBlock("done"))
+    spans = Spans()
+    log = EventLog()
+    otel.instrument(log, tracer_provider=spans.provider, capture_content=True)
+    with caplog.at_level(logging.ERROR, logger="agentloop.otel"):
+        result = run(
+            [UserMessage("u1", "hi")],
+            model=ScriptedModel([ScriptedResponse("r1", blocks, "stop")]),
+            tools=[],
+            log=log,
+        )
+    assert result.status == "completed"
+    assert caplog.records == []
+    _, chat = spans.finished
+    output = attrs(chat)["gen_ai.output.messages"]
+    part = '{"type":"provider","provider":"anthropic","kind":"redacted_thinking","data":'
+    assert output.startswith('[{"role":"assistant","parts":[' + part + '{"a":' * 3000 + "{}")
+    assert output.endswith('{"type":"text","content":"done"}],"finish_reason":"stop"}]')
 
 
 def test_live_and_offline_give_the_same_spans() -> None:
