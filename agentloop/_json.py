@@ -19,6 +19,7 @@ __all__ = [
     "CONTAINERS",
     "INT_END",
     "INT_MIN",
+    "MAX_ANSWER_DEPTH",
     "MAX_FLOAT_INT",
     "MAX_RECORDED_VALUES",
     "SURROGATE",
@@ -39,6 +40,10 @@ __all__ = [
 #: msgspec encodes int64 and uint64: integers must lie in ``INT_MIN <= n < INT_END``.
 INT_MIN = -(2**63)
 INT_END = 2**64
+#: How deep an answer's payload may nest (the root counts 1) where it leaves the
+#: process (a durable store, a Temporal update): far more than an approval needs,
+#: far less than msgspec's recursion reaches, so it decodes on any stack.
+MAX_ANSWER_DEPTH: Final = 256
 #: Ints within this bound (either sign) convert to a finite float.
 MAX_FLOAT_INT: Final = 2**1023
 
@@ -302,7 +307,7 @@ def json_equal(a: Any, b: Any) -> bool:
         elif kind is list or kind is tuple:
             if type(y) is not kind or len(x) != len(y):
                 return False
-            stack.extend(zip(x, y))
+            stack.extend(zip(x, y, strict=True))
         elif type(y) in CONTAINERS or x != y:
             return False
     return True

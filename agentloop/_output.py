@@ -21,6 +21,8 @@ from typing import Any, Final
 
 import msgspec
 
+from ._deep import encode, parse
+
 __all__ = [
     "OutputCheck",
     "OutputSpec",
@@ -80,13 +82,31 @@ class _MsgspecOutput(OutputCheck):
         except TypeError as exc:
             raise TypeError(f"output: {kind!r} is not a type msgspec can decode: {exc}") from None
         super().__init__(OutputSpec(name=_name(kind), schema=schema, retries=retries))
+        self._kind = kind
 
     def check(self, text: str) -> tuple[Any, Any, str | None]:
+        body = _unfenced(text)
         try:
-            decoded = self._decoder.decode(_unfenced(text))
+            decoded = self._decoder.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return None, None, str(exc)
+        except RecursionError:
+            return self._check_deep(body)
+        # (to_builtins goes exactly as deep as the decode that just succeeded.)
         return decoded, msgspec.to_builtins(decoded), None
+
+    def _check_deep(self, body: str) -> tuple[Any, Any, str | None]:
+        """:meth:`check` for an answer nested deeper than msgspec decodes (it gives
+        up about a thousand levels down, fewer when the stack is already deep): the
+        JSON is read without recursion and converted to the type, which gives the
+        same verdict and value, so the outcome does not depend on the stack."""
+        try:
+            decoded = msgspec.convert(parse(body), self._kind)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return None, None, str(exc)
+        except RecursionError:  # a recursive type, matched all the way down
+            return None, None, "nested too deep to decode"
+        return decoded, parse(encode(decoded)), None
 
 
 class _PydanticOutput(OutputCheck):

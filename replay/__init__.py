@@ -49,6 +49,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time s
         state_at,
     )
     from ._store import (
+        MAX_ANSWER_DEPTH,
         SCHEMA_VERSION,
         SessionInfo,
         SessionLeased,
@@ -97,6 +98,7 @@ _LAZY = {
     **dict.fromkeys(("Parked", "answer", "arun_durable", "run_durable"), "._durable"),
     **dict.fromkeys(
         (
+            "MAX_ANSWER_DEPTH",
             "SCHEMA_VERSION",
             "SQLiteStore",
             "SessionInfo",
@@ -129,6 +131,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "LOG_FORMAT",
     "LOG_FORMAT_VERSION",
+    "MAX_ANSWER_DEPTH",
     "MAX_LINE_BYTES",
     "SCHEMA_VERSION",
     "LogError",

@@ -142,7 +142,9 @@ def answer(store: SQLiteStore, session_id: str, reply: Resume | Cancel | Steer |
     Raises:
         TypeError: ``reply`` is none of those.
         ValueError: it holds values that JSON cannot hold exactly (NaN, tuples,
-            ...), or the message's id is already used in the session.
+            ...) or a container that contains itself, its payload nests deeper
+            than :data:`replay.MAX_ANSWER_DEPTH`, or the message's id is already
+            used in the session.
         SessionNotFound: no such session.
         StoreError: for an answer, the session is not parked or has an answer
             already; for a message, the session has finished.

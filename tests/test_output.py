@@ -10,6 +10,8 @@ from typing import Any, TypedDict
 import msgspec
 import pydantic
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentloop import (
     OUTPUT_INVALID,
@@ -27,6 +29,7 @@ from agentloop import (
     encode_event,
     run,
 )
+from agentloop._output import output_check
 from replay import read_log, replay, resume, write_log
 
 from .helpers import response
@@ -207,3 +210,75 @@ def test_a_cancelled_run_with_output_replays() -> None:
         loop.send(Cancel("enough"))
     assert stop.value.value.output is None
     assert replay(loop.log).result == stop.value.value
+
+
+# --------------------------------------------------------------------------- deep answers
+
+
+class Tree(msgspec.Struct):
+    children: list[Tree]
+
+
+class Holder(msgspec.Struct):
+    name: str
+    value: Any
+
+
+def _deep(depth: int, leaf: str = "[]") -> str:
+    return "[" * (depth - 1) + leaf + "]" * (depth - 1)
+
+
+@pytest.mark.parametrize(
+    ("output", "text", "status"),
+    [
+        (list[Any], _deep(5000), "completed"),
+        (Holder, '{"name": "n", "value": ' + _deep(5000) + "}", "completed"),
+        (Weather, '{"city": ' + _deep(5000) + ', "celsius": 1}', "failed"),
+        (Weather, _deep(5000), "failed"),
+        (list[Any], _deep(5000, "[}"), "failed"),  # malformed deep down
+        (Tree, '{"children": [' * 3000 + "]}" * 3000, "failed"),  # a recursive type
+    ],
+)
+def test_an_answer_nested_past_msgspec_is_decoded_or_refused_not_raised(
+    tmp_path: Path, output: Any, text: str, status: str
+) -> None:
+    # msgspec's decoder raised RecursionError out of run() (and replay) on these.
+    log = EventLog()
+    result = _run(output, text, retries=0, log=log)
+    assert result.status == status
+    if status == "failed":
+        assert result.error is not None and result.error.code == OUTPUT_INVALID
+    path = tmp_path / "deep.jsonl"
+    write_log(path, list(log))
+    replayed = replay(read_log(path), output=output)
+    assert [encode_event(e) for e in replayed.events] == [encode_event(e) for e in log]
+
+
+_SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.floats(-2, 2) | st.text("ab")
+_JSON = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["city", "celsius", "x", "y", "name", "value", "a"]), inner
+        )
+    ),
+    max_leaves=10,
+)
+_TEXTS = st.one_of(
+    _JSON.map(lambda value: msgspec.json.encode(value).decode()),
+    st.text(alphabet='{}[]",:1a ', max_size=12),  # mostly malformed
+)
+
+
+@given(
+    st.sampled_from([Weather, Movie, Point, Holder, list[int], dict[str, Any], Any, Tree]),
+    _TEXTS,
+)
+def test_the_deep_path_gives_the_same_verdict_and_value(output: Any, text: str) -> None:
+    check = output_check(output, 0)
+    assert check is not None
+    fast = check.check(text)
+    deep = check._check_deep(text)  # type: ignore[attr-defined]
+    assert (fast[2] is None) is (deep[2] is None), (fast, deep)
+    assert fast[:2] == deep[:2]

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -906,15 +907,39 @@ def test_answers(store):
         store.put_answer("s", Cancel("no"))
 
 
+_CYCLIC: dict[str, Any] = {}
+_CYCLIC["a"] = _CYCLIC
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def test_an_answer_as_deep_as_the_limit_is_stored_and_read_back(store):
+    store.create("s", events_of()[:3], status="paused", steps=1)
+    store.put_answer("s", Resume(_nested(replay.MAX_ANSWER_DEPTH)))
+    assert store.answer_for("s") == Resume(_nested(replay.MAX_ANSWER_DEPTH))
+
+
 @pytest.mark.parametrize(
     ("reply", "error", "message"),
     [
         (ToolResult("c", "x"), TypeError, "an answer is a Resume or a Cancel"),
-        (Resume({"x": float("nan")}), ValueError, "does not survive a JSON round trip"),
-        (Resume({1: "one"}), ValueError, "does not survive a JSON round trip"),
+        (Resume({"x": float("nan")}), ValueError, "payload.x: nan is not a finite number"),
+        (Resume({1: "one"}), ValueError, "payload: object key 1 is not a string"),
         (Resume(("a", "tuple")), ValueError, "does not survive a JSON round trip"),
         (Resume({"text": "\udce9"}), ValueError, "cannot be stored as JSON"),
         (Resume({"what": object()}), ValueError, "cannot be stored as JSON"),
+        # msgspec raised RecursionError on these two (out of replay.answer too).
+        (Resume(_CYCLIC), ValueError, "cannot be stored as JSON: payload.a: cyclic reference"),
+        (
+            Resume(_nested(5000)),
+            ValueError,
+            "nests 5000 levels deep; a store keeps answers up to 256",
+        ),
     ],
 )
 def test_answers_that_would_not_come_back_the_same_are_refused(store, reply, error, message):

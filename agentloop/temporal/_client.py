@@ -24,6 +24,7 @@ from agentloop import (
     UserMessage,
     decode_event,
 )
+from agentloop._json import MAX_ANSWER_DEPTH, scan
 from agentloop._output import output_check
 
 from ._wire import (
@@ -110,10 +111,21 @@ class AgentSession:
         has taken the answer.
 
         Raises:
+            ValueError: ``payload`` is not plain JSON (a value JSON has no form for,
+                a non-string key, a container that contains itself) or nests deeper
+                than ``MAX_ANSWER_DEPTH`` (256) levels; nothing was sent.
             temporalio.client.WorkflowUpdateFailedError: no pause is pending, or
                 the answer is not ``{"payload": ..., "budget": ...}``.
             temporalio.service.RPCError: the session has finished.
         """
+        found = scan(payload, "payload", numbers_are_structural=True)
+        if found.structural is not None:
+            raise ValueError(f"the answer cannot be sent as JSON: {found.structural}")
+        if found.deepest > MAX_ANSWER_DEPTH:
+            raise ValueError(
+                f"the answer's payload nests {found.deepest} levels deep; a session takes "
+                f"answers up to {MAX_ANSWER_DEPTH}"
+            )
         answer = Answer(payload=payload, budget=budget)
         await self.handle.execute_update("resume", raw(encode(answer)))
 

@@ -87,14 +87,18 @@ def decode(value: RawValue, type_: type[T], what: str) -> T:
 
     Raises:
         ApplicationError: (non-retryable, type ``InvalidPayload``) the payload is
-            not JSON of that shape; the message says which ``what`` and where.
+            not JSON of that shape, or nested too deep to decode (msgspec gives up
+            about a thousand levels down); the message says which ``what`` and
+            where. (A ``RecursionError`` out of a signal handler would fail the
+            workflow task, and Temporal would retry it forever.)
     """
     try:
         return msgspec.json.decode(value.payload.data, type=type_)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ApplicationError(
-            f"invalid {what}: {exc}", type="InvalidPayload", non_retryable=True
-        ) from None
+        problem = str(exc)
+    except RecursionError:
+        problem = "nested too deep to decode"
+    raise ApplicationError(f"invalid {what}: {problem}", type="InvalidPayload", non_retryable=True)
 
 
 # --------------------------------------------------------------------------- options

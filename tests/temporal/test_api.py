@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -10,13 +11,15 @@ import pytest
 from temporalio.client import Client
 
 import agentloop.temporal
+from agentloop._json import MAX_ANSWER_DEPTH
 from agentloop.temporal import (
     ActivityOptions,
     SessionActivities,
     SessionInput,
     worker,
 )
-from agentloop.temporal._wire import decode, raw
+from agentloop.temporal._client import AgentSession
+from agentloop.temporal._wire import Answer, decode, raw
 
 from .app import MODEL
 
@@ -79,6 +82,43 @@ def test_a_payload_that_does_not_decode_names_what_and_where() -> None:
     assert bad.value.non_retryable
     with pytest.raises(ApplicationError, match="Object contains unknown field `steps`"):
         decode(raw(b'{"messages":[],"steps":8}'), SessionInput, "session input")
+
+
+def test_a_payload_nested_past_msgspec_is_invalid_not_a_recursion_error() -> None:
+    # A RecursionError out of the resume signal's handler failed the workflow task,
+    # which Temporal retries forever; now it is an invalid payload, refused.
+    from temporalio.exceptions import ApplicationError
+
+    deep = b'{"payload":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    with pytest.raises(ApplicationError, match="invalid resume answer: nested too deep") as bad:
+        decode(raw(deep), Answer, "resume answer")
+    assert bad.value.non_retryable and bad.value.type == "InvalidPayload"
+
+
+def test_a_resume_payload_is_checked_before_it_is_sent() -> None:
+    class Handle:
+        def __init__(self) -> None:
+            self.sent: list[object] = []
+
+        async def execute_update(self, *args: object) -> None:
+            self.sent.append(args)
+
+    handle = Handle()
+    session = AgentSession(handle)  # type: ignore[arg-type]
+    cyclic: dict[str, object] = {}
+    cyclic["a"] = cyclic
+    deep: dict[str, object] = {}
+    for _ in range(MAX_ANSWER_DEPTH):
+        deep = {"a": deep}
+    with pytest.raises(ValueError, match=r"cannot be sent as JSON: payload\.a: cyclic reference"):
+        asyncio.run(session.resume(cyclic))
+    with pytest.raises(ValueError, match=f"nests {MAX_ANSWER_DEPTH + 1} levels deep"):
+        asyncio.run(session.resume(deep))
+    with pytest.raises(ValueError, match=r"payload\.x: nan is not a finite number"):
+        asyncio.run(session.resume({"x": float("nan")}))
+    assert handle.sent == []
+    asyncio.run(session.resume(deep["a"]))  # as deep as allowed: sent
+    assert len(handle.sent) == 1
 
 
 def test_idempotency_key_outside_a_tool_call_is_none() -> None:
