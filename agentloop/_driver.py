@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import os
 import threading
 import time
@@ -91,7 +92,7 @@ from ._protocol import (
 from ._text import escape_surrogates, exception_text
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
-from ._validation import accept
+from ._validation import accept, reply_problem
 
 if TYPE_CHECKING:
     from ._batch import Done, ThreadPoolBatches
@@ -210,14 +211,22 @@ class Inbox:
         """Queue ``reply`` for the loop (one of :data:`ANYTIME_REPLIES`).
 
         Its ``at`` is stamped by the driver's clock when it is sent to the loop,
-        unless it has one.
+        unless it has one. It is checked here, in the sender's thread, as the loop
+        would check it: a bad reply is refused at once instead of failing the run.
 
         Raises:
             TypeError: ``reply`` is not a reply the loop accepts at any yield.
+            ValueError: a field the loop would refuse (of the wrong type, a string
+                with a lone surrogate, a non-finite ``at``); nothing was queued.
         """
         if type(reply) not in ANYTIME_REPLIES:
             accepted = ", ".join(kind.__name__ for kind in ANYTIME_REPLIES)
             raise TypeError(f"an Inbox carries {accepted} replies, got {reply!r}")
+        problem = reply_problem(reply)
+        if problem is None and reply.at is not None and not math.isfinite(reply.at):
+            problem = f"{type(reply).__name__}.at must be finite, got {reply.at!r}"
+        if problem is not None:
+            raise ValueError(f"the Inbox refuses this {type(reply).__name__}: {problem}")
         with self._lock:
             self._queue.append(reply)
 

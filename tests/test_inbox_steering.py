@@ -4,7 +4,7 @@ by the driver at its next yield, recorded, and replayed byte for byte."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -135,7 +135,21 @@ def test_bad_messages_are_refused_where_they_are_sent() -> None:
         inbox.steer(3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="UserMessage or a str"):
         inbox.follow_up(ToolCall("c", "t", {}))  # type: ignore[arg-type]
+    # What the loop would refuse is refused here, in the sender's thread: the run
+    # it was meant for must not die of a bad message (it did: CallerProtocolError).
+    refused: list[tuple[Callable[[], None], str]] = [
+        (lambda: inbox.steer("\ud800"), "Steer.message.content is not valid Unicode"),
+        (lambda: inbox.follow_up(UserMessage(5, "x")), "FollowUp.message.id must be a str"),  # type: ignore[arg-type]
+        (lambda: inbox.cancel(None), "Cancel.reason must be a str"),  # type: ignore[arg-type]
+        (lambda: inbox.send(Steer(USER, at=float("nan"))), r"Steer.at must be finite, got nan"),
+        (lambda: inbox.send(Cancel("x", at="now")), "Cancel.at must be a number or None"),  # type: ignore[arg-type]
+    ]
+    for send, problem in refused:
+        with pytest.raises(ValueError, match=f"the Inbox refuses this .*: {problem}"):
+            send()
     assert len(inbox) == 0
+    result = run([USER], model=scripted(), tools=[], inbox=inbox)
+    assert result.status == "completed"
 
 
 def test_a_steering_message_id_already_used_is_the_callers_error() -> None:
