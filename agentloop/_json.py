@@ -24,6 +24,7 @@ __all__ = [
     "MAX_RECORDED_VALUES",
     "SURROGATE",
     "Scan",
+    "answer_problem",
     "clean_text",
     "copy_json",
     "finite_number",
@@ -278,6 +279,22 @@ def non_finite_path(value: object) -> str | None:
             stack.extend((sub, (node, key)) for key, sub in item.items())
         elif kind is list or kind is tuple:
             stack.extend((sub, (node, index)) for index, sub in enumerate(item))
+    return None
+
+
+def answer_problem(payload: object) -> str | None:
+    """Why an answer's payload cannot leave the process (for a durable store or a
+    Temporal update), or ``None``: not plain, finite JSON (a cycle included), or
+    nested deeper than :data:`MAX_ANSWER_DEPTH`. Walked without recursion, as
+    msgspec would raise ``RecursionError`` on a cycle or a very deep value."""
+    found = scan(payload, "payload", numbers_are_structural=True)
+    if found.structural is not None:
+        return f"it is not plain JSON: {found.structural}"
+    if found.deepest > MAX_ANSWER_DEPTH:
+        return (
+            f"its payload nests {found.deepest} levels deep, more than MAX_ANSWER_DEPTH "
+            f"({MAX_ANSWER_DEPTH})"
+        )
     return None
 
 

@@ -73,7 +73,7 @@ import msgspec
 
 import agentloop
 from agentloop import Budget, Cancel, Event, FollowUp, Resume, Steer
-from agentloop._json import MAX_ANSWER_DEPTH, scan
+from agentloop._json import MAX_ANSWER_DEPTH, answer_problem
 
 from ._log import (
     _LINK_KEY,
@@ -340,18 +340,10 @@ def _encode_answer(
             non-string keys, lone surrogates, objects), a container that contains
             itself, or a payload nested deeper than :data:`MAX_ANSWER_DEPTH`.
     """
-    payload = reply.payload if type(reply) is Resume else None
-    if payload is not None:
-        # Walked without recursion first: msgspec would raise RecursionError on a
-        # cycle, and on a value nested about a thousand levels (fewer on a deep stack).
-        found = scan(payload, "payload", numbers_are_structural=True)
-        if found.structural is not None:
-            raise ValueError(f"the answer cannot be stored as JSON: {found.structural}")
-        if found.deepest > MAX_ANSWER_DEPTH:
-            raise ValueError(
-                f"the answer's payload nests {found.deepest} levels deep; a store keeps "
-                f"answers up to {MAX_ANSWER_DEPTH} (MAX_ANSWER_DEPTH)"
-            )
+    if type(reply) is Resume:
+        problem = answer_problem(reply.payload)
+        if problem is not None:
+            raise ValueError(f"the answer cannot be stored: {problem}")
     try:
         data = msgspec.json.encode(reply)
     except (TypeError, ValueError) as exc:

@@ -24,7 +24,7 @@ from agentloop import (
     UserMessage,
     decode_event,
 )
-from agentloop._json import MAX_ANSWER_DEPTH, scan
+from agentloop._json import answer_problem
 from agentloop._output import output_check
 
 from ._wire import (
@@ -118,14 +118,9 @@ class AgentSession:
                 the answer is not ``{"payload": ..., "budget": ...}``.
             temporalio.service.RPCError: the session has finished.
         """
-        found = scan(payload, "payload", numbers_are_structural=True)
-        if found.structural is not None:
-            raise ValueError(f"the answer cannot be sent as JSON: {found.structural}")
-        if found.deepest > MAX_ANSWER_DEPTH:
-            raise ValueError(
-                f"the answer's payload nests {found.deepest} levels deep; a session takes "
-                f"answers up to {MAX_ANSWER_DEPTH}"
-            )
+        problem = answer_problem(payload)
+        if problem is not None:
+            raise ValueError(f"the answer cannot be sent: {problem}")
         answer = Answer(payload=payload, budget=budget)
         await self.handle.execute_update("resume", raw(encode(answer)))
 

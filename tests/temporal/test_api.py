@@ -110,7 +110,9 @@ def test_a_resume_payload_is_checked_before_it_is_sent() -> None:
     deep: dict[str, object] = {}
     for _ in range(MAX_ANSWER_DEPTH):
         deep = {"a": deep}
-    with pytest.raises(ValueError, match=r"cannot be sent as JSON: payload\.a: cyclic reference"):
+    with pytest.raises(
+        ValueError, match=r"cannot be sent: it is not plain JSON: payload\.a: cyclic reference"
+    ):
         asyncio.run(session.resume(cyclic))
     with pytest.raises(ValueError, match=f"nests {MAX_ANSWER_DEPTH + 1} levels deep"):
         asyncio.run(session.resume(deep))
