@@ -37,7 +37,11 @@ def stream_mismatch(streamed: list[str | Block], content: tuple[Block, ...]) -> 
     """Compare the merged stream with the merged final content; describe the first difference."""
     final = normalize(content)
     for index, (got, want) in enumerate(zip(streamed, final, strict=False)):
-        if not _same(got, want):
+        try:
+            differ = got != want
+        except RecursionError:
+            differ = not _same_deep(got, want)
+        if differ:
             return (
                 f"streamed chunks disagree with the final response at normalized block {index}: "
                 f"streamed {short(got)}, final {short(want)}"
@@ -50,16 +54,14 @@ def stream_mismatch(streamed: list[str | Block], content: tuple[Block, ...]) -> 
     return None
 
 
-def _same(got: str | Block, want: str | Block) -> bool:
-    try:
-        return bool(got == want)
-    except RecursionError:
-        # Only a ProviderBlock's opaque data may nest that deep (tool arguments are
-        # capped by the limits, text is text): compare it without recursion.
-        return (
-            type(got) is ProviderBlock
-            and type(want) is ProviderBlock
-            and got.provider == want.provider
-            and got.kind == want.kind
-            and json_equal(got.data, want.data)
-        )
+def _same_deep(got: str | Block, want: str | Block) -> bool:
+    """``got == want`` where Python's ``==`` ran out of stack. Only a ProviderBlock's
+    opaque data may nest that deep (tool arguments are capped by the limits, text
+    is text): its data is compared without recursion."""
+    return (
+        type(got) is ProviderBlock
+        and type(want) is ProviderBlock
+        and got.provider == want.provider
+        and got.kind == want.kind
+        and json_equal(got.data, want.data)
+    )
