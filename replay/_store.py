@@ -415,9 +415,12 @@ class SQLiteStore:
         self._db: sqlite3.Connection | None = None
         # Where the chains of recently read or written sessions end (see _continue).
         self._chains: dict[str, tuple[int, _Format2]] = {}
-        db = sqlite3.connect(
-            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
-        )
+        try:
+            db = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:  # e.g. its directory does not exist
+            raise StoreError(f"{self.path}: cannot open the store: {exc}") from None
         try:
             _enter_wal(db, timeout)
             db.execute(f"PRAGMA synchronous={synchronous}")

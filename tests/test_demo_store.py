@@ -152,6 +152,10 @@ def test_a_store_that_cannot_be_used_is_reported(tmp_path, capsys):
     bad.write_text("plain text, not SQLite " * 50)
     assert main(["demo", "--store", str(bad)], io.StringIO()) == 1
     assert "cannot open the store" in capsys.readouterr().err
+    # In a directory that does not exist: an error line too, not a traceback.
+    missing = tmp_path / "missing" / "demo.db"
+    assert main(["demo", "--store", str(missing)], io.StringIO()) == 1
+    assert "cannot open the store: unable to open database file" in capsys.readouterr().err
 
 
 def test_a_durable_demo_with_another_model_uses_the_wall_clock(tmp_path):

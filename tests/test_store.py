@@ -205,6 +205,15 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path):
         SQLiteStore(path)
 
 
+def test_a_store_that_cannot_be_created_is_a_store_error(tmp_path):
+    # (sqlite3.OperationalError escaped the constructor, and `python -m agentloop
+    # demo --store` printed a traceback.)
+    path = tmp_path / "no such directory" / "x.db"
+    with pytest.raises(StoreError, match="cannot open the store: unable to open database file"):
+        SQLiteStore(path)
+    assert not path.parent.exists()
+
+
 def test_a_store_of_a_newer_schema_is_refused(tmp_path):
     path = tmp_path / "future.db"
     SQLiteStore(path).close()
