@@ -99,6 +99,7 @@ from agentloop import (
     idempotency_session,
 )
 from agentloop._driver import model_method, tools_problem
+from agentloop._json import clean_text
 
 from ._diff import diff_events
 from ._replay import replay, resume
@@ -388,8 +389,14 @@ class _Options:
         owner: str | None,
         lease_seconds: float,
     ) -> None:
-        if type(session_id) is not str or not session_id:
-            raise ValueError(f"session_id must be a non-empty str, got {session_id!r}")
+        if (
+            type(session_id) is not str
+            or not session_id
+            or not (session_id.isascii() or clean_text(session_id))
+        ):
+            raise ValueError(
+                f"session_id must be a non-empty str (valid Unicode), got {session_id!r}"
+            )
         model_method(model, asynchronous)
         for name, value in (("on_pause", on_pause), ("clock", clock), ("on_event", on_event)):
             if value is not None and not callable(value):

@@ -73,7 +73,7 @@ import msgspec
 
 import agentloop
 from agentloop import Budget, Cancel, Event, FollowUp, Resume, Steer
-from agentloop._json import MAX_ANSWER_DEPTH, answer_problem
+from agentloop._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
 
 from ._log import (
     _LINK_KEY,
@@ -1075,8 +1075,8 @@ def _check_status(status: str) -> None:
 
 
 def _check_lease(owner: str, lease_seconds: float) -> None:
-    if type(owner) is not str or not owner:
-        raise ValueError(f"a lease owner is a non-empty str, got {owner!r}")
+    if type(owner) is not str or not owner or not (owner.isascii() or clean_text(owner)):
+        raise ValueError(f"a lease owner is a non-empty str (valid Unicode), got {owner!r}")
     if (
         type(lease_seconds) not in (int, float)
         or not math.isfinite(lease_seconds)

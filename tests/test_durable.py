@@ -726,6 +726,9 @@ def wait_until(condition: Any) -> None:
         ({"lease_seconds": float("nan")}, ValueError, "lease_seconds must be a positive number"),
         ({"lease_seconds": "5"}, ValueError, "lease_seconds must be a positive number"),
         ({"owner": ""}, ValueError, "a lease owner is a non-empty str"),
+        # (These two reached SQLite, which raised UnicodeEncodeError.)
+        ({"session_id": "\ud800"}, ValueError, r"session_id must be .* \(valid Unicode\)"),
+        ({"owner": "w\udce9"}, ValueError, r"a lease owner is a non-empty str \(valid Unicode\)"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(store, options, error, message):
