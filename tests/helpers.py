@@ -79,6 +79,14 @@ def finish(loop: AgentLoop, replies: Iterable[Reply]) -> RunResult:
     return drive(loop, replies)[1]
 
 
+def nested(depth: int) -> dict[str, Any]:
+    """A dict ``depth`` levels deep (the root counts 1): {"a": {"a": ... {}}}."""
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
 def check_log(events: Sequence[Event]) -> None:
     """Sequences 0..n-1 without gaps; exactly one run.finished, and it is last."""
     assert [e.sequence for e in events] == list(range(len(events)))

@@ -57,18 +57,10 @@ from agentloop._deep import encode, parse
 from agentloop._json import json_equal
 from agentloop.models.openai import OpenAIChatModel
 from replay import LogWriter, read_log, replay, write_log
-from tests.helpers import ECHO, check_log, response
+from tests.helpers import ECHO, check_log, nested, response
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 USER = UserMessage("u1", "hi")
-
-
-def nested(depth: int) -> dict[str, Any]:
-    """A dict ``depth`` levels deep (the root counts 1): {"a": {"a": ... {}}}."""
-    value: dict[str, Any] = {}
-    for _ in range(depth - 1):
-        value = {"a": value}
-    return value
 
 
 def _too_deep(*args: object, **kwargs: object) -> Any:

@@ -68,6 +68,7 @@ from agentloop import (
     tool,
 )
 from replay import read_log
+from tests.helpers import nested
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures").glob("*.jsonl"))
@@ -299,10 +300,7 @@ def test_content_capture_is_opt_in() -> None:
 def test_provider_blocks_are_generic_parts_at_any_depth(caplog: pytest.LogCaptureFixture) -> None:
     # Opaque provider state nested far past msgspec's recursion: the output messages
     # are still written (without recursion), and nothing is logged as a failure.
-    deep: dict[str, Any] = {}
-    for _ in range(3000):
-        deep = {"a": deep}
-    blocks = (ProviderBlock("anthropic", "redacted_thinking", deep), TextBlock("done"))
+    blocks = (ProviderBlock("anthropic", "redacted_thinking", nested(3001)), TextBlock("done"))
     spans = Spans()
     log = EventLog()
     otel.instrument(log, tracer_provider=spans.provider, capture_content=True)

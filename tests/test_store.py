@@ -46,6 +46,7 @@ from replay import (
 )
 from replay import __main__ as replay_cli
 from replay import _store as store_module
+from tests.helpers import nested
 from tests.logfiles import link, under_rules
 from tests.test_log_properties import _events as hand_built_events
 
@@ -920,17 +921,10 @@ _CYCLIC: dict[str, Any] = {}
 _CYCLIC["a"] = _CYCLIC
 
 
-def _nested(depth: int) -> dict[str, Any]:
-    value: dict[str, Any] = {}
-    for _ in range(depth - 1):
-        value = {"a": value}
-    return value
-
-
 def test_an_answer_as_deep_as_the_limit_is_stored_and_read_back(store):
     store.create("s", events_of()[:3], status="paused", steps=1)
-    store.put_answer("s", Resume(_nested(replay.MAX_ANSWER_DEPTH)))
-    assert store.answer_for("s") == Resume(_nested(replay.MAX_ANSWER_DEPTH))
+    store.put_answer("s", Resume(nested(replay.MAX_ANSWER_DEPTH)))
+    assert store.answer_for("s") == Resume(nested(replay.MAX_ANSWER_DEPTH))
 
 
 @pytest.mark.parametrize(
@@ -949,7 +943,7 @@ def test_an_answer_as_deep_as_the_limit_is_stored_and_read_back(store):
             "cannot be stored: it is not plain JSON: payload.a: cyclic reference",
         ),
         (
-            Resume(_nested(5000)),
+            Resume(nested(5000)),
             ValueError,
             "nests 5000 levels deep, more than MAX_ANSWER_DEPTH \\(256\\)",
         ),

@@ -20,6 +20,7 @@ from agentloop.temporal import (
 )
 from agentloop.temporal._client import AgentSession
 from agentloop.temporal._wire import Answer, decode, raw
+from tests.helpers import nested
 
 from .app import MODEL
 
@@ -108,9 +109,7 @@ def test_a_resume_payload_is_checked_before_it_is_sent() -> None:
     session = AgentSession(handle)  # type: ignore[arg-type]
     cyclic: dict[str, object] = {}
     cyclic["a"] = cyclic
-    deep: dict[str, object] = {}
-    for _ in range(MAX_ANSWER_DEPTH):
-        deep = {"a": deep}
+    deep = nested(MAX_ANSWER_DEPTH + 1)
     with pytest.raises(
         ValueError, match=r"cannot be sent: it is not plain JSON: payload\.a: cyclic reference"
     ):
