@@ -380,11 +380,13 @@ class SQLiteStore:
         synchronous: ``"NORMAL"`` (default: commits survive a killed process; the
             last ones may roll back after a power loss) or ``"FULL"`` (every
             commit is synced to disk).
-        timeout: seconds to wait for another process's write transaction.
+        timeout: seconds to wait for another process's write transaction (a
+            finite number, 0 or more).
         clock: the store's clock for ``created``/``updated`` and leases (default
             ``time.time``; shared by every process using the file).
 
     Raises:
+        ValueError, TypeError: a bad option (``synchronous``, ``timeout``, ``clock``).
         StoreVersionError: the file is another kind of database, or a store with a
             newer schema than this library opens.
         StoreError: the file cannot be opened as a database.
@@ -408,6 +410,11 @@ class SQLiteStore:
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
         if not callable(clock):
             raise TypeError(f"clock must be callable, got {clock!r}")
+        if type(timeout) not in (int, float) or not 0 <= timeout < math.inf:
+            raise ValueError(
+                "timeout must be a finite number of seconds, 0 or more (how long to wait "
+                f"for another process's write transaction), got {timeout!r}"
+            )
         self.path = os.fspath(path)
         self.commits = 0
         self._clock = clock

@@ -175,6 +175,18 @@ def test_synchronous_full_and_bad_options(tmp_path):
         SQLiteStore(tmp_path / "x.db", clock=1.0)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("timeout", [-1, -0.001, float("nan"), float("inf"), "5", None, True])
+def test_a_timeout_that_is_not_a_finite_number_of_seconds_is_refused(tmp_path, timeout):
+    with pytest.raises(ValueError, match=r"timeout must be a finite number of seconds, 0 or more"):
+        SQLiteStore(tmp_path / "x.db", timeout=timeout)
+    assert not (tmp_path / "x.db").exists()  # refused before the file is made
+
+
+@pytest.mark.parametrize("timeout", [0, 0.5, 30])
+def test_a_timeout_of_0_or_more_seconds_is_taken(tmp_path, timeout):
+    SQLiteStore(tmp_path / f"{timeout}.db", timeout=timeout).close()
+
+
 def test_reopening_keeps_everything(tmp_path, clock):
     path = tmp_path / "again.db"
     events = events_of()
