@@ -2,7 +2,11 @@
 
 A durable session runs the tool call that was in flight at a crash again (at least
 once). A tool with a side effect tells a repeat from a new call by its key,
-``"<session id>:<call id>"``, read with :func:`idempotency_key`. Whoever runs the
+``"<session id>:<call id>"``, read with :func:`idempotency_key`. In the session id,
+``\\`` and ``:`` are escaped (``\\\\``, ``\\:``), so the first unescaped ``:``
+ends it and two different (session, call) pairs never share a key (before, session
+``shop:1`` call ``c`` and session ``shop`` call ``1:c`` did). :func:`_key` is the
+one place the key is made, for every tier (``agentloop.temporal`` included). Whoever runs the
 session names it with :func:`idempotency_session` (``replay.run_durable`` and
 ``agentloop.temporal`` do it themselves; with a log file, wrap your driving code),
 and :meth:`agentloop.Tool.execute` sets the key while the tool's function runs.
@@ -27,7 +31,9 @@ def idempotency_key() -> str | None:
     """The idempotency key of the tool call running now, ``"<session id>:<call id>"``.
 
     The same for every attempt of that call (after a crash, the call in flight runs
-    again with the same key), different for every other call of every session. Call
+    again with the same key), different for every other call of every session: a
+    ``\\`` or ``:`` in the session id is escaped with a backslash (session
+    ``shop:1``, call ``c``: ``shop\\:1:c``); an id without either is as is. Call
     it from inside a tool; it is ``None`` outside a tool call, or when no session
     is named (see :func:`idempotency_session`)::
 
@@ -55,7 +61,7 @@ def idempotency_session(session_id: str) -> Iterator[None]:
     """
     if type(session_id) is not str or not session_id:
         raise ValueError(f"session_id must be a non-empty str, got {session_id!r}")
-    token = _SESSION.set(session_id)
+    token = _SESSION.set(_key(session_id, ""))  # the keys' common prefix
     try:
         yield
     finally:
@@ -67,7 +73,16 @@ def _keyed(call_id: str) -> AbstractContextManager[None]:
     session = _SESSION.get()
     if session is None:
         return _UNKEYED  # the common case: nothing to set, and no generator to run
-    return _key_set(f"{session}:{call_id}")
+    return _key_set(session + call_id)
+
+
+def _key(session_id: str, call_id: str) -> str:
+    """The idempotency key of call ``call_id`` of session ``session_id``: the session
+    id with ``\\`` and ``:`` escaped, ``:``, the call id (unambiguous: the first
+    unescaped ``:`` ends the session id)."""
+    if "\\" in session_id or ":" in session_id:
+        session_id = session_id.replace("\\", "\\\\").replace(":", "\\:")
+    return f"{session_id}:{call_id}"
 
 
 _UNKEYED: Final = nullcontext()

@@ -41,7 +41,7 @@ def examples() -> list[str]:
 
 def test_the_page_has_its_sections():
     assert set(SECTIONS) <= set(sections())
-    assert len(examples()) == 7
+    assert len(examples()) == 8
 
 
 def test_the_examples_run_and_print_what_they_say(tmp_path, monkeypatch, capsys):

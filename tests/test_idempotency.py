@@ -8,12 +8,15 @@ process SIGKILLed at chosen points (``tests/file_tier_worker.py``).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import agentloop
 import replay
@@ -138,3 +141,89 @@ def test_a_file_tier_session_killed_at_any_point_finishes_like_an_uninterrupted_
 
 def scenario_effects() -> list[tuple[str, str]]:
     return [("raw_effect", "c1"), ("approved_effect", "c3"), ("raw_effect", "c4")]
+
+
+# --------------------------------------------------------------------------- unambiguous keys
+
+
+def _key_in_a_tool(session_id: str, call_id: str) -> str | None:
+    """The key a tool running call ``call_id`` of session ``session_id`` reads."""
+    keys: list[str | None] = []
+
+    @tool
+    def probe() -> str:
+        """Read the key."""
+        keys.append(agentloop.idempotency_key())
+        return ""
+
+    with agentloop.idempotency_session(session_id):
+        probe.execute(ToolCall(call_id, "probe", {}))
+    return keys[0]
+
+
+def _split_key(key: str) -> tuple[str, str]:
+    """The (session id, call id) of a key: what docs/durable.md says it encodes."""
+    match = re.fullmatch(r"((?:[^\\:]|\\.)*):(.*)", key, re.DOTALL)
+    assert match is not None, key
+    return re.sub(r"\\(.)", r"\1", match[1], flags=re.DOTALL), match[2]
+
+
+_IDS = st.text(alphabet=st.sampled_from(["a", "1", ":", "\\", "é", "\n"]), min_size=1, max_size=8)
+
+
+@given(first=st.tuples(_IDS, st.text(max_size=8)), second=st.tuples(_IDS, st.text(max_size=8)))
+def test_distinct_session_and_call_pairs_never_share_a_key(first, second):
+    keys = (_key_in_a_tool(*first), _key_in_a_tool(*second))
+    assert _split_key(keys[0]) == first and _split_key(keys[1]) == second  # type: ignore[arg-type]
+    assert (keys[0] == keys[1]) == (first == second)
+
+
+@pytest.mark.parametrize(
+    ("session_id", "call_id", "key"),
+    [
+        ("mail-7", "c1", "mail-7:c1"),  # no ':' or '\\' in the session id: as before
+        ("mail-7", "a:b", "mail-7:a:b"),
+        ("shop:1", "c", "shop\\:1:c"),
+        ("shop", "1:c", "shop:1:c"),
+        ("a\\", "c", "a\\\\:c"),
+        ("a\\:", "c", "a\\\\\\::c"),
+    ],
+)
+def test_the_key_escapes_the_session_id(session_id, call_id, key):
+    assert _key_in_a_tool(session_id, call_id) == key
+
+
+def test_the_ledger_pattern_of_the_docs_pays_two_sessions_whose_old_keys_collided(tmp_path):
+    # Session "shop:1" call "c" and session "shop" call "1:c" had the same key
+    # ("shop:1:c"), so the second payment was skipped as a repeat of the first.
+    paid: dict[str, str] = {}
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay once per call, whatever the retries (the docs' ledger pattern)."""
+        key = agentloop.idempotency_key()
+        assert key is not None
+        if key in paid:
+            return f"already paid ({key})"
+        paid[key] = str(amount)
+        return f"paid {amount}"
+
+    with replay.SQLiteStore(tmp_path / "shop.db") as store:
+        for session_id, call_id, amount in (("shop:1", "c", 10), ("shop", "1:c", 20)):
+
+            def model_fn(request, call_id=call_id, amount=amount):  # type: ignore[no-untyped-def]
+                if request.step == 1:
+                    return ScriptedResponse.tool_calls(
+                        "r1", ToolCall(call_id, "pay", {"amount": amount})
+                    )
+                return ScriptedResponse.text("r2", request.messages[-1].content)
+
+            result = replay.run_durable(
+                store,
+                session_id,
+                [UserMessage("u1", "pay")],
+                model=FunctionModel(model_fn),
+                tools=[pay],
+            )
+            assert result.final_text == f"paid {amount}"
+    assert sorted(paid.values()) == ["10", "20"]
