@@ -485,9 +485,11 @@ class _Options:
             return self.finished(events)
         self.check_output(events[0])
         if info.status == "paused" and not info.answered and self.on_pause is None:
-            # Still parked: nothing to do, and no need to lease or replay it.
-            last = events[-1]
-            assert type(last) is SessionPauseEvent  # what parking commits last
+            # Still parked: nothing to do, and no need to lease or replay it. (The
+            # store vouches that the log ends at its pause, perhaps followed by
+            # messages delivered there.)
+            last = next(e for e in reversed(events) if type(e) is not MessageQueuedEvent)
+            assert type(last) is SessionPauseEvent
             pause = Pause(last.reason, last.payload)
             return Parked(session_id=session_id, pause=pause, steps=info.steps)
         store.acquire(session_id, self.owner, self.lease_seconds)
@@ -518,7 +520,7 @@ class _Options:
     def finished(self, events: Sequence[Event]) -> RunResult:
         """The result of a finished session, from its log."""
         result = replay(events, hooks=self.hooks, output=self.output).result
-        assert result is not None  # a finished session's log ends with run.finished
+        assert result is not None  # the store vouches: its log ends with run.finished
         return result
 
     def check_output(self, start: Event) -> None:

@@ -72,7 +72,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 import agentloop
-from agentloop import Budget, Cancel, Event, FollowUp, Resume, Steer
+from agentloop import Budget, Cancel, Event, FollowUp, MessageQueuedEvent, Resume, Steer
 from agentloop._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
 
 from ._log import (
@@ -561,9 +561,14 @@ class SQLiteStore:
         and that its sequence number is its row's. (The story is checked by
         :func:`replay.replay`, as for a file.)
 
+        The session's row is checked against its rows too: as many events as it
+        counts (none deleted from the end, none added), and a status that agrees
+        with how the log ends.
+
         Raises:
             SessionNotFound: no such session.
-            StoreError: a stored event is damaged (names the session and sequence).
+            StoreError: a stored event is damaged (names the session and sequence),
+                or the row disagrees with the rows (names what is missing or wrong).
         """
         return self.load(session_id)[1]
 
@@ -579,15 +584,19 @@ class SQLiteStore:
     def _load(self, session_id: str) -> tuple[SessionInfo, list[Event], Any, list[Any]]:
         """:meth:`load`, and the session's log header and rows as stored."""
         with self._read() as db:
-            row = db.execute(
-                f"SELECT {_SESSION_COLUMNS}, log_format, log_header FROM sessions WHERE id = ?",
-                (session_id,),
-            ).fetchone()
-            rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+            try:
+                row = db.execute(
+                    f"SELECT {_SESSION_COLUMNS}, log_format, log_header FROM sessions WHERE id = ?",
+                    (session_id,),
+                ).fetchone()
+                rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+            except sqlite3.Error as exc:  # e.g. a row that is not valid UTF-8
+                raise _damaged(db, self.path, session_id, exc) from None
         if row is None:
             raise SessionNotFound(session_id)
         self._check_format(session_id, row[-2])
         events, format2 = _read_rows(session_id, row[-2], row[-1], rows)
+        _check_log(session_id, row[1], row[3], events)
         if format2 is not None:
             self._remember(session_id, len(events), format2)
         return _info(row), events, row[-1], rows
@@ -683,11 +692,13 @@ class SQLiteStore:
             StoreConflict: a session with that id exists already (another writer
                 created it first); nothing was written.
             ValueError: bad arguments (no events, events not numbered from 0, an
-                unknown status).
+                unknown status, or one that disagrees with how the events end:
+                see :func:`_status_problem`).
         """
         _check_status(status)
         if not events:
             raise ValueError(f"session {session_id!r}: a new session needs its first events")
+        _check_batch_status(session_id, status, events)
         header = (_header_body() + b"}").decode()
         format2 = _start(header)
         rows = _stored_rows(session_id, 0, events, format2)
@@ -762,10 +773,12 @@ class SQLiteStore:
             StoreConflict: the session does not continue at ``expected``.
             SessionLeased: ``owner`` does not hold the lease (any more).
             ValueError: the events are not numbered from ``expected`` on, or an
-                unknown status.
+                unknown status (or one that disagrees with how the batch ends).
         """
         _check_status(status)
         _check_batch(session_id, expected, events)
+        if events:
+            _check_batch_status(session_id, status, events)
         now = self.now()
         lease = None if owner is None else now + lease_seconds
         unleased = status in _UNLEASED
@@ -841,8 +854,12 @@ class SQLiteStore:
                 return remembered[1].copy()
         log_format, header = _row(db, session_id, "log_format, log_header")
         self._check_format(session_id, log_format)
-        rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+        try:
+            rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+        except sqlite3.Error as exc:
+            raise _damaged(db, self.path, session_id, exc) from None
         events, format2 = _read_rows(session_id, log_format, header, rows)
+        _check_log(session_id, None, count, events)
         if format2 is None:
             header = (_header_body() + b"}").decode()
             format2 = _start(header)
@@ -1104,6 +1121,110 @@ def _lease_lost(
     return SessionLeased(
         session_id, holder, expires, f"; {owner!r} lost it (its lease expired) and wrote nothing"
     )
+
+
+def _status_problem(status: str, events: Sequence[Event]) -> str | None:
+    """How a session status disagrees with the log it is the status of, or ``None``.
+
+    A finished session's log ends with its ``run.finished`` (of that status); a
+    parked one's with the ``session.pause`` it waits at (messages delivered there,
+    ``message.queued``, may follow); a running one's is not finished.
+    """
+    last = events[-1]
+    if status in _FINISHED:
+        if type(last) is not agentloop.RunFinishedEvent:
+            return f"status {status!r} says the run finished, but the log ends with {last.type}"
+        if last.status != status:
+            return f"status {status!r} disagrees with the log's run.finished ({last.status!r})"
+        return None
+    if type(last) is agentloop.RunFinishedEvent:
+        return f"status {status!r} says the run goes on, but the log ends with run.finished"
+    if status == "paused":
+        waiting = next(
+            (event for event in reversed(events) if type(event) is not MessageQueuedEvent), last
+        )
+        if type(waiting) is not agentloop.SessionPauseEvent:
+            return (
+                f"status 'paused' says the run waits at a pause, but the log ends with {last.type}"
+            )
+    return None
+
+
+def _check_batch_status(session_id: str, status: str, events: Sequence[Event]) -> None:
+    problem = _status_problem(status, events)
+    if problem is not None:
+        raise ValueError(f"session {session_id!r}: {problem} (the status must agree with the log)")
+
+
+def _check_log(session_id: str, status: str | None, count: int, events: Sequence[Event]) -> None:
+    """The session row agrees with its rows: as many events as it counts (none lost
+    from the end, none added), and (``status``, when given) its status with the log.
+
+    Raises:
+        StoreError: naming the session and what is missing or wrong.
+    """
+    stored = len(events)
+    if stored < count:
+        missing = (
+            f"event #{stored} is"
+            if count - stored == 1
+            else f"events #{stored} to #{count - 1} are"
+        )
+        raise StoreError(
+            f"session {session_id!r}: the session row counts {count} events but only {stored} "
+            f"are stored: {missing} missing (deleted or lost); the stored log is not the "
+            "whole session"
+        )
+    if stored > count:
+        raise StoreError(
+            f"session {session_id!r}: the session row counts {count} events but {stored} are "
+            f"stored: events #{count} to #{stored - 1} were added behind the store's back"
+        )
+    if status is not None and events:
+        problem = _status_problem(status, events)
+        if problem is not None:
+            raise StoreError(f"session {session_id!r}: the session row's {problem}")
+
+
+def _damaged(db: sqlite3.Connection, path: str, session_id: str, exc: sqlite3.Error) -> StoreError:
+    """The error for a session whose rows SQLite could not read: names the row and
+    column that is not valid UTF-8 when that is the cause (bit rot, an edit)."""
+    where = f"session {session_id!r}"
+    with contextlib.suppress(sqlite3.Error):
+        found = db.execute(
+            "SELECT CAST(status AS BLOB), CAST(config AS BLOB), CAST(log_header AS BLOB), "
+            "CAST(lease_owner AS BLOB) FROM sessions WHERE id = ?",
+            (session_id,),
+        ).fetchone()
+        for column, data in zip(
+            ("status", "config", "log_header", "lease_owner"), found or (), strict=False
+        ):
+            problem = _not_utf8(data)
+            if problem is not None:
+                return StoreError(f"{where}: the session row's {column} is damaged: {problem}")
+        rows = db.execute(
+            "SELECT sequence, CAST(event AS BLOB), CAST(link AS BLOB) FROM events "
+            "WHERE session_id = ? ORDER BY sequence",
+            (session_id,),
+        )
+        for sequence, event, link in rows:
+            for column, data in (("event", event), ("link", link)):
+                problem = _not_utf8(data)
+                if problem is not None:
+                    return StoreError(
+                        f"{where}, event #{sequence}: the stored {column} is damaged: {problem}"
+                    )
+    return StoreError(f"{path}: {where}: the store cannot be read: {exc}")
+
+
+def _not_utf8(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        data.decode()
+    except UnicodeDecodeError as exc:
+        return f"not valid UTF-8 ({exc.reason} at byte {exc.start})"
+    return None
 
 
 # --------------------------------------------------------------------------- stored lines

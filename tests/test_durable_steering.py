@@ -344,3 +344,24 @@ def test_structured_output_is_given_again_to_continue(store):
     replay.answer(store, "t", APPROVE)
     with pytest.raises(ValueError, match="started without structured output"):
         replay.run_durable(store, "t", output=Sum, **options)
+
+
+def test_a_session_that_parks_right_after_a_message_delivered_at_its_pause_stays_parked(store):
+    # The message is queued while the model answers, delivered at the pause (the
+    # log then ends with message.queued after session.pause), and the session
+    # parks. Calling run_durable again ended with a bare AssertionError.
+    def model_fn(request: ModelRequest) -> ScriptedResponse:
+        if request.step == 1:
+            replay.answer(store, "s", Steer(UserMessage("u-steer", "Hurry.")))
+        return publishing(request)
+
+    options: dict[str, Any] = {"model": FunctionModel(model_fn), "tools": [publish]}
+    parked = replay.run_durable(store, "s", QUESTION, **options)
+    assert type(parked) is Parked
+    assert [e.type for e in store.events("s")][-2:] == ["session.pause", "message.queued"]
+    assert replay.run_durable(store, "s", **options) == parked  # still parked
+    replay.answer(store, "s", APPROVE)
+    result = replay.run_durable(store, "s", **options)
+    assert result.status == "completed"
+    assert UserMessage("u-steer", "Hurry.") in result.messages
+    assert replay.replay(store.events("s")).result == result

@@ -77,6 +77,34 @@ def events_of(text: str = "hi", session: str = "s") -> list[Event]:
     return list(log)
 
 
+def paused_of() -> tuple[list[Event], int]:
+    """A finished session that paused once for an approval, and the number of its
+    events up to that pause (a parked session's log)."""
+    from agentloop import EventLog, ScriptedResponse, ToolCall, tool
+
+    @tool(requires_approval=True)
+    def act() -> str:
+        """Act."""
+        return "done"
+
+    def model_fn(request: Any) -> Any:
+        if request.step == 1:
+            return ScriptedResponse.tool_calls("r1", ToolCall("c1", "act", {}))
+        return "acted"
+
+    log = EventLog()
+    run(
+        [UserMessage("u-s", "act")],
+        model=FunctionModel(model_fn),
+        tools=[act],
+        log=log,
+        clock=lambda: 5.0,
+        on_pause=lambda pause: Resume({"approved": True}),
+    )
+    events = list(log)
+    return events, 1 + next(i for i, e in enumerate(events) if e.type == "session.pause")
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
@@ -431,13 +459,15 @@ def test_an_append_renews_the_lease_until_the_session_parks_or_finishes(store, c
     assert (info.lease_owner, info.lease_expires) == ("w", 1014.0)
     # Parking releases the lease with the events that park: an answered session is
     # runnable at once, even if its worker died before calling release().
+    events, at = paused_of()
+    store.create("p", events[:3], status="running", steps=1, owner="w", lease_seconds=10)
     store.append(
-        "s", events[5:6], expected=5, status="paused", steps=1, owner="w", lease_seconds=10
+        "p", events[3:at], expected=3, status="paused", steps=1, owner="w", lease_seconds=10
     )
-    info = store.session("s")
+    info = store.session("p")
     assert (info.status, info.lease_owner, info.lease_expires) == ("paused", None, None)
-    store.put_answer("s", Resume())
-    assert store.runnable() == ["s"]
+    store.put_answer("p", Resume())
+    assert store.runnable() == ["p"]
 
 
 def test_a_session_created_finished_holds_no_lease(store):
@@ -532,7 +562,10 @@ def test_sessions_are_listed_oldest_first_and_by_status(store, clock):
     for n, session_id in enumerate(("b", "a", "c")):
         clock.now = 1000.0 + n
         status = "completed" if session_id == "c" else "running"
-        store.create(session_id, events_of(session=session_id), status=status, steps=1)
+        events = events_of(session=session_id)
+        store.create(
+            session_id, events if status == "completed" else events[:3], status=status, steps=1
+        )
     assert [info.id for info in store.sessions()] == ["b", "a", "c"]
     assert [info.id for info in store.sessions(status="completed")] == ["c"]
     assert store.sessions(status="paused") == []
@@ -658,12 +691,19 @@ def test_any_session_in_any_batches_is_stored_as_its_log_file(events, data):
         replay.write_log(file, events)
         store = SQLiteStore(path)
         try:
-            store.create("s", events[batches[0]], status="running", steps=0)
+
+            def status(batch: slice) -> str:  # what the session's status is after it
+                last = events[batch][-1]
+                return last.status if type(last) is agentloop.RunFinishedEvent else "running"
+
+            store.create("s", events[batches[0]], status=status(batches[0]), steps=0)
             for batch in batches[1:]:
                 if data.draw(st.booleans()):  # another worker continues it
                     store.close()
                     store = SQLiteStore(path)
-                store.append("s", events[batch], expected=batch.start, status="running", steps=0)
+                store.append(
+                    "s", events[batch], expected=batch.start, status=status(batch), steps=0
+                )
             assert [agentloop.encode_event(e) for e in store.events("s")] == [
                 agentloop.encode_event(e) for e in replay.read_log(file)
             ]
@@ -852,7 +892,7 @@ def test_a_transaction_an_interrupt_left_open_is_rolled_back_by_the_next_call(st
 
 
 def test_leases(store, clock):
-    store.create("s", events_of(), status="running", steps=1, owner="a", lease_seconds=10)
+    store.create("s", events_of()[:3], status="running", steps=1, owner="a", lease_seconds=10)
     with pytest.raises(SessionLeased) as caught:
         store.acquire("s", "b", 10)
     assert (caught.value.owner, caught.value.expires) == ("a", 1010.0)
@@ -879,7 +919,7 @@ def test_leases(store, clock):
     ],
 )
 def test_bad_leases(store, owner, seconds, message):
-    store.create("s", events_of(), status="running", steps=1)
+    store.create("s", events_of()[:3], status="running", steps=1)
     with pytest.raises(ValueError, match=message):
         store.acquire("s", owner, seconds)
     with pytest.raises(ValueError, match=message):
@@ -905,8 +945,9 @@ def test_runnable_sessions(store, clock):
     store.create("leased", events[:3], status="running", steps=1, owner="w", lease_seconds=10)
     store.create("expired", events[:3], status="running", steps=1, owner="w", lease_seconds=1)
     store.create("done", events, status="completed", steps=1)
-    store.create("parked", events[:3], status="paused", steps=1)
-    store.create("answered", events[:3], status="paused", steps=1)
+    paused, at = paused_of()
+    store.create("parked", paused[:at], status="paused", steps=1)
+    store.create("answered", paused[:at], status="paused", steps=1)
     store.put_answer("answered", Resume())
     clock.now = 1005.0
     assert store.runnable() == ["answered", "expired", "free"]
@@ -916,14 +957,16 @@ def test_runnable_sessions(store, clock):
 
 
 def test_answers(store):
-    events = events_of()
-    store.create("s", events[:3], status="paused", steps=1)
+    events, at = paused_of()
+    store.create("s", events[:at], status="paused", steps=1)
     store.put_answer("s", Resume({"approved": True}, Budget(max_turns=3)))
     assert store.session("s").answered
     assert store.answer_for("s") == Resume({"approved": True}, Budget(max_turns=3))
     with pytest.raises(StoreError, match=r"already has an answer waiting \(\{\"kind\":\"resume\""):
         store.put_answer("s", Cancel("no"))
-    store.append("s", events[3:4], expected=3, status="running", steps=1, consume_answer=True)
+    store.append(
+        "s", events[at : at + 1], expected=at, status="running", steps=1, consume_answer=True
+    )
     assert store.answer_for("s") is None and not store.session("s").answered
     with pytest.raises(StoreError, match=r"is not parked on a pause \(status 'running'\)"):
         store.put_answer("s", Cancel("no"))
@@ -934,7 +977,8 @@ _CYCLIC["a"] = _CYCLIC
 
 
 def test_an_answer_as_deep_as_the_limit_is_stored_and_read_back(store):
-    store.create("s", events_of()[:3], status="paused", steps=1)
+    events, at = paused_of()
+    store.create("s", events[:at], status="paused", steps=1)
     store.put_answer("s", Resume(nested(replay.MAX_ANSWER_DEPTH)))
     assert store.answer_for("s") == Resume(nested(replay.MAX_ANSWER_DEPTH))
 
@@ -962,7 +1006,8 @@ def test_an_answer_as_deep_as_the_limit_is_stored_and_read_back(store):
     ],
 )
 def test_answers_that_would_not_come_back_the_same_are_refused(store, reply, error, message):
-    store.create("s", events_of()[:3], status="paused", steps=1)
+    events, at = paused_of()
+    store.create("s", events[:at], status="paused", steps=1)
     with pytest.raises(error, match=message):
         store.put_answer("s", reply)
     assert store.answer_for("s") is None
@@ -993,3 +1038,177 @@ def test_one_store_object_serves_several_threads(tmp_path):
         assert errors == []
         assert len(store.sessions(status="completed")) == 20
         assert store.commits == 40
+
+
+# --------------------------------------------------------------------------- row and rows agree
+
+
+def _finished_session(store: SQLiteStore, session_id: str = "s") -> int:
+    """A session run to its end by run_durable (a tool call, then text); its event count."""
+    from agentloop import ScriptedResponse, ToolCall, tool
+
+    @tool
+    def add(left: int, right: int) -> dict[str, int]:
+        """Add two integers."""
+        return {"sum": left + right}
+
+    def model_fn(request: Any) -> Any:
+        if request.step == 1:
+            return ScriptedResponse.tool_calls("r1", ToolCall("c1", "add", {"left": 1, "right": 2}))
+        return ScriptedResponse.text("r2", "3")
+
+    replay.run_durable(
+        store, session_id, [UserMessage("u1", "1 + 2?")], model=FunctionModel(model_fn), tools=[add]
+    )
+    return store.session(session_id).events
+
+
+def _every_read(
+    store: SQLiteStore, tmp_path: Path, session_id: str = "s"
+) -> list[Callable[[], Any]]:
+    """Every way to read a stored session's log, run_durable's included."""
+    return [
+        lambda: store.events(session_id),
+        lambda: store.load(session_id),
+        lambda: store.export(session_id, tmp_path / "out.jsonl"),
+        lambda: replay.run_durable(store, session_id, model=FunctionModel(lambda r: "x"), tools=[]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("deleted", "missing"),
+    [(1, "event #{last} is missing"), (2, "events #{first} to #{last} are missing")],
+)
+def test_rows_deleted_from_the_end_of_a_session_are_noticed(store, tmp_path, deleted, missing):
+    count = _finished_session(store)
+    store._db.execute(f"DELETE FROM events WHERE sequence >= {count - deleted}")
+    assert store.session("s").events == count  # the row still says so
+    message = missing.format(first=count - deleted, last=count - 1)
+    for read in _every_read(store, tmp_path):
+        with pytest.raises(
+            StoreError,
+            match=f"session 's': the session row counts {count} "
+            f"events but only {count - deleted} are stored: {message} "
+            r"\(deleted or lost\)",
+        ):
+            read()
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_rows_added_behind_the_stores_back_are_noticed(store):
+    events = events_of()
+    store.create("s", events[:3], status="running", steps=1)
+    store._db.execute("UPDATE sessions SET next_sequence = 2")
+    with pytest.raises(StoreError, match="counts 2 events but 3 are stored: events #2 to #2"):
+        store.events("s")
+
+
+def test_an_append_to_a_session_whose_last_rows_were_deleted_is_refused(store, tmp_path):
+    events = events_of()
+    store.create("s", events[:4], status="running", steps=1)
+    store._db.execute("DELETE FROM events WHERE sequence = 3")
+    with (
+        SQLiteStore(store.path) as other,  # (nothing remembered: the rows are read)
+        pytest.raises(StoreError, match="counts 4 events but only 3 are stored"),
+    ):
+        other.append("s", events[4:6], expected=4, status="running", steps=1)
+    assert store.session("s").events == 4  # nothing was written
+
+
+def test_verify_reports_a_session_whose_last_rows_were_deleted(store, capsys):
+    count = _finished_session(store, "x")
+    store._db.execute(f"DELETE FROM events WHERE session_id = 'x' AND sequence >= {count - 2}")
+    assert replay_cli.main(["verify", store.path, "--session", "x"]) == 1
+    out = capsys.readouterr().out
+    assert "NOT verified" in out and f"only {count - 2} are stored" in out
+
+
+_NOT_UTF8 = "CAST(X'7B2274797065223A22FF227D' AS TEXT)"  # {"type":"\xff"}
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        (f"UPDATE events SET event = {_NOT_UTF8} WHERE sequence = 3", "event #3: the stored event"),
+        (
+            "UPDATE events SET link = CAST(X'61FE62' AS TEXT) WHERE sequence = 5",
+            "event #5: the stored link",
+        ),
+        ("UPDATE sessions SET config = CAST(X'7BFF7D' AS TEXT)", "the session row's config"),
+        (
+            "UPDATE sessions SET log_header = CAST(X'7BFF7D' AS TEXT)",
+            "the session row's log_header",
+        ),
+    ],
+)
+def test_a_row_that_is_not_valid_utf8_is_a_store_error_naming_it(store, tmp_path, sql, message):
+    _finished_session(store)
+    store._db.execute(sql)
+    for read in _every_read(store, tmp_path):
+        with pytest.raises(
+            StoreError, match=f"session 's'(, |: ){message} is damaged: not valid UTF-8"
+        ):
+            read()
+
+
+def test_a_damaged_row_is_a_one_line_error_in_the_cli(store, capsys):
+    _finished_session(store)
+    store._db.execute(f"UPDATE events SET event = {_NOT_UTF8} WHERE sequence = 3")
+    for command in ("show", "verify", "check"):
+        code = replay_cli.main([command, store.path, "--session", "s"])
+        captured = capsys.readouterr()
+        assert code != 0, command
+        assert "internal error" not in captured.err, command
+        assert "event #3: the stored event is damaged" in captured.out + captured.err, command
+
+
+def test_a_read_that_sqlite_fails_for_another_reason_is_a_store_error(store, monkeypatch):
+    _finished_session(store)
+    monkeypatch.setattr(store_module, "_SELECT_ROWS", "SELECT nonsense FROM nowhere")
+    with pytest.raises(StoreError, match=r"s\.db: session 's': the store cannot be read: no such"):
+        store.events("s")
+
+
+@pytest.mark.parametrize(
+    ("status", "cut", "problem"),
+    [
+        ("completed", 5, "status 'completed' says the run finished, but the log ends with"),
+        ("failed", None, "status 'failed' disagrees with the log's run.finished \\('completed'\\)"),
+        (
+            "running",
+            None,
+            "status 'running' says the run goes on, but the log ends with run.finished",
+        ),
+        ("paused", 5, "status 'paused' says the run waits at a pause, but the log ends with"),
+    ],
+)
+def test_a_status_that_disagrees_with_the_log_is_refused_and_reported(
+    store, tmp_path, status, cut, problem
+):
+    events = events_of()[:cut]
+    with pytest.raises(ValueError, match=f"session 's': {problem}"):
+        store.create("s", events, status=status, steps=1)
+    assert store.find("s") is None
+    store.create("s", events[:3], status="running", steps=1)
+    with pytest.raises(ValueError, match=f"session 's': {problem}"):
+        store.append("s", events[3:], expected=3, status=status, steps=1)
+    assert store.session("s").events == 3
+    # Written behind the store's back, it is a StoreError on every read (run_durable
+    # ended with a bare AssertionError).
+    store.append("s", events[3:], expected=3, status="running" if cut else "completed", steps=1)
+    store._db.execute(f"UPDATE sessions SET status = '{status}'")
+    for read in _every_read(store, tmp_path):
+        with pytest.raises(StoreError, match=f"session 's': the session row's {problem}"):
+            read()
+
+
+def test_a_parked_log_may_end_with_messages_delivered_at_its_pause(store):
+    events, at = paused_of()
+    queued = agentloop.MessageQueuedEvent(
+        sequence=at,
+        step=events[at - 1].step,
+        mode="steer",
+        reply=agentloop.Steer(UserMessage("m", "hurry")),
+    )
+    store.create("s", [*events[:at], queued], status="paused", steps=1)
+    assert store.events("s")[-1] == queued
