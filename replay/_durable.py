@@ -233,7 +233,9 @@ def run_durable(
             :func:`answer` is used first either way.
         owner: this worker's lease owner id (default: host, pid and a random
             token, new for every call). A worker restarted with the same id takes
-            back its own leases at once; others wait for them to expire.
+            back its own leases at once; others wait for them to expire (or for
+            ``store.release(session_id, owner)``). Two concurrent runs must not
+            share one: they would share its lease.
         lease_seconds: how long the lease lasts without renewal (renewed every
             third of it while working, and at every commit).
 
@@ -241,7 +243,10 @@ def run_durable(
         The :class:`~agentloop.RunResult`, or :class:`Parked`.
 
     Raises:
-        SessionLeased: another worker holds the session's lease.
+        SessionLeased: another worker holds the session's lease (its message
+            says who, for how many more seconds, and how to free it; after a
+            crash, the dead worker's lease lasts until it expires), or this run
+            lost its lease while it worked (nothing more was written).
         StoreConflict: another writer advanced the session (or created it) first.
         SessionNotFound: no such session and no ``messages`` to start it.
         ValueError: ``messages`` (or the options) differ from the stored session's

@@ -224,22 +224,41 @@ class StoreConflict(StoreError):
 
 
 class SessionLeased(StoreError):
-    """Another worker holds the session's lease (or took it over from this one).
+    """Another worker holds the session's lease (or took it over from this one), or
+    this worker lost its lease and nobody holds it now.
 
     Attributes:
         session_id: the session.
-        owner: the lease's holder.
-        expires: when the lease expires (the store's clock, seconds since the epoch).
+        owner: the lease's holder (``None``: nobody holds it now, e.g. another run
+            with the same owner id released it).
+        expires: when that lease expires (the store's clock, seconds since the
+            epoch), or ``None``.
+        expires_in: how many more seconds the lease lasts (``0.0`` when nobody
+            holds it): how long to wait before trying again.
     """
 
-    def __init__(self, session_id: str, owner: str, expires: float, detail: str = "") -> None:
+    def __init__(
+        self,
+        session_id: str,
+        owner: str | None,
+        expires: float | None,
+        detail: str = "",
+        *,
+        now: float | None = None,
+    ) -> None:
         self.session_id = session_id
         self.owner = owner
         self.expires = expires
-        super().__init__(
-            f"session {session_id!r} is leased by {owner!r} until {expires:.3f} "
-            f"(the store's clock){detail}"
-        )
+        if owner is None or expires is None:
+            self.expires_in = 0.0
+            message = f"session {session_id!r}: nobody holds its lease{detail}"
+        else:
+            self.expires_in = max(0.0, expires - (time.time() if now is None else now))
+            message = (
+                f"session {session_id!r} is leased by {owner!r} for {self.expires_in:.1f} more "
+                f"seconds (until {expires:.3f} on the store's clock){detail}"
+            )
+        super().__init__(message)
 
 
 # --------------------------------------------------------------------------- data
@@ -810,7 +829,7 @@ class SQLiteStore:
                 )
                 if actual != expected:
                     raise StoreConflict(session_id, expected, actual)
-                raise _lease_lost(session_id, str(owner), holder, expires)
+                raise _lease_lost(session_id, str(owner), holder, expires, now)
             format2 = self._continue(db, session_id, expected)
             db.executemany(_INSERT_ROWS, _stored_rows(session_id, expected, events, format2))
             if consume_answer:
@@ -893,7 +912,16 @@ class SQLiteStore:
         with self._write() as db:
             holder, expires = _row(db, session_id, "lease_owner, lease_expires")
             if holder is not None and holder != owner and expires > now:
-                raise SessionLeased(session_id, holder, expires)
+                raise SessionLeased(
+                    session_id,
+                    holder,
+                    expires,
+                    ": another worker is running it. Wait until the lease expires and call "
+                    "again; if that worker is known to be dead (its process was killed), "
+                    f"free the session at once with store.release({session_id!r}, {holder!r}); "
+                    f"a worker restarted with owner={holder!r} takes it back at once",
+                    now=now,
+                )
             db.execute(
                 "UPDATE sessions SET lease_owner = ?, lease_expires = ? WHERE id = ?",
                 (owner, now + lease_seconds, session_id),
@@ -1110,17 +1138,18 @@ def _check_lease(owner: str, lease_seconds: float) -> None:
 
 
 def _lease_lost(
-    session_id: str, owner: str, holder: str | None, expires: float | None
-) -> StoreError:
+    session_id: str, owner: str, holder: str | None, expires: float | None, now: float
+) -> SessionLeased:
     if holder is None:
-        return StoreError(
-            f"session {session_id!r}: {owner!r} does not hold its lease (nobody does); "
-            "acquire it before appending"
+        detail = (
+            f"; {owner!r} lost it (it was released: by another run with the same owner id, "
+            "or after it expired and was taken over) and wrote nothing; run the session "
+            "again to continue it (an owner id names one worker: concurrent runs need "
+            "different ones)"
         )
-    assert expires is not None
-    return SessionLeased(
-        session_id, holder, expires, f"; {owner!r} lost it (its lease expired) and wrote nothing"
-    )
+    else:
+        detail = f"; {owner!r} lost it (its lease expired) and wrote nothing"
+    return SessionLeased(session_id, holder, expires, detail, now=now)
 
 
 def _status_problem(status: str, events: Sequence[Event]) -> str | None:

@@ -757,3 +757,50 @@ def test_a_model_given_as_chunks_and_response(store):
     result = replay.run_durable(store, "s", QUESTION, model=Hand(), tools=[add], max_steps=2)
     assert result.status == "failed"  # step 2 streamed a chunk, then ended without a response
     assert replay.replay(store.events("s")).result == result
+
+
+def test_two_threads_sharing_an_owner_id_get_the_documented_errors(store):
+    # Thread 1 runs the session; in the middle of its tool, a run in thread 2 with
+    # the same owner id takes the lease (its own), runs the pending tool, dies
+    # (an exception leaves its tool: nothing committed) and releases the lease.
+    # Thread 1's next commit is a SessionLeased (it was a plain StoreError, which
+    # the documented serve loop did not catch).
+    inside, leave = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    @tool(name="add")
+    def shared_add(left: int, right: int) -> dict[str, int]:
+        """Add two integers."""
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            inside.set()
+            assert leave.wait(60)
+        elif len(calls) == 2:
+            raise Interrupted
+        return {"sum": left + right}
+
+    options: dict[str, Any] = {
+        "model": FunctionModel(answer),
+        "tools": [shared_add],
+        "owner": "shared",
+    }
+    outcome: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            replay.run_durable(store, "s", QUESTION, **options)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=first, name="first")
+    thread.start()
+    assert inside.wait(60)
+    with pytest.raises(Interrupted):
+        replay.run_durable(store, "s", **options)
+    assert store.session("s").lease_owner is None
+    leave.set()
+    thread.join(60)
+    (error,) = outcome
+    assert isinstance(error, (SessionLeased, StoreConflict)), repr(error)
+    assert "nobody holds its lease; 'shared' lost it" in str(error)
+    assert replay.run_durable(store, "s", **options).status == "completed"

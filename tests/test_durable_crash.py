@@ -411,3 +411,101 @@ def test_a_format_1_session_killed_while_it_is_rewritten_stays_format_1(tmp_path
         assert type(parked) is replay.Parked  # on to its approval, now in format 2
         assert store._db.execute(row).fetchone()[0] == 2
         assert store.events("crashed")[: len(before)] == before
+
+
+# --------------------------------------------------------------------------- after a SIGKILL, today
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_same_call_after_a_sigkill_says_who_holds_the_lease_and_how_to_free_it(
+    tmp_path, monkeypatch, mode
+):
+    # What the README promises today: the killed worker's lease lasts until it
+    # expires (lease_seconds); SessionLeased says whose it is, for how long, and
+    # what to do; store.release() by whoever knows the worker is dead frees it.
+    bench = Bench(tmp_path, mode)
+    bench.sessions = ["s1"]
+    done = bench.run("--kill", "tool:before:raw_effect", "--nth", "1", "--owner", "dead-worker")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    monkeypatch.setitem(scenario.PATHS, "markers", str(bench.markers))
+    with replay.SQLiteStore(bench.db) as store:
+        with pytest.raises(replay.SessionLeased) as caught:
+            scenario.run_session(store, "s1", owner="next-worker")
+        leased = caught.value
+        assert (leased.session_id, leased.owner) == ("s1", "dead-worker")
+        assert 0 < leased.expires_in <= 30.0
+        assert leased.expires == store.session("s1").lease_expires
+        message = str(leased)
+        assert "is leased by 'dead-worker' for " in message and " more seconds" in message
+        assert "store.release('s1', 'dead-worker')" in message
+        assert "owner='dead-worker'" in message
+        assert store.release("s1", leased.owner)
+        assert scenario.run_session(store, "s1", owner="next-worker").status == "completed"
+    bench.verify(monkeypatch)
+
+
+_SAME_OWNER_WORKER = """
+import pathlib, sys, time
+import replay
+from agentloop import FunctionModel, ScriptedResponse, ToolCall, UserMessage, tool
+
+db, ready, go = sys.argv[1:]
+
+
+@tool
+def wait() -> str:
+    '''Wait for the test's go.'''
+    pathlib.Path(ready).touch()
+    while not pathlib.Path(go).exists():
+        time.sleep(0.01)
+    return "waited"
+
+
+def model_fn(request):
+    if request.step == 1:
+        return ScriptedResponse.tool_calls("r1", ToolCall("c1", "wait", {}))
+    return ScriptedResponse.text("r2", "done")
+
+
+with replay.SQLiteStore(db) as store:
+    try:  # the documented serve loop's catch
+        replay.run_durable(
+            store, "s", [UserMessage("u1", "go")], model=FunctionModel(model_fn),
+            tools=[wait], owner="w",
+        )
+    except (replay.SessionLeased, replay.StoreConflict) as exc:
+        print("skipped:", type(exc).__name__, exc)
+"""
+
+
+def test_a_worker_whose_lease_another_run_of_its_owner_released_gets_session_leased(tmp_path):
+    # Another run with the same owner id ends (releasing the lease) while this
+    # worker's tool runs: the worker's commit is refused with the documented
+    # SessionLeased, which the serve loop catches (it was a plain StoreError).
+    db, ready, go = tmp_path / "s.db", tmp_path / "ready", tmp_path / "go"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _SAME_OWNER_WORKER, str(db), str(ready), str(go)],
+        cwd=ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for _ in range(6000):
+            if ready.exists() or worker.poll() is not None:
+                break
+            time.sleep(0.01)
+        assert ready.exists(), worker.communicate()
+        with replay.SQLiteStore(db) as store:
+            assert store.release("s", "w")
+        go.touch()
+        out, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, err
+    assert out.startswith("skipped: SessionLeased session 's': nobody holds its lease; 'w' lost it")
+    with replay.SQLiteStore(db) as store:
+        assert [e.type for e in store.events("s")][-1] == "tool.call"  # nothing more written

@@ -895,8 +895,18 @@ def test_leases(store, clock):
     store.create("s", events_of()[:3], status="running", steps=1, owner="a", lease_seconds=10)
     with pytest.raises(SessionLeased) as caught:
         store.acquire("s", "b", 10)
-    assert (caught.value.owner, caught.value.expires) == ("a", 1010.0)
-    assert str(caught.value) == "session 's' is leased by 'a' until 1010.000 (the store's clock)"
+    assert (caught.value.owner, caught.value.expires, caught.value.expires_in) == (
+        "a",
+        1010.0,
+        10.0,
+    )
+    assert str(caught.value) == (
+        "session 's' is leased by 'a' for 10.0 more seconds (until 1010.000 on the store's "
+        "clock): another worker is running it. Wait until the lease expires and call again; "
+        "if that worker is known to be dead (its process was killed), free the session at "
+        "once with store.release('s', 'a'); a worker restarted with owner='a' takes it back "
+        "at once"
+    )
     assert store.acquire("s", "a", 20).lease_expires == 1020.0  # its own: renewed
     assert store.renew("s", "a", 30) and store.session("s").lease_expires == 1030.0
     assert not store.renew("s", "b", 30)
@@ -933,9 +943,13 @@ def test_an_append_by_a_worker_that_lost_its_lease_is_refused(store, clock):
     store.acquire("s", "b", 10)
     with pytest.raises(SessionLeased, match=r"'a' lost it .* and wrote nothing"):
         store.append("s", events[3:], expected=3, status="completed", steps=1, owner="a")
+    # Released (e.g. by another run with the same owner id): a SessionLeased too,
+    # what the documented serve loop catches (it was a plain StoreError).
     store.release("s", "b")
-    with pytest.raises(StoreError, match=r"'a' does not hold its lease \(nobody does\)"):
+    with pytest.raises(SessionLeased, match=r"nobody holds its lease; 'a' lost it") as caught:
         store.append("s", events[3:], expected=3, status="completed", steps=1, owner="a")
+    assert (caught.value.owner, caught.value.expires, caught.value.expires_in) == (None, None, 0.0)
+    assert "concurrent runs need different ones" in str(caught.value)
     assert len(store.events("s")) == 3
 
 
