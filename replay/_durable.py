@@ -100,6 +100,7 @@ from agentloop import (
 )
 from agentloop._driver import model_method, tools_problem
 from agentloop._json import clean_text
+from agentloop._output import output_check
 
 from ._diff import diff_events
 from ._replay import replay, resume
@@ -251,7 +252,8 @@ def run_durable(
         SessionNotFound: no such session and no ``messages`` to start it.
         ValueError: ``messages`` (or the options) differ from the stored session's
             start, a tool of the session is missing or has other parameters, or a
-            session started with ``output=`` is continued without it.
+            session started with ``output=`` is continued without it (or with
+            another type).
         ReplayDivergence: the stored log does not replay with these hooks.
         BaseException: whatever leaves a tool, the model's stream, ``on_pause``
             or ``clock`` (e.g. ``KeyboardInterrupt``) propagates *without* being
@@ -486,6 +488,7 @@ class _Options:
                     f"to continue it, call run_durable(store, {session_id!r}, model=..., "
                     "tools=...) without messages"
                 )
+        self.check_output_type(events[0])
         if info.finished:
             return self.finished(events)
         self.check_output(events[0])
@@ -541,6 +544,23 @@ class _Options:
             raise ValueError(
                 f"session {self.session_id!r} was started without structured output: "
                 "continue it without output="
+            )
+
+    def check_output_type(self, start: Event) -> None:
+        """``output=T`` for a session started with structured output must be the
+        type it was started with (the same name and JSON Schema, as recorded)."""
+        recorded = start.output if type(start) is SessionStartEvent else None
+        if recorded is None or self.output is None:
+            return
+        check = output_check(self.output, recorded.retries)
+        assert check is not None
+        if check.spec != recorded:
+            given = check.spec.name
+            other = f"output={given}" if given != recorded.name else "another JSON Schema"
+            raise ValueError(
+                f"session {self.session_id!r} was started with output={recorded.name}, and "
+                f"{other} is another type (its JSON Schema differs from the recorded one): "
+                f"pass the type the session was started with"
             )
 
     def start_problem(self, events: Sequence[Event]) -> str | None:

@@ -316,6 +316,14 @@ class Sum(msgspec.Struct):
     total: int
 
 
+class Total(msgspec.Struct):
+    total: int
+
+
+#: Another type of the same name.
+OtherSum = msgspec.defstruct("Sum", [("total", str)])
+
+
 def test_structured_output_is_given_again_to_continue(store):
     def summing(request: ModelRequest) -> ScriptedResponse:
         if request.step == 1:
@@ -332,6 +340,13 @@ def test_structured_output_is_given_again_to_continue(store):
     replay.answer(store, "s", APPROVE)
     with pytest.raises(ValueError, match=r"structured output \(Sum\): pass output= again"):
         replay.run_durable(store, "s", **options)
+    # Another type is refused up front, as with messages= (it was a ReplayDivergence).
+    with pytest.raises(
+        ValueError, match=r"started with output=Sum, and output=Total is another type"
+    ):
+        replay.run_durable(store, "s", output=Total, **options)
+    with pytest.raises(ValueError, match=r"output=Sum, and another JSON Schema is another type"):
+        replay.run_durable(store, "s", output=OtherSum, **options)
     with pytest.raises(ValueError, match="started differently"):
         replay.run_durable(store, "s", QUESTION, output=Sum, **options)  # 2 retries, not 1
     result = replay.run_durable(store, "s", output=Sum, **options)
@@ -339,6 +354,8 @@ def test_structured_output_is_given_again_to_continue(store):
     # A finished session gives its result: typed with the type, as recorded without.
     assert replay.run_durable(store, "s", output=Sum, **options) == result
     assert replay.run_durable(store, "s", **options).output == {"total": 42}
+    with pytest.raises(ValueError, match="started with output=Sum, and output=Total"):
+        replay.run_durable(store, "s", output=Total, **options)
 
     replay.run_durable(store, "t", QUESTION, **options)
     replay.answer(store, "t", APPROVE)
