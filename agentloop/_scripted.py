@@ -15,7 +15,7 @@ from typing import TypeVar
 import msgspec
 
 from ._limits import MAX_CHUNKS_PER_STEP
-from ._messages import Block, TextBlock, ToolCall
+from ._messages import AssistantMessage, Block, Message, TextBlock, ToolCall
 from ._protocol import ModelChunk, ModelRequest, ModelResponse, Usage
 
 __all__ = ["ScriptedModel", "ScriptedResponse"]
@@ -66,9 +66,19 @@ class ScriptedResponse(msgspec.Struct, frozen=True):
 class ScriptedModel:
     """A :class:`~agentloop.Model` that replays a fixed list of responses, in order.
 
+    A resumed session picks up where its script left off: when the first request a
+    script receives carries a transcript that already holds the assistant messages
+    its first responses became (the same ``message-<id>`` and content: a session
+    continued by a new process, ``run_durable`` after a crash or
+    ``replay.resume``), those responses are skipped (:attr:`skipped`) and the
+    first one the transcript does not hold answers it. (A ``before_plan`` hook that
+    drops them from the request hides them; use a
+    :class:`~agentloop.FunctionModel` that answers from ``request.step`` then.)
+
     Attributes:
         requests: every request received, in order.
         call_count: how many times :meth:`stream` was called.
+        skipped: how many responses the first request's transcript already held.
 
     Example::
 
@@ -96,6 +106,7 @@ class ScriptedModel:
         self._next = 0
         self.requests: list[ModelRequest] = []
         self.call_count = 0
+        self.skipped = 0
 
     @property
     def remaining(self) -> int:
@@ -115,6 +126,8 @@ class ScriptedModel:
         """
         self.requests.append(request)
         self.call_count += 1
+        if self.call_count == 1:
+            self._next = self.skipped = _given(self._responses, request.messages)
         if self._next >= len(self._responses):
             raise AssertionError(
                 f"ScriptedModel: no scripted response left for {request.id} "
@@ -152,6 +165,20 @@ class ScriptedModel:
 
     def __repr__(self) -> str:
         return f"<ScriptedModel {self._next}/{len(self._responses)} used>"
+
+
+def _given(responses: Sequence[ScriptedResponse], messages: Sequence[Message]) -> int:
+    """How many of the first ``responses`` the transcript holds already, each as the
+    assistant message it became (a resumed session's earlier process gave them)."""
+    held = {
+        message.id: message.content for message in messages if type(message) is AssistantMessage
+    }
+    given = 0
+    for response in responses:
+        if held.get(f"message-{response.id}") != response.content:
+            break
+        given += 1
+    return given
 
 
 async def _async_items(items: Iterable[_Item]) -> AsyncIterator[_Item]:

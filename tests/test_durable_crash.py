@@ -40,7 +40,15 @@ from pathlib import Path
 import pytest
 
 import replay
-from agentloop import RunResult, run
+from agentloop import (
+    RunResult,
+    ScriptedModel,
+    ScriptedResponse,
+    ToolCall,
+    UserMessage,
+    run,
+    tool,
+)
 
 from . import durable_scenario as scenario
 from .helpers import subprocess_env
@@ -509,3 +517,77 @@ def test_a_worker_whose_lease_another_run_of_its_owner_released_gets_session_lea
     assert out.startswith("skipped: SessionLeased session 's': nobody holds its lease; 'w' lost it")
     with replay.SQLiteStore(db) as store:
         assert [e.type for e in store.events("s")][-1] == "tool.call"  # nothing more written
+
+
+_SCRIPTED_WORKER = """
+import os, signal, sys
+import replay
+from tests.test_durable_crash import SCRIPT, scripted_tools
+
+db = sys.argv[1]
+with replay.SQLiteStore(db) as store:
+    replay.run_durable(
+        store, "s", SCRIPT.messages, model=SCRIPT.model(), tools=scripted_tools(kill=True),
+        owner="w",
+    )
+"""
+
+
+class SCRIPT:
+    """A ScriptedModel session: three tool steps, then the answer."""
+
+    messages = [UserMessage("u1", "Count to three.")]
+    responses = [
+        *(
+            ScriptedResponse.tool_calls(f"r{n}", ToolCall(f"c{n}", "count", {"n": n}), text=f"{n}.")
+            for n in (1, 2, 3)
+        ),
+        ScriptedResponse.text("r4", "Counted to three."),
+    ]
+
+    @classmethod
+    def model(cls) -> ScriptedModel:
+        return ScriptedModel(cls.responses)
+
+
+def scripted_tools(*, kill: bool = False) -> list[object]:
+    @tool
+    def count(n: int) -> str:
+        """Count."""
+        if kill and n == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f"counted {n}"
+
+    return [count]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_fresh_scripted_model_continues_a_session_killed_mid_run(tmp_path, asynchronous):
+    # The new process's ScriptedModel starts its list again; it skips the
+    # responses the stored transcript holds (the session ended failed for good:
+    # "response id 'r1' was already used").
+    db = tmp_path / "s.db"
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPTED_WORKER, str(db)],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    model = SCRIPT.model()
+    with replay.SQLiteStore(db) as store:
+        assert store.session("s").steps == 3
+        options = {"model": model, "tools": scripted_tools(), "owner": "w"}
+        if asynchronous:
+            import asyncio
+
+            result = asyncio.run(replay.arun_durable(store, "s", SCRIPT.messages, **options))
+        else:
+            result = replay.run_durable(store, "s", SCRIPT.messages, **options)
+        assert replay.replay(store.events("s")).result == result
+    assert result == run(SCRIPT.messages, model=SCRIPT.model(), tools=scripted_tools())
+    assert (result.status, model.skipped, model.call_count) == ("completed", 3, 1)
+    model.assert_complete()

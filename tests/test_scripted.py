@@ -134,3 +134,22 @@ def test_assert_complete_reports_unused_responses():
 def test_rejects_non_responses():
     with pytest.raises(TypeError, match=r"responses\[1\]: expected ScriptedResponse"):
         ScriptedModel([ScriptedResponse.text("r1", "a"), "b"])  # type: ignore[list-item]
+
+
+def test_a_fresh_script_skips_the_responses_a_resumed_transcript_holds():
+    from agentloop import AssistantMessage, ModelRequest, TextBlock, UserMessage
+
+    script = [ScriptedResponse.text("r1", "one"), ScriptedResponse.text("r2", "two")]
+    held = (UserMessage("u1", "hi"), AssistantMessage("message-r1", (TextBlock("one"),)))
+    model = ScriptedModel(script)
+    *_, response = model.stream(ModelRequest("request-002", 2, held, ()))
+    assert (response.id, model.skipped, model.remaining) == ("r2", 1, 0)
+    model.assert_complete()
+    # Only as the first request, and only the same message: the same id with other
+    # content is the script's own answer (the loop then refuses the id, as before).
+    other = (UserMessage("u1", "hi"), AssistantMessage("message-r1", (TextBlock("uno"),)))
+    model = ScriptedModel(script)
+    *_, response = model.stream(ModelRequest("request-002", 2, other, ()))
+    assert (response.id, model.skipped) == ("r1", 0)
+    *_, response = model.stream(ModelRequest("request-003", 3, held, ()))
+    assert (response.id, model.skipped) == ("r2", 0)
