@@ -536,14 +536,14 @@ with replay.SQLiteStore(db) as store:
 class SCRIPT:
     """A ScriptedModel session: three tool steps, then the answer."""
 
-    messages = [UserMessage("u1", "Count to three.")]
-    responses = [
+    messages = (UserMessage("u1", "Count to three."),)
+    responses = (
         *(
             ScriptedResponse.tool_calls(f"r{n}", ToolCall(f"c{n}", "count", {"n": n}), text=f"{n}.")
             for n in (1, 2, 3)
         ),
         ScriptedResponse.text("r4", "Counted to three."),
-    ]
+    )
 
     @classmethod
     def model(cls) -> ScriptedModel:
