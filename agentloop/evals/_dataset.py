@@ -140,7 +140,10 @@ class Dataset:
         if file.suffix in (".yaml", ".yml"):
             yaml = _yaml(str(path))
             rows = [msgspec.to_builtins(case) for case in self.cases]
-            file.write_text(yaml.safe_dump(rows, sort_keys=False, allow_unicode=True), "utf-8")
+            text = yaml.safe_dump(rows, sort_keys=False, allow_unicode=True)
+            if yaml.safe_load(text) != rows:  # pyyaml writes some characters (NEL) raw
+                text = yaml.safe_dump(rows, sort_keys=False, allow_unicode=False)
+            file.write_text(text, "utf-8")
             return
         file.write_bytes(b"".join(_encode(case) + b"\n" for case in self.cases))
 

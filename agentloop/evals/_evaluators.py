@@ -358,9 +358,7 @@ def validate_schema(value: Any, schema: Any, *, limit: int = 5) -> list[str]:
                 problems.append(f"{where}: expected {' or '.join(kinds)}, got {kind}")
                 continue
         if "enum" in rule and not any(_json_equal(node, option) for option in rule["enum"]):
-            problems.append(
-                f"{where}: {_clip(_json(node), 40)} is not one of {_json(rule['enum'])}"
-            )
+            problems.append(f"{where}: {_json(node)[:40]} is not one of {_json(rule['enum'])}")
         if "const" in rule and not _json_equal(node, rule["const"]):
             problems.append(f"{where}: expected {_json(rule['const'])}")
         if kind == "number":
@@ -647,8 +645,7 @@ def verdict(name: str, value: Any, threshold: float = 1.0) -> Score:
         evaluator=name,
         passed=False,
         score=0.0,
-        error=f"returned {_clip(repr(value), 60)}; expected a bool, a number from 0 to 1 "
-        "or a Score",
+        error=f"returned {repr(value)[:60]}; expected a bool, a number from 0 to 1 or a Score",
     )
 
 

@@ -332,7 +332,8 @@ def _drive(
                     call_id = _call_id(effect.payload)
                     return (
                         "approval",
-                        f"the tool call {call_id} waits for an approval the recording does not give",
+                        f"the tool call {call_id} waits for an approval the recording "
+                        "does not give",
                     )
                 return (
                     "paused",
