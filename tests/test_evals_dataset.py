@@ -5,9 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-import msgspec
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -176,7 +174,8 @@ def test_import_agentloop_imports_neither_evals_nor_yaml() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, agentloop, replay, replay.pytest_plugin; print(sorted(m for m in sys.modules if m.startswith(('agentloop.evals', 'yaml'))))",
+            "import sys, agentloop, replay, replay.pytest_plugin; "
+            "print(sorted(m for m in sys.modules if m.startswith(('agentloop.evals', 'yaml'))))",
         ],
         capture_output=True,
         text=True,
