@@ -60,9 +60,13 @@ class _Parser(argparse.ArgumentParser):
 def load_agent(spec: str) -> Agent:
     """The :class:`Agent` a ``path.py:function`` / ``module:function`` spec makes."""
     try:
-        agent = load_function(spec)()
+        make = load_function(spec)
     except (ValueError, ImportError, OSError) as exc:
         raise _Fail(f"--agent {spec}: {exc}") from None
+    try:
+        agent = make()
+    except Exception as exc:
+        raise _Fail(f"--agent {spec}: it raised {type(exc).__name__}: {exc}") from None
     if not isinstance(agent, Agent):
         raise _Fail(
             f"--agent {spec}: returned {type(agent).__name__}, not an agentloop.evals.Agent"

@@ -22,6 +22,7 @@ calling the judge. A judge with no recorded session is an error for that case.
 from __future__ import annotations
 
 import asyncio
+import glob
 import hashlib
 import inspect
 import math
@@ -386,6 +387,9 @@ async def _run_case(
 ) -> CaseReport:
     name = log_name(case.id)
     path = sessions / f"{name}.jsonl"
+    for old in sessions.glob(f"{glob.escape(name)}.*"):  # an earlier run's, into this folder
+        if old.name == f"{name}.jsonl" or old.name.startswith(f"{name}.judge-"):
+            old.unlink()
     log = EventLog()
     started = time.perf_counter()
     result: RunResult | None = None
