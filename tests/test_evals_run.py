@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 import replay
-from agentloop import FunctionModel, ModelRequest, ScriptedModel, ScriptedResponse, UserMessage
+from agentloop import FunctionModel, ModelRequest, ScriptedModel, ScriptedResponse
 from agentloop.__main__ import main as agentloop_main
 from agentloop.evals import (
     REPORT_FORMAT,
@@ -147,7 +147,7 @@ def test_compare_cases_in_one_report_only_and_missing_logs(
         ("sum", "only_b")
     ]
     comparison = compare(report, fewer, folder_a=folder, folder_b=folder)
-    assert [(c.id, c.group) for c in comparison.cases][0] == ("sum", "only_a")
+    assert next((c.id, c.group) for c in comparison.cases) == ("sum", "only_a")
     comparison = compare(fewer, report, folder_a=folder, folder_b=folder)
     assert comparison.cases[-1].group == "only_b" and comparison.cases[-1].delta is None
     comparison = compare(report, other, folder_a=folder, folder_b=folder)

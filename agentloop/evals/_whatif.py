@@ -64,6 +64,7 @@ from agentloop import (
     SessionStartEvent,
     Steer,
     ToolBatch,
+    ToolCallEvent,
     ToolRequest,
     ToolResult,
     agent_loop,
@@ -128,11 +129,14 @@ class _Recording:
     def __init__(self, events: Sequence[Event]) -> None:
         self.model: deque[list[ModelChunk | ModelResponse | ModelFailure]] = deque()
         self.tools: dict[str, ToolResult] = {}
+        self.calls: dict[str, Any] = {}  # call id -> the arguments it ran with
         self.resumes: list[tuple[str, str | None, Resume]] = []  # (reason, call id, resume)
         self.cancel: Cancel | None = None
         self.steered = False
         pending_pauses: deque[tuple[str, str | None]] = deque()
         for event in events:
+            if type(event) is ToolCallEvent:
+                self.calls.setdefault(event.call.id, event.call.arguments)
             if type(event) is SessionPauseEvent:
                 pending_pauses.append((event.reason, _call_id(event.payload)))
         current: list[ModelChunk | ModelResponse | ModelFailure] = []
@@ -309,14 +313,23 @@ def _drive(
                     effect.requests if type(effect) is ToolBatch else (effect,)  # type: ignore[assignment]
                 )
                 missing = [r.call for r in requests if r.call.id not in recording.tools]
-                if missing:
+                moved = [
+                    r.call for r in requests if recording.calls.get(r.call.id) != r.call.arguments
+                ]
+                if missing or moved:
                     if recording.cancel is not None:
                         effect = loop.send(recording.cancel)
                         continue
-                    call = missing[0]
+                    if missing:
+                        call = missing[0]
+                        return "past_recording", (
+                            f"the run calls the tool {call.name} ({call.id}), which the "
+                            "recording never ran"
+                        )
+                    call = moved[0]
                     return "past_recording", (
-                        f"the run calls the tool {call.name} ({call.id}), which the recording "
-                        "never ran"
+                        f"the run calls the tool {call.name} ({call.id}) with other arguments "
+                        "than the recording ran it with"
                     )
                 for request in requests:
                     effect = loop.send(recording.tools.pop(request.call.id))
