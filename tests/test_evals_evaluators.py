@@ -447,3 +447,21 @@ def test_where_predicate(tmp_path: Any) -> None:
     assert call.matches(ToolCall("c", "a", {"x": 1}))
     assert not call.matches(ToolCall("c", "a", {"x": -1}))
     assert not call.matches(ToolCall("c", "b", {"x": 1}))
+
+
+def test_edges_of_the_helpers() -> None:
+    from agentloop.evals._evaluators import _json
+
+    assert (
+        Contains(text="x")
+        .evaluate(outcome(None, status="failed"))
+        .reason.startswith("no final text")
+    )
+    assert (
+        Regex(pattern="x")
+        .evaluate(outcome(None, status="failed"))
+        .reason.startswith("no final text")
+    )
+    assert _json(object()).startswith("<object object")
+    assert _json_equal({1}, {1}) and not _json_equal({1}, {2})
+    assert JsonSchema(schema={"properties": {"a": True}}).evaluate(outcome('{"a": 1}')).passed

@@ -106,3 +106,21 @@ def test_smoke(agent_eval):
 """
     )
     pytester.runpytest("--agentloop-record=once").assert_outcomes(passed=1)
+
+
+def test_an_agent_that_crashes_is_a_per_case_error(pytester: pytest.Pytester) -> None:
+    write(pytester, "hi")
+    pytester.makepyfile(
+        test_eval="""
+import conftest
+from agentloop.evals import Agent
+
+def broken(case):
+    raise RuntimeError("no model")
+
+def test_smoke(agent_eval):
+    report = agent_eval.run(conftest.DATA, Agent(broken), threshold=0.0)
+    assert report.case("hi").error == "RuntimeError: no model"
+"""
+    )
+    pytester.runpytest("--agentloop-record=once").assert_outcomes(passed=1)

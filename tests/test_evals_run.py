@@ -514,3 +514,122 @@ def test_the_example_is_one_command_from_a_shell(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "5/5 passed (0 failed, 0 with errors)" in done.stdout
+
+
+# --------------------------------------------------------------------------- edges
+
+
+def test_comparison_text_names_status_changes_and_one_sided_cases() -> None:
+    from agentloop.evals import CaseDiff, Comparison
+
+    comparison = Comparison(
+        a="A",
+        b="B",
+        cases=(
+            CaseDiff(
+                id="x",
+                group="changed",
+                score_a=1.0,
+                score_b=1.0,
+                passed_a=True,
+                passed_b=True,
+                status_a="completed",
+                status_b="failed",
+            ),
+            CaseDiff(id="y", group="only_a", score_a=1.0),
+            CaseDiff(id="z", group="only_b", score_b=0.5),
+        ),
+    )
+    text = comparison.text()
+    assert "  x  score 1.00 -> 1.00\n    status completed -> failed" in text
+    assert "only in A (A) (1)\n  y" in text and "only in B (B) (1)\n  z" in text
+
+
+def test_timeless_leaves_data_alone_and_removes_times() -> None:
+    from agentloop import Budget, BudgetUsage, BudgetWarnEvent, ToolCall, ToolCallEvent
+    from agentloop.evals import timeless
+
+    warn = BudgetWarnEvent(
+        sequence=3,
+        at=5.0,
+        step=1,
+        limit="wall_clock",
+        usage=BudgetUsage(turns=1, wall_seconds=2.5),
+        budget=Budget(max_wall_seconds=1.0),
+    )
+    bare = timeless(warn)
+    assert bare.at is None and bare.usage == BudgetUsage(turns=1)
+    assert bare.budget == warn.budget
+    call = ToolCallEvent(
+        sequence=0, step=1, call=ToolCall("c", "t", {"at": 1.0, "wall_seconds": 2})
+    )
+    assert timeless(call) is call  # no times; tool arguments are data, never touched
+
+
+def test_a_judge_session_that_did_not_finish() -> None:
+    from agentloop.evals._run import _judged
+
+    assert _judged(Judge(rubric="r"), None).error == "the judge session did not finish"
+
+
+def test_pages_for_reports_without_logs_or_totals(tmp_path: Path) -> None:
+    from agentloop.evals import CaseReport
+    from agentloop.evals._report import render_report_page
+    from agentloop.evals._run import write_pages
+
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("nope\n")
+    report = Report(
+        cases=(
+            CaseReport(id="a", passed=True, score=1.0),
+            CaseReport(id="b", passed=False, score=0.0, log="broken.jsonl"),
+        )
+    )
+    assert report.table().splitlines()[-1].startswith("b ")
+    page = render_report_page(report)
+    assert "passed</b>" not in page and '<a href="broken.html">' in page
+    write_pages(report, tmp_path)
+    assert (tmp_path / "report.html").exists() and not (tmp_path / "broken.html").exists()
+
+
+def test_a_second_run_into_the_same_folder_replaces_its_logs(tmp_path: Path) -> None:
+    dataset = Dataset([Case(id="a", prompt="x", expect=(Judge(rubric="r"),))])
+    agent = Agent(FunctionModel(lambda r: "x"), judge=FunctionModel(lambda r: '{"score": 1}'))
+    for _ in range(2):
+        report = run_eval(dataset, agent, out=tmp_path)
+        assert report.case("a").passed
+    assert sorted(p.name for p in (tmp_path / "sessions").iterdir()) == [
+        "a.html",
+        "a.jsonl",
+        "a.judge-1.html",
+        "a.judge-1.jsonl",
+    ]
+
+
+def test_an_agent_spec_without_a_name_is_named_by_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec_file = tmp_path / "plain_agent.py"
+    spec_file.write_text(
+        "from agentloop import FunctionModel\nfrom agentloop.evals import Agent\n\n"
+        "def make():\n    return Agent(FunctionModel(lambda r: 'Hello!'))\n"
+    )
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        '{"id": "a", "prompt": "hi", "expect": [{"kind": "exact", "text": "Hello!"}]}\n'
+    )
+    assert (
+        main(
+            [
+                "run",
+                str(data),
+                "--agent",
+                f"{spec_file}:make",
+                "--out",
+                str(tmp_path / "o"),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["agent"] == f"{spec_file}:make"

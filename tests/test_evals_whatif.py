@@ -200,7 +200,8 @@ def test_steered_sessions_are_unsupported() -> None:
     loop.close()
     del request
     answer = what_if(list(loop.log))
-    assert answer.stop == "unsupported" and "steering" in answer.detail
+    assert answer.stop == "unsupported"
+    assert answer.detail == "the session recorded replies what-if does not feed again: Steer"
 
 
 class Weather(msgspec.Struct):
@@ -256,3 +257,56 @@ def test_a_log_cut_before_a_tool_result_stops_there() -> None:
     answer = what_if(events[: cut + 1])
     assert answer.stop == "past_recording" and answer.recorded_status is None
     assert answer.detail == "the run calls the tool add (c1), which the recording never ran"
+
+
+def test_recordings_of_every_shape() -> None:
+    from agentloop import Cancel, FollowUp
+
+    # A follow-up is steering too.
+    loop = agent_loop([UserMessage("u1", "go")], tools=[])
+    next(loop)
+    loop.send(FollowUp(UserMessage("u2", "and then")))
+    loop.close()
+    assert what_if(list(loop.log)).stop == "unsupported"
+    # Cancelled while the model was asked: the cancel answers the model request.
+    loop = agent_loop([UserMessage("u1", "go")], tools=[])
+    next(loop)
+    with pytest.raises(StopIteration):
+        loop.send(Cancel("stop"))
+    answer = what_if(list(loop.log))
+    assert (answer.status, answer.changed) == ("cancelled", False)
+    # A log cut inside its initial transcript: nothing after the messages.
+    cut = [e for e in two_steps() if e.type in ("session.start", "message.accepted")]
+    assert what_if(cut).stop == "past_recording"
+    # Two pauses of different kinds, answered in the recording: each gets its own answer.
+    hooks = HookRegistry()
+    hooks.on("before_tool_call", lambda payload: PauseRequest("review", {"plain": "payload"}))
+    log = EventLog()
+    run(
+        [UserMessage("u1", "go")],
+        model=ScriptedModel(
+            [
+                ScriptedResponse.tool_calls("r1", ToolCall("c1", "wire", {"amount": 5})),
+                ScriptedResponse.text("r2", "sent"),
+            ]
+        ),
+        tools=[wire],
+        hooks=hooks,
+        log=log,
+        on_pause=lambda pause: Resume({"approved": True}),
+    )
+    assert what_if(list(log), hooks=hooks).changed is False
+    assert what_if(list(log)).changed is False  # the approval's answer, not the review's
+    # A tool call whose recorded run was cancelled mid-call, with other arguments now.
+    moved = what_if(
+        [e for e in approved_session()],
+        approvals={"c1": {"approved": True, "arguments": {"amount": 9}}},
+    )
+    assert moved.stop == "past_recording"
+
+
+def test_call_ids_of_pause_payloads() -> None:
+    from agentloop.evals._whatif import _call_id
+
+    assert _call_id({"call": {"id": "c1"}}) == "c1"
+    assert _call_id("plain") is None and _call_id({"call": {"id": 3}}) is None

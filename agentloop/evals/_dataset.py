@@ -192,6 +192,4 @@ def _from_yaml(data: bytes, path: str) -> Sequence[Case]:
             cases.append(msgspec.convert(row, Case))
         except (msgspec.ValidationError, ValueError, TypeError) as exc:
             raise DatasetError(f"{where}: {_problem(exc)}", path=path) from None
-        except RecursionError:
-            raise DatasetError(f"{where}: a value is nested too deeply", path=path) from None
     return cases

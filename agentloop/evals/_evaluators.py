@@ -20,7 +20,7 @@ import importlib.util
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -670,7 +670,3 @@ class Judge(Evaluator, frozen=True, kw_only=True, omit_defaults=True, tag="judge
 
     def evaluate(self, outcome: Outcome) -> Score:
         raise NotImplementedError("a Judge is evaluated by the runner, through a model session")
-
-
-def iter_kinds() -> Iterator[type[Evaluator]]:
-    yield from (Exact, Contains, Regex, Equals, JsonSchema, Trajectory, Bounds, Custom, Judge)

@@ -10,7 +10,6 @@ removed or changes meaning without a new version. Paths in it (``log``,
 from __future__ import annotations
 
 import html
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,8 +53,8 @@ class CaseReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         seconds: the session's wall-clock duration.
         error: the agent's crash (an exception out of ``arun``), if any.
         log: the session's log file, relative to the report.
-        judge_logs: the judge sessions' log files (one per judge evaluator, in
-            order; ``""`` where none ran).
+        judge_logs: the judge sessions' log files (``<case>.judge-<n>.jsonl`` for
+            the case's n-th judge; a judge that could not run has none).
         scores: one per evaluator, in the case's order.
         metadata: the case's metadata.
     """
@@ -292,9 +291,8 @@ def render_report_page(report: Report) -> str:
                 text += f' <span class="muted">{escape(why)}</span>'
             items.append(f"<li>{text}</li>")
         for judge in case.judge_logs:
-            if judge:
-                page = os.path.splitext(judge)[0] + ".html"
-                items.append(f'<li><a href="{escape(page, quote=True)}">judge session</a></li>')
+            page = os.path.splitext(judge)[0] + ".html"
+            items.append(f'<li><a href="{escape(page, quote=True)}">judge session</a></li>')
         tokens = f"{case.usage.input_tokens} / {case.usage.output_tokens}"
         final = escape(_cut(case.final_text or "", 300))
         rows.append(
@@ -323,8 +321,3 @@ def render_report_page(report: Report) -> str:
         "<th>steps</th><th>tokens in / out</th><th>cost</th><th>evaluators</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></body></html>\n"
     )
-
-
-def finite(value: float) -> float:
-    """``value``, or 0.0 when it is not a finite number (a report holds JSON)."""
-    return value if math.isfinite(value) else 0.0

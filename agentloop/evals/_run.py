@@ -174,10 +174,6 @@ def log_name(case_id: str) -> str:
     return f"{safe.lstrip('.')}-{digest}"
 
 
-def _write(path: Path, events: Sequence[Event]) -> None:
-    replay.write_log(path, events)
-
-
 # --------------------------------------------------------------------------- scoring
 
 JudgeSession = Callable[[int, Judge, Sequence[Message]], Awaitable[tuple[RunResult | None, str]]]
@@ -205,7 +201,7 @@ def _judged(judge: Judge, result: RunResult | None) -> Score:
             evaluator=name, passed=False, score=0.0, error="the judge session did not finish"
         )
     value = result.output
-    if result.status != "completed" or not isinstance(value, (Verdict, dict)):
+    if result.status != "completed" or not isinstance(value, Verdict):
         error = result.error.message if result.error is not None else result.status
         return Score(
             evaluator=name,
@@ -213,8 +209,6 @@ def _judged(judge: Judge, result: RunResult | None) -> Score:
             score=0.0,
             error=f"the judge gave no verdict ({result.status}): {error}"[:500],
         )
-    if isinstance(value, dict):  # replayed without the type: the recorded JSON
-        value = msgspec.convert(value, Verdict)
     return Score(
         evaluator=name,
         passed=value.score >= judge.threshold,
@@ -226,7 +220,7 @@ def _judged(judge: Judge, result: RunResult | None) -> Score:
 async def score_case(
     case: Case,
     outcome: Outcome,
-    judge_session: JudgeSession | None,
+    judge_session: JudgeSession,
     extra: Sequence[Callable[[Outcome], Any]] = (),
 ) -> tuple[Score, ...]:
     """Every evaluator of ``case`` (then ``extra`` functions) on ``outcome``; each
@@ -250,8 +244,6 @@ async def score_case(
             continue
         try:
             if isinstance(evaluator, Judge):
-                if judge_session is None:
-                    raise EvalError("no judge model (give the agent judge=...)")
                 messages = judge_messages(evaluator, case, outcome)
                 result, _ = await judge_session(judges, evaluator, messages)
                 score = _judged(evaluator, result)
@@ -457,7 +449,7 @@ def write_pages(report: Report, folder: Path) -> None:
     """``report.html`` and, next to each session log, its page (the log viewer's)."""
     for case in report.cases:
         for log in (case.log, *case.judge_logs):
-            if not log:
+            if log is None:
                 continue
             path = folder / log
             try:
@@ -540,11 +532,13 @@ async def _rescore_case(
     async def judge_session(
         index: int, judge: Judge, messages: Sequence[Message]
     ) -> tuple[RunResult | None, str]:
-        if index > len(judge_logs) or not judge_logs[index - 1]:
+        suffix = f".judge-{index}.jsonl"
+        recorded_log = next((log for log in judge_logs if log.endswith(suffix)), None)
+        if recorded_log is None:
             raise EvalError(
                 "no recorded judge session for this judge; run the case live to judge it"
             )
-        path = base / judge_logs[index - 1]
+        path = base / recorded_log
         replayed = replay.replay(replay.read_log(path), output=Verdict)
         return replayed.result, path.as_posix()
 

@@ -28,7 +28,7 @@ that finishes is reported with its status (``completed``, ``failed``,
 so a wall-clock budget is checked against the recorded clock.
 
 Steering messages (``Steer``/``FollowUp``) are not fed again: a session that
-recorded any is reported ``unsupported``.
+recorded any (or an unrecognized reply) is reported ``unsupported``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from agentloop import (
     Cancel,
     Effect,
     Event,
-    FollowUp,
     HookRegistry,
     Limits,
     Message,
@@ -62,7 +61,6 @@ from agentloop import (
     RunResult,
     SessionPauseEvent,
     SessionStartEvent,
-    Steer,
     ToolBatch,
     ToolCallEvent,
     ToolRequest,
@@ -132,7 +130,7 @@ class _Recording:
         self.calls: dict[str, Any] = {}  # call id -> the arguments it ran with
         self.resumes: list[tuple[str, str | None, Resume]] = []  # (reason, call id, resume)
         self.cancel: Cancel | None = None
-        self.steered = False
+        self.unsupported: list[str] = []
         pending_pauses: deque[tuple[str, str | None]] = deque()
         for event in events:
             if type(event) is ToolCallEvent:
@@ -155,8 +153,8 @@ class _Recording:
                 self.resumes.append((reason, call, reply))  # type: ignore[arg-type]
             elif kind is Cancel:
                 self.cancel = reply  # type: ignore[assignment]
-            elif kind is Steer or kind is FollowUp:
-                self.steered = True
+            else:  # Steer, FollowUp, an unrecognized reply
+                self.unsupported.append(kind.__name__)
         # A trailing partial answer (chunks, no response) cannot answer anything.
 
     def resume_for(self, pause: Pause) -> Resume | None:
@@ -244,11 +242,12 @@ def what_if(
         "recorded_status": recorded_status,
         "recorded_reason": recorded_reason,
     }
-    if recording.steered:
+    if recording.unsupported:
+        kinds = ", ".join(sorted(set(recording.unsupported)))
         return WhatIf(
             **base,
             stop="unsupported",
-            detail="the session recorded steering messages (Steer/FollowUp)",
+            detail=f"the session recorded replies what-if does not feed again: {kinds}",
         )
     loop = agent_loop(
         initial,
@@ -297,8 +296,7 @@ def _drive(
             if type(effect) is ModelRequest:
                 if not recording.model:
                     if recording.cancel is not None:
-                        effect = loop.send(recording.cancel)
-                        continue
+                        loop.send(recording.cancel)  # ends the run (StopIteration)
                     return "past_recording", (
                         f"the run asks the model again ({effect.id}, step {effect.step}) and the "
                         "recording has no more model answers"
@@ -318,8 +316,7 @@ def _drive(
                 ]
                 if missing or moved:
                     if recording.cancel is not None:
-                        effect = loop.send(recording.cancel)
-                        continue
+                        loop.send(recording.cancel)  # ends the run (StopIteration)
                     if missing:
                         call = missing[0]
                         return "past_recording", (
