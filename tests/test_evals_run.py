@@ -472,6 +472,7 @@ def test_cli_run_compare_rescore(tmp_path: Path, capsys: pytest.CaptureFixture[s
         (["rescore", "/no/a", "--dataset", str(DATASET)], "cannot read the report"),
         (["frobnicate"], "invalid choice"),
         (["what-if", "x", "--max-steps", "0"], "max_steps"),
+        (["what-if", "x", "--max-tool-calls", "0"], "Budget.max_tool_calls must be a positive int"),
     ],
 )
 def test_cli_errors_are_one_line(

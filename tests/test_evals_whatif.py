@@ -249,6 +249,7 @@ def test_what_if_logs_and_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_whatif_is_a_struct() -> None:
     answer = WhatIf(session="s", stop="paused", detail="d")
     assert "unfinished" in answer.line()
+    assert WhatIf(session="s", stop="unsupported", detail="d").line() == "s: not replayed: d"
 
 
 def test_a_log_cut_before_a_tool_result_stops_there() -> None:

@@ -199,11 +199,11 @@ def _what_if(args: argparse.Namespace) -> int:
         "max_tool_calls": args.max_tool_calls,
         "max_total_tokens": args.max_total_tokens,
     }
-    if any(value is not None for value in limits.values()):
-        budget = Budget(**{key: value for key, value in limits.items() if value is not None})
     approvals: dict[str, Any] = {key: True for key in args.approve}
     approvals.update({key: False for key in args.deny})
     try:
+        if any(value is not None for value in limits.values()):
+            budget = Budget(**{key: value for key, value in limits.items() if value is not None})
         answers = what_if_logs(
             args.logs,
             max_steps=UNCHANGED if args.max_steps is None else args.max_steps,

@@ -108,6 +108,9 @@ class WhatIf(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     changed: bool = True
 
     def line(self) -> str:
+        """One line for a terminal."""
+        if self.stop == "unsupported":
+            return f"{self.session}: not replayed: {self.detail}"
         what = f"{self.status} ({self.reason})" if self.stop == "finished" else self.stop
         recorded = (
             f"{self.recorded_status} ({self.recorded_reason})"
