@@ -364,7 +364,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.add_parser("eval", help="evaluate an agent on a dataset (python -m agentloop eval --help)")
+    commands.add_parser(
+        "eval", help="evaluate an agent on a dataset (python -m agentloop eval --help)"
+    )
     demo_parser = commands.add_parser(
         "demo",
         help="run a scripted multi-step session and write its event log",

@@ -634,3 +634,11 @@ def test_an_agent_spec_without_a_name_is_named_by_it(
         == 0
     )
     assert json.loads(capsys.readouterr().out)["agent"] == f"{spec_file}:make"
+
+
+def test_evals_exports_what_it_lists() -> None:
+    import agentloop.evals as evals
+
+    public = {name for name in dir(evals) if not name.startswith("_")}
+    modules = {"pytest_plugin"}
+    assert set(evals.__all__) == public - modules
