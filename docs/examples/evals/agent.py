@@ -128,7 +128,7 @@ def hasty() -> Agent:
     )
 
 
-def real() -> Agent:  # pragma: no cover - needs OPENAI_API_KEY and the network
+def real() -> Agent:  # needs the openai extra, OPENAI_API_KEY and the network
     """The same agent on a real provider (docs/evals.md, "A real model")."""
     import openai
 
