@@ -364,6 +364,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.add_parser(
+        "eval", help="evaluate an agent on a dataset (python -m agentloop eval --help)"
+    )
     demo_parser = commands.add_parser(
         "demo",
         help="run a scripted multi-step session and write its event log",
@@ -412,6 +415,11 @@ def main(argv: Sequence[str] | None = None, stream: IO[str] | None = None) -> in
         0 when the demo completed, 1 when it did not, 2 on bad usage.
     """
     out = sys.stdout if stream is None else stream
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["eval"]:  # agentloop.evals (DESIGN §28): its own CLI, imported only here
+        from .evals._cli import main as eval_main
+
+        return eval_main(argv[1:])
     parser = _parser()
     try:
         args = parser.parse_args(argv)

@@ -8,7 +8,7 @@ import replay
 
 def test_agentloop_exports_what_it_lists() -> None:
     public = {name for name in dir(agentloop) if not name.startswith("_")}
-    modules = {"models", "otel", "mcp", "temporal"}  # imported on demand (optional extras)
+    modules = {"models", "otel", "mcp", "temporal", "evals"}  # imported on demand
     assert set(agentloop.__all__) == (public - modules) | {"__version__"}
     for name in agentloop.__all__:
         assert hasattr(agentloop, name), name

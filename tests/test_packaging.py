@@ -26,9 +26,20 @@ PYPROJECT: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text(en
 PROJECT: dict[str, Any] = PYPROJECT["project"]
 EXTRAS: dict[str, list[str]] = PROJECT["optional-dependencies"]
 DISTRIBUTION = "agentloop-replay"
-USER_EXTRAS = ["pytest", "openai", "anthropic", "gemini", "otel", "mcp", "temporal", "pydantic"]
-# The test suite's own tools, besides the user extras (pyyaml reads recorded cassettes,
-# selenium drives the headless browser of the viewer test).
+USER_EXTRAS = [
+    "pytest",
+    "openai",
+    "anthropic",
+    "gemini",
+    "otel",
+    "mcp",
+    "temporal",
+    "pydantic",
+    "evals",
+]
+# The test suite's own tools, besides the user extras (selenium drives the headless
+# browser of the viewer test; pyyaml, which reads recorded cassettes, comes with the
+# `evals` extra).
 DEVELOPER_TOOLS = {
     "hypothesis",
     "coverage",
@@ -38,7 +49,6 @@ DEVELOPER_TOOLS = {
     "twine",
     "packaging",
     "tomli",
-    "pyyaml",
     "selenium",
 }
 
