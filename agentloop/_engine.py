@@ -31,7 +31,8 @@ It delegates the rest, the way h11's ``Connection`` delegates to
 - ``_run``: :class:`~agentloop._run.Run`, the run's mutable state and lifecycle
   flags in one object (state, step, transcript and ids, usage and budget
   counters, pending effect, queued messages, the sticky error); ``Run.set`` is the
-  only place the state changes (the table in ``_state``). Also the private
+  only place the state changes (the table in ``_state``); ``Run.queue`` and
+  ``Run.deliver`` keep the steering and follow-up messages. Also the private
   control-flow exceptions -- ``Finish`` (the run ends: completed, max_steps,
   failed), ``Cancelled`` (a ``Cancel`` or ``close()``), ``Misuse`` (the caller
   broke the protocol; after the failed ``run.finished`` is logged,
@@ -78,7 +79,6 @@ from ._errors import (
 from ._events import (
     EventLog,
     MessageAcceptedEvent,
-    MessageQueuedEvent,
     ModelChunkEvent,
     PlanCommitEvent,
     PlanDraftEvent,
@@ -369,7 +369,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     # (or it is the very object this package's driver checked, see
     # checked_by_driver), its ``at`` moves the loop's clock, a Cancel unwinds to
     # _finish, and a Steer or FollowUp is queued (message.queued) while the same
-    # effect is yielded again; _deliver appends the queued messages at the next
+    # effect is yielded again; Run.deliver appends the queued messages at the next
     # boundary. Run.set is the only place the state changes, EventLog.append the
     # only place an event is recorded.
 
@@ -507,51 +507,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 raise Cancelled(reply)
             if kind not in _QUEUED:
                 return reply  # type: ignore[no-any-return]
-            self._queue(reply)
-
-    def _queue(self, reply: Steer | FollowUp) -> None:
-        run = self._run
-        message = reply.message
-        if message.id in run.message_ids:
-            raise Misuse(
-                f"{type(reply).__name__}.message id {message.id!r} is already used in the run",
-                reply,
-            )
-        run.message_ids.add(message.id)  # reserved: no later message may take it
-        run.queued.append(reply)
-        steer = type(reply) is Steer
-        run.steering = run.steering or steer
-        log = self._log
-        log.append(
-            MessageQueuedEvent(
-                sequence=len(log),
-                at=run.now,
-                step=run.step,
-                mode="steer" if steer else "follow_up",
-                reply=reply,
-            )
-        )
-
-    def _deliver(self, *, follow_ups: bool) -> bool:
-        """Append the queued steering messages (and, with ``follow_ups``, the
-        follow-ups too), in the order they came; say whether any was appended."""
-        run, log = self._run, self._log
-        delivered = False
-        waiting: list[Steer | FollowUp] = []
-        for reply in run.queued:
-            if follow_ups or type(reply) is Steer:
-                run.transcript.append(reply.message)
-                log.append(
-                    MessageAcceptedEvent(
-                        sequence=len(log), at=run.now, step=run.step, message=reply.message
-                    )
-                )
-                delivered = True
-            else:
-                waiting.append(reply)
-        run.queued = waiting
-        run.steering = False
-        return delivered
+            run.queue(reply, self._log)
 
     # ------------------------------------------------------------------ start
     #
@@ -769,7 +725,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 if limit is not None:
                     yield from pauses.budget_pause(limit)
             if run.steering:
-                self._deliver(follow_ups=False)
+                run.deliver(self._log, follow_ups=False)
             step = run.step + 1
             if "before_step" in hooks:
                 try:
@@ -806,7 +762,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             if not calls:  # stop, or a text-only length response
                 self._end_step(step)
                 final_text = text_from_assistant(message)
-                if (run.queued and self._deliver(follow_ups=True)) or (
+                if (run.queued and run.deliver(self._log, follow_ups=True)) or (
                     self._output is not None and not self._output_ok(final_text, response.id, step)
                 ):
                     # Steering, a follow-up or an answer sent back: one more step.
@@ -833,7 +789,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             self._end_step(step)
             if step >= self._max_steps:
                 if run.steering:  # kept in the transcript for whoever continues it
-                    self._deliver(follow_ups=False)
+                    run.deliver(self._log, follow_ups=False)
                 raise Finish("max_steps", "no_more_steps")
 
     def _output_ok(self, text: str, response_id: str, step: int) -> bool:

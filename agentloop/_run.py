@@ -5,7 +5,8 @@ the transcript and its ids, usage and budget counters, the pending effect, the
 queued messages, the lifecycle flags and the sticky error -- in one object with
 ``__slots__``. :class:`~agentloop.AgentLoop` and its delegates (``_calls``,
 ``_pauses``) read and write it; nothing else does. :meth:`Run.set` is the only
-place the state changes (the table in ``_state``).
+place the state changes (the table in ``_state``); :meth:`Run.queue` and
+:meth:`Run.deliver` keep the steering and follow-up messages.
 
 Errors are sticky (as in h11): once :attr:`Run.error` is set, every later
 ``send()`` raises it again and nothing more is recorded.
@@ -23,6 +24,7 @@ from typing import Any
 
 from ._budget import Budget
 from ._errors import HOOK_ABORT, HOOK_ERROR, CallerProtocolError
+from ._events import EventLog, MessageAcceptedEvent, MessageQueuedEvent
 from ._hooks import SKIP, HookAbort, PauseRequest
 from ._messages import Message
 from ._protocol import Effect, FollowUp, Reply, RunError, RunResult, Steer, Usage
@@ -142,6 +144,53 @@ class Run:
             raise IllegalTransition(
                 f"no transition from {self.state.name} on {event.value}"
             ) from None
+
+    # Steering and follow-ups: a Steer or FollowUp may come at any yield (see
+    # AgentLoop._ask); it is queued and recorded at once, and its message enters
+    # the transcript at the next boundary (a steer before the next step, a
+    # follow-up after a final answer).
+
+    def queue(self, reply: Steer | FollowUp, log: EventLog) -> None:
+        """Queue ``reply`` (its message id reserved) and record message.queued."""
+        message = reply.message
+        if message.id in self.message_ids:
+            raise Misuse(
+                f"{type(reply).__name__}.message id {message.id!r} is already used in the run",
+                reply,
+            )
+        self.message_ids.add(message.id)  # reserved: no later message may take it
+        self.queued.append(reply)
+        steer = type(reply) is Steer
+        self.steering = self.steering or steer
+        log.append(
+            MessageQueuedEvent(
+                sequence=len(log),
+                at=self.now,
+                step=self.step,
+                mode="steer" if steer else "follow_up",
+                reply=reply,
+            )
+        )
+
+    def deliver(self, log: EventLog, *, follow_ups: bool) -> bool:
+        """Append the queued steering messages (and, with ``follow_ups``, the
+        follow-ups too), in the order they came; say whether any was appended."""
+        delivered = False
+        waiting: list[Steer | FollowUp] = []
+        for reply in self.queued:
+            if follow_ups or type(reply) is Steer:
+                self.transcript.append(reply.message)
+                log.append(
+                    MessageAcceptedEvent(
+                        sequence=len(log), at=self.now, step=self.step, message=reply.message
+                    )
+                )
+                delivered = True
+            else:
+                waiting.append(reply)
+        self.queued = waiting
+        self.steering = False
+        return delivered
 
 
 # --------------------------------------------------------------------------- control flow
