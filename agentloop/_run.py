@@ -27,7 +27,7 @@ from ._errors import HOOK_ABORT, HOOK_ERROR, CallerProtocolError
 from ._events import EventLog, MessageAcceptedEvent, MessageQueuedEvent
 from ._hooks import SKIP, HookAbort, PauseRequest
 from ._messages import Message
-from ._protocol import Effect, FollowUp, Reply, RunError, RunResult, Steer, Usage
+from ._protocol import Cancel, Effect, FollowUp, Reply, RunError, RunResult, Steer, Usage
 from ._state import TRANSITIONS, IllegalTransition, Input, State
 from ._text import abort_reason, exception_text, wrong_reply
 
@@ -228,7 +228,7 @@ def aborted(topic: str, exc: BaseException) -> Finish:
 class Cancelled(Exception):
     """A ``Cancel`` came (or ``close()``)."""
 
-    def __init__(self, cancel: Any) -> None:
+    def __init__(self, cancel: Cancel) -> None:
         self.cancel = cancel
 
 
