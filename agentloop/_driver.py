@@ -968,7 +968,7 @@ class _Rules:
             )
         reply: Reply = msgspec.structs.replace(item, at=self.now())
         if self._loop is not None:  # made and checked here: the loop need not check it again
-            self._loop._checked_by_driver(reply, arguments_ok)
+            self._loop.checked_by_driver(reply, arguments_ok)
         return reply
 
     def _result(self, call_id: str, content: str, is_error: bool) -> ToolResult:
@@ -976,7 +976,7 @@ class _Rules:
         tool may return ``os.listdir`` names), stamped."""
         reply = ToolResult(call_id, escape_surrogates(content), is_error, at=self.now())
         if type(is_error) is bool and self._loop is not None:  # nothing left to check in it
-            self._loop._checked_by_driver(reply, True)
+            self._loop.checked_by_driver(reply, True)
         return reply
 
     def _ended(self, request: ModelRequest) -> ModelFailure:

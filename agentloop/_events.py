@@ -281,9 +281,10 @@ EVENT_TYPES: tuple[str, ...] = tuple(cls.type for cls in Event.__args__)
 class EventLog:
     """The append-only log of one run.
 
-    The loop appends; anyone may read. Subscribers are called synchronously, in
-    subscription order, for every event as it is appended; an exception from a
-    subscriber propagates into the loop's caller (it is a bug in the subscriber).
+    The loop appends (:meth:`append`); anyone may read. Subscribers are called
+    synchronously, in subscription order, for every event as it is appended; an
+    exception from a subscriber propagates into the loop's caller (it is a bug in
+    the subscriber).
 
     >>> log = EventLog()
     >>> len(log)
@@ -311,6 +312,17 @@ class EventLog:
                 self._subscribers = remaining
 
         return unsubscribe
+
+    def append(self, event: Event) -> None:
+        """Record ``event``, then call the subscribers with it, in order.
+
+        For the loop that records into this log (:func:`~agentloop.agent_loop`'s
+        engine appends every event through this method, numbering each by the
+        log's length); nothing else appends: a log is one run's record.
+        """
+        self._events.append(event)
+        for fn in self._subscribers:  # replaced, never edited, by (un)subscribe
+            fn(event)
 
     @property
     def events(self) -> Sequence[Event]:

@@ -1,5 +1,13 @@
 """Checks on what enters the loop: replies' shapes, tool arguments, model responses.
 
+This module is the one place that says what a valid reply is: its structure
+(:func:`reply_problem`, :func:`accept`), a tool call's arguments
+(:func:`arguments_problems`), a model's response and its content
+(:func:`response_problem`, :func:`content_problem`, :func:`edited_plan_problem`),
+streamed chunks (``chunk_*_problem``) and failing stop reasons
+(:func:`stop_failure`). The functions are pure: the engine passes in the ids the
+run used so far and its limits, and raises what they return.
+
 Two kinds of problem are kept apart, because they are different people's fault:
 
 - *structural* problems (a field of the wrong Python type, a value JSON cannot
@@ -20,6 +28,7 @@ import msgspec
 
 from ._budget import Budget
 from ._copy import own_reply
+from ._errors import MODEL_ERROR, MODEL_REFUSED
 from ._json import INT_END as _INT_END
 from ._json import INT_MIN as _INT_MIN
 from ._json import (
@@ -43,6 +52,7 @@ from ._messages import (
     UserMessage,
 )
 from ._protocol import (
+    STOP_REASONS,
     Cancel,
     FollowUp,
     ModelAttempt,
@@ -57,15 +67,24 @@ from ._protocol import (
 )
 
 __all__ = [
+    "FAILING_STOPS",
     "accept",
     "arguments_ok",
     "arguments_problems",
     "block_problem",
+    "chunk_call_problem",
+    "chunk_limit_problem",
+    "chunk_request_problem",
+    "content_problem",
+    "edited_plan_problem",
+    "final_request_problem",
     "json_problem",
     "message_problem",
     "plain_arguments",
     "plain_call",
     "reply_problem",
+    "response_problem",
+    "stop_failure",
 ]
 
 
@@ -477,3 +496,174 @@ def _plain_response(response: ModelResponse, limits: Limits) -> ModelResponse | 
     if copied is None:
         return response
     return msgspec.structs.replace(response, content=tuple(copied))
+
+
+# --------------------------------------------------------------------------- responses
+#
+# What a response must satisfy before it becomes a message (DESIGN §8): a known
+# stop reason that agrees with the content, new ids (they become message-<id> and
+# tool-result-<call id>), the block and text limits, and plain-JSON arguments
+# within the argument limits. These are pure functions of the response and of the
+# ids the run has used so far: the engine calls them (on the model's response, and
+# on an after_plan hook's edit of it, which is held to the same rules).
+
+#: The stop reasons that fail the run (``MODEL_ERROR``, ``MODEL_REFUSED``).
+FAILING_STOPS = ("error", "refusal")
+
+
+def response_problem(
+    response: ModelResponse,
+    message_ids: set[str] | frozenset[str],
+    call_ids: set[str] | frozenset[str],
+    limits: Limits,
+    checked: bool,
+) -> str | None:
+    """The first rule a model's final ``response`` breaks, or ``None``.
+
+    ``message_ids``/``call_ids``: the ids the run used so far; ``checked``: the
+    response's tool-call arguments are known to be plain and within ``limits``
+    (see :func:`accept`).
+    """
+    if response.stop_reason not in STOP_REASONS:
+        return f"unknown stop reason {response.stop_reason!r}; expected one of {STOP_REASONS}"
+    if not response.id:
+        return "response id is empty"
+    if f"message-{response.id}" in message_ids:
+        return f"response id {response.id!r} was already used (message-{response.id})"
+    return content_problem(
+        response.content, response.stop_reason, message_ids, call_ids, limits, checked
+    )
+
+
+def edited_plan_problem(
+    edited: ModelResponse,
+    message_ids: set[str] | frozenset[str],
+    call_ids: set[str] | frozenset[str],
+    limits: Limits,
+) -> str | None:
+    """The first rule an ``after_plan`` hook's edit of a response breaks, or ``None``:
+    a well-formed reply, a stop reason that keeps the run going, and content that
+    passes :func:`content_problem`."""
+    problem = reply_problem(edited)
+    if problem is None:
+        stop_reason = edited.stop_reason
+        if stop_reason not in STOP_REASONS or stop_reason in FAILING_STOPS:
+            problem = f"stop reason {stop_reason!r} is not stop, tool_call or length"
+        else:
+            problem = content_problem(edited.content, stop_reason, message_ids, call_ids, limits)
+    return problem
+
+
+def content_problem(
+    content: tuple[Block, ...],
+    stop_reason: str,
+    message_ids: set[str] | frozenset[str],
+    call_ids: set[str] | frozenset[str],
+    limits: Limits,
+    checked: bool = False,
+) -> str | None:
+    """The first rule ``content`` breaks, or ``None``. ``checked``: its tool calls'
+    arguments are known to be plain and within the limits (see :func:`accept`)."""
+    if len(content) > limits.assistant_blocks:
+        name = limit_name(limits, "assistant_blocks")
+        return f"{len(content)} blocks exceed {name}"
+    text_points = 0
+    seen: set[str] = set()
+    for index, block in enumerate(content):
+        kind = type(block)
+        if kind is ToolCall:
+            call_id = block.id  # type: ignore[union-attr]
+            if (
+                not call_id
+                or not block.name  # type: ignore[union-attr]
+                or call_id in seen
+                or call_id in call_ids
+                or f"tool-result-{call_id}" in message_ids
+                or not (checked or arguments_ok(block.arguments, limits))  # type: ignore[union-attr]
+            ):
+                return _call_problem(index, block, seen, message_ids, call_ids, limits)  # type: ignore[arg-type]
+            seen.add(call_id)
+        elif kind is not ProviderBlock:  # opaque data: checked as JSON, not as text
+            text_points += len(block.text)  # type: ignore[union-attr]
+    if text_points > limits.step_text_code_points:
+        name = limit_name(limits, "step_text_code_points")
+        return f"text exceeds {name}"
+    if stop_reason == "stop" and seen:
+        return "stop reason 'stop' but the response contains tool calls"
+    if stop_reason == "tool_call" and not seen:
+        return "stop reason 'tool_call' but the response contains no tool call"
+    return None
+
+
+def _call_problem(
+    index: int,
+    call: ToolCall,
+    seen: set[str],
+    message_ids: set[str] | frozenset[str],
+    call_ids: set[str] | frozenset[str],
+    limits: Limits,
+) -> str:
+    """What is wrong with ``content[index]``, a tool call (the words, once
+    :func:`content_problem` found that something is)."""
+    if not call.id:
+        return f"content[{index}]: tool call id is empty"
+    where = f"content[{index}] (tool call {call.id!r})"
+    if not call.name:
+        return f"{where}: tool name is empty"
+    if call.id in seen or call.id in call_ids:
+        return f"{where}: tool call id is not unique"
+    if f"tool-result-{call.id}" in message_ids:
+        return f"{where}: its result id tool-result-{call.id} is already taken"
+    # (Structural problems were refused on the way in: the limits are left.)
+    structural, semantic = arguments_problems(call.arguments, limits)
+    return f"{where} arguments: {semantic or structural}"
+
+
+def stop_failure(step: int, response: ModelResponse) -> tuple[str, str]:
+    """The failure ``(code, message)`` of a response that stopped for ``error`` or
+    ``refusal`` (:data:`FAILING_STOPS`)."""
+    words = response.stop_message
+    if response.stop_reason == "refusal":
+        why = words or "".join(b.text for b in response.content if type(b) is TextBlock)
+        return MODEL_REFUSED, f"step {step}: the model refused: {why or 'it gave no explanation'}"
+    said = f": {words}" if words else ""
+    return MODEL_ERROR, f"step {step}: the model stopped with reason 'error'{said}"
+
+
+# --------------------------------------------------------------------------- streamed chunks
+#
+# A chunk is checked as it arrives (the engine counts; these word the problem):
+# the request it names, the chunk and text limits, its tool call's arguments.
+
+
+def chunk_request_problem(step: int, number: int, request_id: object, active: str) -> str:
+    """A chunk (the ``number``-th of ``step``) names another request than the active one."""
+    return (
+        f"step {step}, chunk {number}: chunk names request {request_id!r}, "
+        f"but the active request is {active!r}"
+    )
+
+
+def chunk_limit_problem(step: int, number: int, limits: Limits, limit: str) -> str:
+    """The ``number``-th chunk of ``step`` goes past ``limit`` (``chunks_per_step`` or
+    ``step_text_code_points``)."""
+    name = limit_name(limits, limit)
+    if limit == "chunks_per_step":
+        return f"step {step}, chunk {number}: more than {name} chunks"
+    return f"step {step}, chunk {number}: streamed text exceeds {name}"
+
+
+def chunk_call_problem(step: int, number: int, call: ToolCall, limits: Limits) -> str | None:
+    """What is wrong with the arguments of a streamed tool call, or ``None``."""
+    _, semantic = arguments_problems(call.arguments, limits)
+    if semantic is None:
+        return None
+    return f"step {step}, chunk {number}: tool call {call.id!r} arguments: {semantic}"
+
+
+def final_request_problem(step: int, reply: ModelResponse | ModelFailure, active: str) -> str:
+    """A final response or failure names another request than the active one."""
+    return (
+        f"step {step}: {type(reply).__name__} names request {reply.request_id!r}, "
+        f"but the active request is {active!r}"
+    )
