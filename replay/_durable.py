@@ -98,8 +98,7 @@ from agentloop import (
     encode_event,
     idempotency_session,
 )
-from agentloop._driver import model_method, tools_problem
-from agentloop._json import clean_text
+from agentloop._spi import clean_text, model_method, tools_problem
 
 from ._diff import diff_events
 from ._replay import replay, resume
