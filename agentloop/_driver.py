@@ -53,18 +53,25 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 import msgspec
-from typing_extensions import Self
+from typing_extensions import Self, Unpack
 
-from ._budget import Budget
 from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import Event, EventLog, ModelChunkEvent
-from ._hooks import HookRegistry
-from ._limits import DEFAULT_LIMITS, Limits
+from ._keywords import (
+    DRIVE_KEYS,
+    Clock,
+    DriveOptions,
+    OnEvent,
+    RunOptions,
+    split,
+    unexpected,
+)
+from ._limits import DEFAULT_LIMITS
 from ._logging import follow, run_finished
 from ._protocol import (
     Cancel,
@@ -128,9 +135,6 @@ class Model(Protocol):
     ) -> Iterable[ModelChunk | ModelResponse | ModelFailure]: ...
 
 
-Clock = Callable[[], float]
-OnPause = Callable[[Pause], "Resume | Cancel"]
-OnEvent = Callable[[Event], object]
 BeforeEffect = Callable[[Effect], Any]
 
 
@@ -139,22 +143,7 @@ def run(
     *,
     model: Model,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    system: str | None = None,
-    max_steps: int = 8,
-    budget: Budget | None = None,
-    hooks: HookRegistry | None = None,
-    log: EventLog | None = None,
-    signal: CancelToken | None = None,
-    on_pause: OnPause | None = None,
-    clock: Clock | None = None,
-    started_at: float | None = None,
-    on_event: OnEvent | None = None,
-    inbox: Inbox | None = None,
-    parallel_tools: bool = False,
-    tool_workers: int | None = None,
-    limits: Limits | None = None,
-    output: Any = None,
-    output_retries: int = 2,
+    **options: Unpack[RunOptions],
 ) -> RunResult:
     """Run the agent loop to the end, calling the model and the tools.
 
@@ -200,24 +189,8 @@ def run(
             from ``on_pause`` or ``clock`` becomes ``RuntimeError`` (as PEP 479
             does for generators): it would otherwise read as the run's end.
     """
-    loop, tools, clock = _new_loop(
-        messages,
-        tools,
-        system,
-        max_steps,
-        budget,
-        hooks,
-        log,
-        clock,
-        started_at,
-        parallel_tools,
-        limits,
-        output,
-        output_retries,
-    )
-    driver = _Driver.checked(
-        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers, fresh=True
-    )
+    loop, registry, driving = _new_loop(messages, tools, options, "run")
+    driver = _Driver.checked(loop, model, registry, fresh=True, **driving)
     for _ in _steps(loop, driver):  # drive(loop, ...), the loop known to match the tools
         pass
     return _result(loop)
@@ -228,13 +201,8 @@ def drive(
     *,
     model: Model,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    clock: Clock | None = None,
-    signal: CancelToken | None = None,
-    on_pause: OnPause | None = None,
-    on_event: OnEvent | None = None,
-    inbox: Inbox | None = None,
-    tool_workers: int | None = None,
     before_effect: BeforeEffect | None = None,
+    **options: Unpack[DriveOptions],
 ) -> RunResult:
     """Continue ``loop`` from its pending effect to its :class:`RunResult`.
 
@@ -275,18 +243,10 @@ def drive(
         ValueError: ``tools`` differ from the loop's (the message names the tool).
         TypeError, CallerProtocolError, BaseException: as for :func:`run`.
     """
-    driver = _Driver.checked(
-        loop,
-        model,
-        tools,
-        signal,
-        on_pause,
-        clock,
-        on_event,
-        inbox,
-        tool_workers,
-        before_effect=before_effect,
-    )
+    for key in options:
+        if key not in DRIVE_KEYS:
+            raise unexpected("drive", key)
+    driver = _Driver.checked(loop, model, tools, before_effect=before_effect, **options)
     for _ in _steps(loop, driver):
         pass
     return _result(loop)
@@ -297,22 +257,7 @@ def run_stream(
     *,
     model: Model,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    system: str | None = None,
-    max_steps: int = 8,
-    budget: Budget | None = None,
-    hooks: HookRegistry | None = None,
-    log: EventLog | None = None,
-    signal: CancelToken | None = None,
-    on_pause: OnPause | None = None,
-    clock: Clock | None = None,
-    started_at: float | None = None,
-    on_event: OnEvent | None = None,
-    inbox: Inbox | None = None,
-    parallel_tools: bool = False,
-    tool_workers: int | None = None,
-    limits: Limits | None = None,
-    output: Any = None,
-    output_retries: int = 2,
+    **options: Unpack[RunOptions],
 ) -> Generator[Event | RunResult, None, None]:
     """:func:`run`, as an iterator of its events as they happen, then its result.
 
@@ -331,24 +276,8 @@ def run_stream(
     Options are checked at once (before the first item), as :func:`run` checks them.
     Arguments and exceptions: as for :func:`run`.
     """
-    loop, tools, clock = _new_loop(
-        messages,
-        tools,
-        system,
-        max_steps,
-        budget,
-        hooks,
-        log,
-        clock,
-        started_at,
-        parallel_tools,
-        limits,
-        output,
-        output_retries,
-    )
-    driver = _Driver.checked(
-        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers, fresh=True
-    )
+    loop, registry, driving = _new_loop(messages, tools, options, "run_stream")
+    driver = _Driver.checked(loop, model, registry, fresh=True, **driving)
     return _events(loop, _steps(loop, driver))
 
 
@@ -444,35 +373,18 @@ def abandon(loop: AgentLoop, exc: BaseException, cancel: Cancel | None = None) -
 def _new_loop(
     messages: Sequence[Any],
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    system: str | None,
-    max_steps: int,
-    budget: Budget | None,
-    hooks: HookRegistry | None,
-    log: EventLog | None,
-    clock: Clock | None,
-    started_at: float | None,
-    parallel_tools: bool = False,
-    limits: Limits | None = None,
-    output: Any = None,
-    output_retries: int = 2,
-) -> tuple[AgentLoop, ToolRegistry, Clock]:
-    clock = _check_clock(clock)
+    options: Mapping[str, Any],
+    where: str,
+) -> tuple[AgentLoop, ToolRegistry, dict[str, Any]]:
+    """The loop ``run``-like drivers drive (only the options given are passed on:
+    the defaults are ``agent_loop``'s), its tools, and the driver's options (the
+    clock resolved)."""
+    looping, driving = split(options, where)
+    clock = driving["clock"] = _check_clock(driving.get("clock"))
     registry = ToolRegistry(tools)  # once: ``tools`` may be an iterator
-    loop = agent_loop(
-        messages,
-        tools=registry,
-        system=system,
-        max_steps=max_steps,
-        budget=budget,
-        hooks=hooks,
-        log=log,
-        started_at=_read_clock(clock) if started_at is None else started_at,
-        parallel_tools=parallel_tools,
-        limits=limits,
-        output=output,
-        output_retries=output_retries,
-    )
-    return loop, registry, clock
+    if looping.get("started_at") is None:
+        looping["started_at"] = _read_clock(clock)
+    return agent_loop(messages, tools=registry, **looping), registry, driving
 
 
 def _result(loop: AgentLoop) -> RunResult:
@@ -659,20 +571,21 @@ class _Rules:
         loop: AgentLoop,
         model: Any,
         tools: ToolRegistry | Iterable[Tool | ToolSpec],
-        signal: CancelToken | None,
-        on_pause: Callable[[Pause], Any] | None,
-        clock: Clock | None,
-        on_event: OnEvent | None,
-        inbox: Inbox | None,
-        tool_workers: int | None = None,
         *,
+        clock: Clock | None = None,
+        signal: CancelToken | None = None,
+        on_pause: Callable[[Pause], Any] | None = None,
+        on_event: OnEvent | None = None,
+        inbox: Inbox | None = None,
+        tool_workers: int | None = None,
         before_effect: BeforeEffect | None = None,
         fresh: bool = False,
     ) -> Self:
         """A driver for ``loop``, after checking every option (nothing runs before).
 
         ``fresh``: ``loop`` was just made from ``tools`` (a registry ``run`` copied),
-        so they match, and nothing was streamed yet.
+        so they match, and nothing was streamed yet. The keywords are
+        :class:`~agentloop._keywords.DriveOptions`: their defaults live here.
         """
         if not isinstance(loop, AgentLoop):
             raise TypeError(f"loop must be an AgentLoop (from agent_loop or replay), got {loop!r}")
