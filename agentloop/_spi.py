@@ -19,7 +19,10 @@ Who uses what:
   model and of a loop's tools);
 - ``follow``, ``RecordedOutput``: ``replay/_replay.py`` (the DEBUG log of each event; a
   replayed run's structured output);
-- ``output_check``: ``agentloop/temporal/_client.py`` (a session's output, decoded).
+- ``output_check``: ``agentloop/temporal/_client.py`` (a session's output, decoded);
+- ``SessionOptions``, ``DriveOptions``, ``AsyncDriveOptions``, ``OnEvent``,
+  ``SESSION_KEYS``, ``split``: ``replay/_durable.py`` (the option families of
+  ``agentloop/_keywords.py``, which ``run_durable`` takes with its lease's).
 """
 
 from __future__ import annotations
@@ -29,12 +32,18 @@ from ._deep import encode as deep_encode
 from ._deep import parse as deep_parse
 from ._driver import model_method, tools_problem
 from ._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
+from ._keywords import SESSION_KEYS, AsyncDriveOptions, DriveOptions, OnEvent, SessionOptions, split
 from ._logging import follow
 from ._output import RecordedOutput, output_check
 
 __all__ = [
     "MAX_ANSWER_DEPTH",
+    "SESSION_KEYS",
+    "AsyncDriveOptions",
+    "DriveOptions",
+    "OnEvent",
     "RecordedOutput",
+    "SessionOptions",
     "answer_problem",
     "clean_text",
     "decode_deep",
@@ -43,5 +52,6 @@ __all__ = [
     "follow",
     "model_method",
     "output_check",
+    "split",
     "tools_problem",
 ]
