@@ -21,7 +21,7 @@ Adding an option touches two places: its key in one family here (its type, and a
 line in the family's ``Keyword Args:``), and the code that implements it --
 ``agent_loop`` for a loop option (its default in the signature), ``_Rules.checked``
 for a drive option. ``tests/test_options.py`` then checks that the drivers'
-docstrings and docs/drivers.md name it.
+docstrings and docs/durable.md's list name it.
 """
 
 from __future__ import annotations

@@ -125,3 +125,39 @@ def test_options_given_reach_the_loop_and_the_driver() -> None:
     assert (result.status, result.max_steps) == ("completed", 3)
     assert events[0].type == "session.start" and events[0].system == "be brief"
     assert events[0].at == 5.0  # started_at read from the given clock
+
+
+def test_the_temporal_client_and_wire_keep_agent_loop_s_defaults() -> None:
+    # Their keywords stay explicit (start_session's **options are
+    # Client.start_workflow's); they must mean what agent_loop's do.
+    pytest.importorskip("temporalio")
+    import msgspec
+
+    from agentloop.temporal import start_session
+    from agentloop.temporal._wire import SessionInput
+
+    defaults = {
+        name: parameter.default
+        for name, parameter in inspect.signature(agent_loop).parameters.items()
+        if name in SESSION_KEYS
+    }
+    client = {
+        name: parameter.default
+        for name, parameter in inspect.signature(start_session).parameters.items()
+        if name in SESSION_KEYS
+    }
+    assert set(client) == {
+        "system",
+        "max_steps",
+        "budget",
+        "started_at",
+        "limits",
+        "output_retries",
+    }
+    assert client == {name: defaults[name] for name in client}
+    wire = {
+        field.name: field.default
+        for field in msgspec.structs.fields(SessionInput)
+        if field.name in SESSION_KEYS
+    }
+    assert wire == client
