@@ -8,7 +8,13 @@ byte-for-byte the same on every run and machine.
 
 With ``--store PATH`` the session is durable instead (``replay.run_durable`` in a
 SQLite store): interrupt it with Ctrl-C and run the same command again, and it
-continues where it stopped.
+continues where it stopped. ``--store`` and ``--log`` do not go together (the
+store holds the log; ``python -m replay export DB --session demo -o FILE`` writes
+it to a file): the command refuses the pair rather than ignore one.
+
+This module is the top floor of the package (DESIGN §24; the floors table is in
+``tests/test_architecture.py``): the one part of ``agentloop`` that imports
+``replay``. ``import agentloop`` never imports it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import IO
 
 from replay import summarize  # the same one-line summaries as `python -m replay show`
@@ -357,9 +364,15 @@ def demo_durable(
     return outcome
 
 
+def program() -> str:
+    """The command's name as the user ran it: ``agentloop`` (the console script) or
+    ``python -m agentloop``."""
+    return "agentloop" if Path(sys.argv[0]).stem == "agentloop" else "python -m agentloop"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m agentloop",
+        prog=program(),
         description="agentloop: a sans-IO, replayable agent loop.",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
@@ -376,8 +389,8 @@ def _parser() -> argparse.ArgumentParser:
     demo_parser.add_argument(
         "--log",
         metavar="PATH",
-        default=DEFAULT_LOG,
-        help=f"where to write the event log (default: ./{DEFAULT_LOG})",
+        default=None,
+        help=f"where to write the event log (default: ./{DEFAULT_LOG}; not with --store)",
     )
     demo_parser.add_argument(
         "--quiet", action="store_true", help="print only the outcome, not the timeline"
@@ -395,7 +408,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DB",
         default=None,
         help="run the session durably in this SQLite store instead of writing a log "
-        "file: stop it with Ctrl-C, run the same command again to continue it",
+        "file (not with --log: export the stored session with `python -m replay "
+        "export DB --session demo -o FILE`): stop it with Ctrl-C, run the same "
+        "command again to continue it",
     )
     demo_parser.add_argument(
         "--delay",
@@ -409,7 +424,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, stream: IO[str] | None = None) -> int:
-    """Entry point of ``python -m agentloop``.
+    """Entry point of ``agentloop`` (``python -m agentloop``).
 
     Returns:
         0 when the demo completed, 1 when it did not, 2 on bad usage.
@@ -431,6 +446,15 @@ def main(argv: Sequence[str] | None = None, stream: IO[str] | None = None) -> in
     if args.command is None:
         parser.print_help(out)
         return 2
+    prog = parser.prog
+    if args.store is not None and args.log is not None:
+        print(
+            f"{prog} demo: --log and --store do not go together: the store holds the "
+            f"session's log (write it to a file with `python -m replay export "
+            f"{args.store} --session {DEMO_SESSION} -o {args.log}`)",
+            file=sys.stderr,
+        )
+        return 2
     model: Model | None = None
     if args.model is not None:
         from .models import ModelSpecError, model_from_spec
@@ -438,19 +462,20 @@ def main(argv: Sequence[str] | None = None, stream: IO[str] | None = None) -> in
         try:
             model = model_from_spec(args.model)
         except ModelSpecError as exc:
-            print(f"python -m agentloop demo: {exc}", file=sys.stderr)
+            print(f"{prog} demo: {exc}", file=sys.stderr)
             return 2
     if args.store is not None:
-        return _demo_store(args, out, model)
+        return _demo_store(args, out, model, prog)
+    log = DEFAULT_LOG if args.log is None else args.log
     try:
-        result = demo(args.log, quiet=args.quiet, stream=out, model=model)
+        result = demo(log, quiet=args.quiet, stream=out, model=model)
     except OSError as exc:
-        print(f"python -m agentloop demo: cannot write the log: {exc}", file=sys.stderr)
+        print(f"{prog} demo: cannot write the log: {exc}", file=sys.stderr)
         return 1
     return 0 if result.status == "completed" else 1
 
 
-def _demo_store(args: argparse.Namespace, out: IO[str], model: Model | None) -> int:
+def _demo_store(args: argparse.Namespace, out: IO[str], model: Model | None, prog: str) -> int:
     from replay import SQLiteStore, StoreError
 
     delay = 0.5 if args.delay is None else args.delay
@@ -469,7 +494,7 @@ def _demo_store(args: argparse.Namespace, out: IO[str], model: Model | None) -> 
         )
         return 130
     except (StoreError, OSError) as exc:
-        print(f"python -m agentloop demo: {exc}", file=sys.stderr)
+        print(f"{prog} demo: {exc}", file=sys.stderr)
         return 1
     return 0 if result.status == "completed" else 1
 

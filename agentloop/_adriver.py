@@ -34,13 +34,10 @@ import inspect
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from typing_extensions import Unpack
+
 from ._batch import TaskBatches
-from ._budget import Budget
 from ._driver import (
-    CancelToken,
-    Clock,
-    Inbox,
-    OnEvent,
     _new_loop,
     _result,
     _Rules,
@@ -50,9 +47,8 @@ from ._driver import (
     send_messages,
 )
 from ._engine import AgentLoop
-from ._events import Event, EventLog
-from ._hooks import HookRegistry
-from ._limits import Limits
+from ._events import Event
+from ._keywords import DRIVE_KEYS, AsyncDriveOptions, AsyncRunOptions, unexpected
 from ._protocol import (
     Cancel,
     Effect,
@@ -93,22 +89,7 @@ async def arun(
     *,
     model: AsyncModel,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    system: str | None = None,
-    max_steps: int = 8,
-    budget: Budget | None = None,
-    hooks: HookRegistry | None = None,
-    log: EventLog | None = None,
-    signal: CancelToken | None = None,
-    on_pause: Any = None,
-    clock: Clock | None = None,
-    started_at: float | None = None,
-    on_event: OnEvent | None = None,
-    inbox: Inbox | None = None,
-    parallel_tools: bool = False,
-    tool_workers: int | None = None,
-    limits: Limits | None = None,
-    output: Any = None,
-    output_retries: int = 2,
+    **options: Unpack[AsyncRunOptions],
 ) -> RunResult:
     """:func:`agentloop.run` for asyncio: ``await arun(messages, model=..., tools=...)``.
 
@@ -128,32 +109,8 @@ async def arun(
             ended with ``Cancel("task cancelled")`` in its log.
         CallerProtocolError, BaseException: as for :func:`agentloop.run`.
     """
-    loop, tools, clock = _new_loop(
-        messages,
-        tools,
-        system,
-        max_steps,
-        budget,
-        hooks,
-        log,
-        clock,
-        started_at,
-        parallel_tools,
-        limits,
-        output,
-        output_retries,
-    )
-    return await adrive(
-        loop,
-        model=model,
-        tools=tools,
-        clock=clock,
-        signal=signal,
-        on_pause=on_pause,
-        on_event=on_event,
-        inbox=inbox,
-        tool_workers=tool_workers,
-    )
+    loop, registry, driving = _new_loop(messages, tools, options, "arun")
+    return await adrive(loop, model=model, tools=registry, **driving)
 
 
 async def adrive(
@@ -161,13 +118,8 @@ async def adrive(
     *,
     model: AsyncModel,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    clock: Clock | None = None,
-    signal: CancelToken | None = None,
-    on_pause: Any = None,
-    on_event: OnEvent | None = None,
-    inbox: Inbox | None = None,
-    tool_workers: int | None = None,
     before_effect: Any = None,
+    **options: Unpack[AsyncDriveOptions],
 ) -> RunResult:
     """:func:`agentloop.drive` for asyncio: continue ANY loop to its result.
 
@@ -175,18 +127,10 @@ async def adrive(
     ``before_effect`` may be ``async def`` (it is awaited; a cancel of the task
     while it runs is not recorded either).
     """
-    driver = _AsyncDriver.checked(
-        loop,
-        model,
-        tools,
-        signal,
-        on_pause,
-        clock,
-        on_event,
-        inbox,
-        tool_workers,
-        before_effect=before_effect,
-    )
+    for key in options:
+        if key not in DRIVE_KEYS:
+            raise unexpected("adrive", key)
+    driver = _AsyncDriver.checked(loop, model, tools, before_effect=before_effect, **options)
     async for _ in _asteps(loop, driver):
         pass
     return _result(loop)
@@ -197,22 +141,7 @@ def arun_stream(
     *,
     model: AsyncModel,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    system: str | None = None,
-    max_steps: int = 8,
-    budget: Budget | None = None,
-    hooks: HookRegistry | None = None,
-    log: EventLog | None = None,
-    signal: CancelToken | None = None,
-    on_pause: Any = None,
-    clock: Clock | None = None,
-    started_at: float | None = None,
-    on_event: OnEvent | None = None,
-    inbox: Inbox | None = None,
-    parallel_tools: bool = False,
-    tool_workers: int | None = None,
-    limits: Limits | None = None,
-    output: Any = None,
-    output_retries: int = 2,
+    **options: Unpack[AsyncRunOptions],
 ) -> AsyncGenerator[Event | RunResult, None]:
     """:func:`arun`, as an async iterator of its events as they happen, then its result.
 
@@ -227,24 +156,8 @@ def arun_stream(
 
     Options are checked at once, before the first item.
     """
-    loop, tools, clock = _new_loop(
-        messages,
-        tools,
-        system,
-        max_steps,
-        budget,
-        hooks,
-        log,
-        clock,
-        started_at,
-        parallel_tools,
-        limits,
-        output,
-        output_retries,
-    )
-    driver = _AsyncDriver.checked(
-        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers
-    )
+    loop, registry, driving = _new_loop(messages, tools, options, "arun_stream")
+    driver = _AsyncDriver.checked(loop, model, registry, **driving)
     return _aevents(loop, _asteps(loop, driver))
 
 

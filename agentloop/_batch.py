@@ -49,7 +49,7 @@ from ._protocol import ToolBatch, ToolRequest
 if TYPE_CHECKING:
     import asyncio
 
-    from ._driver import CancelToken
+    from ._signals import CancelToken
 
 __all__ = ["DEFAULT_TOOL_WORKERS", "TaskBatches", "ThreadPoolBatches"]
 

@@ -51,26 +51,28 @@ result is recorded and the cancel takes effect right after.
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import math
-import os
-import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 import msgspec
-from typing_extensions import Self
+from typing_extensions import Self, Unpack
 
-from ._budget import Budget
 from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import Event, EventLog, ModelChunkEvent
-from ._hooks import HookRegistry
-from ._limits import DEFAULT_LIMITS, Limits
+from ._keywords import (
+    DRIVE_KEYS,
+    Clock,
+    DriveOptions,
+    OnEvent,
+    RunOptions,
+    split,
+    unexpected,
+)
+from ._limits import DEFAULT_LIMITS
 from ._logging import follow, run_finished
-from ._messages import UserMessage
 from ._protocol import (
     Cancel,
     Effect,
@@ -89,10 +91,11 @@ from ._protocol import (
     ToolResult,
     Usage,
 )
+from ._signals import ANYTIME_REPLIES, CancelToken, Inbox
 from ._text import escape_surrogates, exception_text
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
-from ._validation import accept, reply_problem
+from ._validation import accept
 
 if TYPE_CHECKING:
     from ._batch import Done, ThreadPoolBatches
@@ -132,157 +135,6 @@ class Model(Protocol):
     ) -> Iterable[ModelChunk | ModelResponse | ModelFailure]: ...
 
 
-class CancelToken:
-    """A flag to stop a running :func:`run`, settable from any thread.
-
-    The first :meth:`cancel` wins; later calls change nothing.
-
-    >>> token = CancelToken()
-    >>> token.cancel("user pressed stop")
-    >>> token.cancelled, token.reason
-    (True, 'user pressed stop')
-    """
-
-    __slots__ = ("_event", "_lock", "_reason")
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._reason = ""
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        """Ask the run to stop; it ends ``cancelled`` with ``reason``."""
-        with self._lock:
-            if not self._event.is_set():
-                self._reason = reason
-                self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        """Whether :meth:`cancel` was called."""
-        return self._event.is_set()
-
-    @property
-    def reason(self) -> str:
-        """The reason given to :meth:`cancel` (``""`` until then)."""
-        return self._reason
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until cancelled or ``timeout`` seconds pass; return :attr:`cancelled`."""
-        return self._event.wait(timeout)
-
-    def __repr__(self) -> str:
-        state = f"cancelled {self._reason!r}" if self.cancelled else "active"
-        return f"<CancelToken {state}>"
-
-
-#: The replies the engine accepts at ANY yield, whatever effect is pending: what
-#: an :class:`Inbox` carries.
-ANYTIME_REPLIES: tuple[type[Reply], ...] = (Cancel, Steer, FollowUp)
-
-
-class Inbox:
-    """Replies for a running driver, sent from any thread or task.
-
-    Pass it to :func:`run`/:func:`drive` (or ``arun``/``adrive``) as ``inbox=``;
-    at every yield the driver sends what is waiting here to the loop, in the order
-    it was sent, before computing its own reply. Use it to stop a run from a UI
-    thread or a web handler, or to redirect it while it works::
-
-        inbox = Inbox()
-        threading.Timer(5.0, inbox.cancel, ["too slow"]).start()
-        result = run(messages, model=model, tools=tools, inbox=inbox)
-
-        inbox.steer("Stop searching; answer with what you have.")  # from another thread
-        inbox.follow_up("Then summarise it in one line.")
-
-    A reply is taken when the run reaches its next yield: one sent while a tool
-    or a model call is running waits for it to finish (nothing that happened is
-    lost). Replies still waiting when the run ends stay here (:func:`len`).
-    """
-
-    __slots__ = ("_lock", "_queue")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queue: collections.deque[Reply] = collections.deque()
-
-    def send(self, reply: Reply) -> None:
-        """Queue ``reply`` for the loop (one of :data:`ANYTIME_REPLIES`).
-
-        Its ``at`` is stamped by the driver's clock when it is sent to the loop,
-        unless it has one. It is checked here, in the sender's thread, as the loop
-        would check it: a bad reply is refused at once instead of failing the run.
-
-        Raises:
-            TypeError: ``reply`` is not a reply the loop accepts at any yield.
-            ValueError: a field the loop would refuse (of the wrong type, a string
-                with a lone surrogate, a non-finite ``at``); nothing was queued.
-        """
-        if type(reply) not in ANYTIME_REPLIES:
-            accepted = ", ".join(kind.__name__ for kind in ANYTIME_REPLIES)
-            raise TypeError(f"an Inbox carries {accepted} replies, got {reply!r}")
-        problem = reply_problem(reply)
-        if problem is None and reply.at is not None and not math.isfinite(reply.at):
-            problem = f"{type(reply).__name__}.at must be finite, got {reply.at!r}"
-        if problem is not None:
-            raise ValueError(f"the Inbox refuses this {type(reply).__name__}: {problem}")
-        with self._lock:
-            self._queue.append(reply)
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        """Stop the run: queue ``Cancel(reason)``."""
-        self.send(Cancel(reason=reason))
-
-    def steer(self, message: UserMessage | str) -> None:
-        """Redirect the run: queue ``Steer(message)`` (see :class:`Steer`).
-
-        A ``str`` becomes a :class:`UserMessage` with a fresh random id (ids must be
-        unique in the run; pass a ``UserMessage`` to choose it).
-        """
-        self.send(Steer(_user_message(message)))
-
-    def follow_up(self, message: UserMessage | str) -> None:
-        """Ask one more thing once the run would complete: queue ``FollowUp(message)``
-        (see :class:`FollowUp`; a ``str`` as for :meth:`steer`)."""
-        self.send(FollowUp(_user_message(message)))
-
-    def take(self) -> Reply | None:
-        """Remove and return the oldest waiting reply, or ``None`` (what drivers call)."""
-        if not self._queue:  # the common case, without the lock
-            return None
-        with self._lock:
-            return self._queue.popleft() if self._queue else None
-
-    def take_message(self) -> Steer | FollowUp | None:
-        """:meth:`take`, only if the oldest waiting reply is a ``Steer`` or a
-        ``FollowUp`` (else ``None``, and it stays)."""
-        if not self._queue:
-            return None
-        with self._lock:
-            queue = self._queue
-            if queue and type(queue[0]) in (Steer, FollowUp):
-                return queue.popleft()  # type: ignore[return-value]
-            return None
-
-    def __len__(self) -> int:
-        return len(self._queue)
-
-    def __repr__(self) -> str:
-        return f"<Inbox {len(self._queue)} waiting>"
-
-
-def _user_message(message: UserMessage | str) -> UserMessage:
-    if type(message) is str:
-        return UserMessage(f"inbox-{os.urandom(8).hex()}", message)
-    if type(message) is not UserMessage:
-        raise TypeError(f"message must be a UserMessage or a str, got {message!r}")
-    return message
-
-
-Clock = Callable[[], float]
-OnPause = Callable[[Pause], "Resume | Cancel"]
-OnEvent = Callable[[Event], object]
 BeforeEffect = Callable[[Effect], Any]
 
 
@@ -291,22 +143,7 @@ def run(
     *,
     model: Model,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    system: str | None = None,
-    max_steps: int = 8,
-    budget: Budget | None = None,
-    hooks: HookRegistry | None = None,
-    log: EventLog | None = None,
-    signal: CancelToken | None = None,
-    on_pause: OnPause | None = None,
-    clock: Clock | None = None,
-    started_at: float | None = None,
-    on_event: OnEvent | None = None,
-    inbox: Inbox | None = None,
-    parallel_tools: bool = False,
-    tool_workers: int | None = None,
-    limits: Limits | None = None,
-    output: Any = None,
-    output_retries: int = 2,
+    **options: Unpack[RunOptions],
 ) -> RunResult:
     """Run the agent loop to the end, calling the model and the tools.
 
@@ -352,24 +189,8 @@ def run(
             from ``on_pause`` or ``clock`` becomes ``RuntimeError`` (as PEP 479
             does for generators): it would otherwise read as the run's end.
     """
-    loop, tools, clock = _new_loop(
-        messages,
-        tools,
-        system,
-        max_steps,
-        budget,
-        hooks,
-        log,
-        clock,
-        started_at,
-        parallel_tools,
-        limits,
-        output,
-        output_retries,
-    )
-    driver = _Driver.checked(
-        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers, fresh=True
-    )
+    loop, registry, driving = _new_loop(messages, tools, options, "run")
+    driver = _Driver.checked(loop, model, registry, fresh=True, **driving)
     for _ in _steps(loop, driver):  # drive(loop, ...), the loop known to match the tools
         pass
     return _result(loop)
@@ -380,13 +201,8 @@ def drive(
     *,
     model: Model,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    clock: Clock | None = None,
-    signal: CancelToken | None = None,
-    on_pause: OnPause | None = None,
-    on_event: OnEvent | None = None,
-    inbox: Inbox | None = None,
-    tool_workers: int | None = None,
     before_effect: BeforeEffect | None = None,
+    **options: Unpack[DriveOptions],
 ) -> RunResult:
     """Continue ``loop`` from its pending effect to its :class:`RunResult`.
 
@@ -427,18 +243,10 @@ def drive(
         ValueError: ``tools`` differ from the loop's (the message names the tool).
         TypeError, CallerProtocolError, BaseException: as for :func:`run`.
     """
-    driver = _Driver.checked(
-        loop,
-        model,
-        tools,
-        signal,
-        on_pause,
-        clock,
-        on_event,
-        inbox,
-        tool_workers,
-        before_effect=before_effect,
-    )
+    for key in options:
+        if key not in DRIVE_KEYS:
+            raise unexpected("drive", key)
+    driver = _Driver.checked(loop, model, tools, before_effect=before_effect, **options)
     for _ in _steps(loop, driver):
         pass
     return _result(loop)
@@ -449,22 +257,7 @@ def run_stream(
     *,
     model: Model,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    system: str | None = None,
-    max_steps: int = 8,
-    budget: Budget | None = None,
-    hooks: HookRegistry | None = None,
-    log: EventLog | None = None,
-    signal: CancelToken | None = None,
-    on_pause: OnPause | None = None,
-    clock: Clock | None = None,
-    started_at: float | None = None,
-    on_event: OnEvent | None = None,
-    inbox: Inbox | None = None,
-    parallel_tools: bool = False,
-    tool_workers: int | None = None,
-    limits: Limits | None = None,
-    output: Any = None,
-    output_retries: int = 2,
+    **options: Unpack[RunOptions],
 ) -> Generator[Event | RunResult, None, None]:
     """:func:`run`, as an iterator of its events as they happen, then its result.
 
@@ -483,24 +276,8 @@ def run_stream(
     Options are checked at once (before the first item), as :func:`run` checks them.
     Arguments and exceptions: as for :func:`run`.
     """
-    loop, tools, clock = _new_loop(
-        messages,
-        tools,
-        system,
-        max_steps,
-        budget,
-        hooks,
-        log,
-        clock,
-        started_at,
-        parallel_tools,
-        limits,
-        output,
-        output_retries,
-    )
-    driver = _Driver.checked(
-        loop, model, tools, signal, on_pause, clock, on_event, inbox, tool_workers, fresh=True
-    )
+    loop, registry, driving = _new_loop(messages, tools, options, "run_stream")
+    driver = _Driver.checked(loop, model, registry, fresh=True, **driving)
     return _events(loop, _steps(loop, driver))
 
 
@@ -596,35 +373,18 @@ def abandon(loop: AgentLoop, exc: BaseException, cancel: Cancel | None = None) -
 def _new_loop(
     messages: Sequence[Any],
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    system: str | None,
-    max_steps: int,
-    budget: Budget | None,
-    hooks: HookRegistry | None,
-    log: EventLog | None,
-    clock: Clock | None,
-    started_at: float | None,
-    parallel_tools: bool = False,
-    limits: Limits | None = None,
-    output: Any = None,
-    output_retries: int = 2,
-) -> tuple[AgentLoop, ToolRegistry, Clock]:
-    clock = _check_clock(clock)
+    options: Mapping[str, Any],
+    where: str,
+) -> tuple[AgentLoop, ToolRegistry, dict[str, Any]]:
+    """The loop ``run``-like drivers drive (only the options given are passed on:
+    the defaults are ``agent_loop``'s), its tools, and the driver's options (the
+    clock resolved)."""
+    looping, driving = split(options, where)
+    clock = driving["clock"] = _check_clock(driving.get("clock"))
     registry = ToolRegistry(tools)  # once: ``tools`` may be an iterator
-    loop = agent_loop(
-        messages,
-        tools=registry,
-        system=system,
-        max_steps=max_steps,
-        budget=budget,
-        hooks=hooks,
-        log=log,
-        started_at=_read_clock(clock) if started_at is None else started_at,
-        parallel_tools=parallel_tools,
-        limits=limits,
-        output=output,
-        output_retries=output_retries,
-    )
-    return loop, registry, clock
+    if looping.get("started_at") is None:
+        looping["started_at"] = _read_clock(clock)
+    return agent_loop(messages, tools=registry, **looping), registry, driving
 
 
 def _result(loop: AgentLoop) -> RunResult:
@@ -811,20 +571,21 @@ class _Rules:
         loop: AgentLoop,
         model: Any,
         tools: ToolRegistry | Iterable[Tool | ToolSpec],
-        signal: CancelToken | None,
-        on_pause: Callable[[Pause], Any] | None,
-        clock: Clock | None,
-        on_event: OnEvent | None,
-        inbox: Inbox | None,
-        tool_workers: int | None = None,
         *,
+        clock: Clock | None = None,
+        signal: CancelToken | None = None,
+        on_pause: Callable[[Pause], Any] | None = None,
+        on_event: OnEvent | None = None,
+        inbox: Inbox | None = None,
+        tool_workers: int | None = None,
         before_effect: BeforeEffect | None = None,
         fresh: bool = False,
     ) -> Self:
         """A driver for ``loop``, after checking every option (nothing runs before).
 
         ``fresh``: ``loop`` was just made from ``tools`` (a registry ``run`` copied),
-        so they match, and nothing was streamed yet.
+        so they match, and nothing was streamed yet. The keywords are
+        :class:`~agentloop._keywords.DriveOptions`: their defaults live here.
         """
         if not isinstance(loop, AgentLoop):
             raise TypeError(f"loop must be an AgentLoop (from agent_loop or replay), got {loop!r}")

@@ -1,14 +1,14 @@
 """Exceptions raised by agentloop, and the error codes a failed run carries.
 
-The tree says who is at fault::
+:class:`AgentLoopError` is the root of every exception class agentloop and replay
+define (DESIGN §24); the whole tree, with who is at fault for each, is written
+down once, in docs/protocol.md ("The exception tree"). Defined here:
 
-    AgentLoopError              (root; never raised itself)
-    ├── CallerProtocolError     the code driving the generator broke the protocol
-    │                           (a reply of the wrong kind, a reply for another call,
-    │                           a send after the run ended); the run is dead after it
-    └── ModelError              a model call failed (provider/transport error);
-                                raised by model adapters, turned into
-                                ``ModelFailure`` by :func:`agentloop.run`
+- :class:`CallerProtocolError`: the code driving the generator broke the protocol
+  (a reply of the wrong kind, a reply for another call, a send after the run
+  ended); the run is dead after it;
+- :class:`ModelError`: a model call failed (provider/transport error); raised by
+  model adapters, turned into ``ModelFailure`` by :func:`agentloop.run`.
 
 Problems caused by the *model* (bad output) or by *hooks* are not exceptions:
 they end the run with ``RunResult(status="failed", error=RunError(code, message))``
@@ -69,7 +69,8 @@ ERROR_CODES = frozenset(
 
 
 class AgentLoopError(Exception):
-    """Root of every exception agentloop raises on purpose.
+    """Root of every exception agentloop and replay raise on purpose (the tree:
+    docs/protocol.md).
 
     It is abstract: catch it, never raise it.
     """

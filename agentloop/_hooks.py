@@ -24,6 +24,8 @@ from typing import Any, Final
 
 import msgspec
 
+from ._errors import AgentLoopError
+
 __all__ = ["HOOK_TOPICS", "SKIP", "HookAbort", "HookRegistry", "PauseRequest"]
 
 #: The ten hook topics, in lifecycle order.
@@ -71,7 +73,7 @@ class PauseRequest(msgspec.Struct, frozen=True):
     payload: Any = None
 
 
-class HookAbort(Exception):
+class HookAbort(AgentLoopError):
     """Raise from a hook to abort: the tool call (``before_tool_call``) or the run."""
 
     def __init__(self, reason: str = "") -> None:

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import enum
 
+from ._errors import AgentLoopError
+
 __all__ = ["RESUME_INPUT", "TRANSITIONS", "IllegalTransition", "Input", "State", "transition"]
 
 
@@ -82,7 +84,7 @@ class Input(enum.Enum):
     __hash__ = object.__hash__
 
 
-class IllegalTransition(RuntimeError):
+class IllegalTransition(AgentLoopError, RuntimeError):
     """The engine tried a transition the table does not have (an engine bug)."""
 
 

@@ -56,6 +56,7 @@ from typing import Any, Final, TextIO
 
 import msgspec
 
+from ._errors import AgentLoopError
 from ._messages import ToolCall
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
@@ -96,7 +97,7 @@ _MAX_PAGES: Final = 1000  # tools/list pages followed before giving up on a serv
 _NO_CALL_TIMEOUT: Final = 365 * 24 * 3600.0
 
 
-class MCPToolError(Exception):
+class MCPToolError(AgentLoopError):
     """Raised by calling an :class:`MCPTool` directly when the server reports an error."""
 
 

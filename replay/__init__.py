@@ -12,7 +12,9 @@
   steering, several workers).
 - ``python -m replay show|check|diff|stats|verify|view|otel LOG``: the same from a shell.
 
-Uses only :mod:`agentloop`'s public API (and its logging helper). Logs to
+Uses :mod:`agentloop`'s public API and, beyond it, only the internal interface
+``agentloop._spi`` declares (DESIGN §24; ``tests/test_architecture.py`` enforces
+it). Its exceptions derive from ``agentloop.AgentLoopError``. Logs to
 ``logging.getLogger("replay")`` (a ``NullHandler``; see docs/observability.md).
 """
 

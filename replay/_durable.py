@@ -62,15 +62,15 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
+from typing_extensions import TypedDict, Unpack
 
 from agentloop import (
     RULES_REVISION,
     AgentLoop,
-    Budget,
     CallerProtocolError,
     Cancel,
     CancelToken,
@@ -78,8 +78,6 @@ from agentloop import (
     Event,
     FollowUp,
     HookRegistry,
-    Inbox,
-    Limits,
     MessageAcceptedEvent,
     MessageQueuedEvent,
     Model,
@@ -98,9 +96,18 @@ from agentloop import (
     encode_event,
     idempotency_session,
 )
-from agentloop._driver import model_method, tools_problem
-from agentloop._json import clean_text
-from agentloop._output import output_check
+from agentloop._spi import (
+    SESSION_KEYS,
+    AsyncDriveOptions,
+    DriveOptions,
+    OnEvent,
+    SessionOptions,
+    clean_text,
+    model_method,
+    output_check,
+    split,
+    tools_problem,
+)
 
 from ._diff import diff_events
 from ._replay import replay, resume
@@ -124,7 +131,24 @@ class Parked(msgspec.Struct, frozen=True, kw_only=True):
 
 
 Clock = Callable[[], float]
-OnPause = Callable[[Pause], "Resume | Cancel"]
+
+
+class _LeaseOptions(TypedDict, total=False):
+    owner: str | None
+    lease_seconds: float
+
+
+class DurableOptions(SessionOptions, DriveOptions, _LeaseOptions, total=False):
+    """What :func:`run_durable` takes: :func:`agentloop.run`'s options (but ``log``)
+    and the lease's, ``owner`` (default: host, pid and a random token) and
+    ``lease_seconds`` (default 30.0)."""
+
+
+class AsyncDurableOptions(SessionOptions, AsyncDriveOptions, _LeaseOptions, total=False):
+    """What :func:`arun_durable` takes (its ``on_pause`` may be ``async def``)."""
+
+
+_LEASE_KEYS: Final = frozenset(_LeaseOptions.__optional_keys__)
 
 
 def answer(store: SQLiteStore, session_id: str, reply: Resume | Cancel | Steer | FollowUp) -> None:
@@ -184,23 +208,7 @@ def run_durable(
     *,
     model: Model,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    system: str | None = None,
-    max_steps: int = 8,
-    budget: Budget | None = None,
-    hooks: HookRegistry | None = None,
-    signal: CancelToken | None = None,
-    on_pause: OnPause | None = None,
-    clock: Clock | None = None,
-    started_at: float | None = None,
-    on_event: Callable[[Event], None] | None = None,
-    inbox: Inbox | None = None,
-    parallel_tools: bool = False,
-    tool_workers: int | None = None,
-    limits: Limits | None = None,
-    output: Any = None,
-    output_retries: int = 2,
-    owner: str | None = None,
-    lease_seconds: float = 30.0,
+    **options: Unpack[DurableOptions],
 ) -> RunResult | Parked:
     """Start or continue a stored session and drive it to its end (or a parking pause).
 
@@ -261,14 +269,14 @@ def run_durable(
             ``CallerProtocolError`` is the exception: it ends the run ``failed``,
             as in ``run``, and that end is committed.)
     """
-    options = _Options(asynchronous=False, **locals())  # every argument, checked
-    runner = options.prepare()
+    checked = _Options(False, store, session_id, messages, model, tools, options, "run_durable")
+    runner = checked.prepare()
     if not isinstance(runner, _Runner):
         return runner
     loop = runner.loop
     try:
         with idempotency_session(session_id):  # the tools' idempotency_key()
-            drive(loop, **options.driving(runner), before_effect=runner.before_effect)
+            drive(loop, **checked.driving(runner), before_effect=runner.before_effect)
         return runner.finish()
     except _Parking as parking:
         return Parked(session_id=session_id, pause=parking.pause, steps=loop.step)
@@ -289,23 +297,7 @@ async def arun_durable(
     *,
     model: Any,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    system: str | None = None,
-    max_steps: int = 8,
-    budget: Budget | None = None,
-    hooks: HookRegistry | None = None,
-    signal: CancelToken | None = None,
-    on_pause: Any = None,
-    clock: Clock | None = None,
-    started_at: float | None = None,
-    on_event: Callable[[Event], None] | None = None,
-    inbox: Inbox | None = None,
-    parallel_tools: bool = False,
-    tool_workers: int | None = None,
-    limits: Limits | None = None,
-    output: Any = None,
-    output_retries: int = 2,
-    owner: str | None = None,
-    lease_seconds: float = 30.0,
+    **options: Unpack[AsyncDurableOptions],
 ) -> RunResult | Parked:
     """:func:`run_durable` for asyncio: ``await arun_durable(store, session_id, ...)``.
 
@@ -326,10 +318,10 @@ async def arun_durable(
 
     Arguments, result and exceptions: as for :func:`run_durable`.
     """
-    options = _Options(asynchronous=True, **locals())  # every argument, checked
+    checked = _Options(True, store, session_id, messages, model, tools, options, "arun_durable")
     import asyncio  # on first use: importing replay stays free of asyncio
 
-    runner = await asyncio.to_thread(options.prepare)
+    runner = await asyncio.to_thread(checked.prepare)
     if not isinstance(runner, _Runner):
         return runner
     loop = runner.loop
@@ -339,7 +331,7 @@ async def arun_durable(
 
     try:
         with idempotency_session(session_id):  # the tools' idempotency_key()
-            await adrive(loop, **options.driving(runner), before_effect=before_effect)
+            await adrive(loop, **checked.driving(runner), before_effect=before_effect)
         return await asyncio.to_thread(runner.finish)
     except _Parking as parking:
         return Parked(session_id=session_id, pause=parking.pause, steps=loop.step)
@@ -371,31 +363,24 @@ class _Options:
 
     def __init__(
         self,
-        *,
         asynchronous: bool,
         store: SQLiteStore,
         session_id: str,
         messages: Sequence[Any] | None,
         model: Any,
         tools: ToolRegistry | Iterable[Tool | ToolSpec],
-        system: str | None,
-        max_steps: int,
-        budget: Budget | None,
-        hooks: HookRegistry | None,
-        signal: CancelToken | None,
-        on_pause: Any,
-        clock: Clock | None,
-        started_at: float | None,
-        on_event: Callable[[Event], None] | None,
-        inbox: Inbox | None,
-        parallel_tools: bool,
-        tool_workers: int | None,
-        limits: Limits | None,
-        output: Any,
-        output_retries: int,
-        owner: str | None,
-        lease_seconds: float,
+        options: Mapping[str, Any],
+        where: str,
     ) -> None:
+        lease = {key: options[key] for key in _LEASE_KEYS if key in options}
+        config, driving = split(
+            {key: value for key, value in options.items() if key not in lease},
+            where,
+            SESSION_KEYS,
+        )
+        hooks, on_pause, clock = config.get("hooks"), driving.get("on_pause"), driving.get("clock")
+        on_event, signal = driving.get("on_event"), driving.get("signal")
+        owner, lease_seconds = lease.get("owner"), lease.get("lease_seconds", 30.0)
         if (
             type(session_id) is not str
             or not session_id
@@ -416,52 +401,31 @@ class _Options:
         self.session_id = session_id
         self.messages = messages
         self.registry = ToolRegistry(tools)  # once: ``tools`` may be an iterator
-        self.system = system
-        self.max_steps = max_steps
-        self.budget = budget
-        self.hooks = hooks
-        self.signal = signal
-        self.on_pause = on_pause
+        self.config = config  # agent_loop's options, as given (its defaults otherwise)
+        self.hooks: HookRegistry | None = hooks
+        self.output: Any = config.get("output")
+        self.started_at: float | None = config.get("started_at")
+        self.signal: CancelToken | None = signal
+        self.on_pause: Any = on_pause
         self.clock: Clock = time.time if clock is None else clock
-        self.started_at = started_at
-        self.on_event = on_event
-        self.parallel_tools = parallel_tools
-        self.limits = limits
-        self.output = output
-        self.output_retries = output_retries
+        self.on_event: OnEvent | None = on_event
         self.owner = owner
         self.lease_seconds = float(lease_seconds)
         self.model = model
-        self.inbox = inbox
-        self.tool_workers = tool_workers
+        self.driving_options = driving  # drive's options, as given
 
     def driving(self, runner: _Runner) -> dict[str, Any]:
         """The options of ``drive``/``adrive`` for the runner's loop."""
         return {
+            **self.driving_options,
             "model": self.model,
             "tools": runner.registry,
             "clock": self.clock,
-            "signal": self.signal,
-            "on_pause": self.on_pause,
-            "on_event": self.on_event,
-            "inbox": self.inbox,
-            "tool_workers": self.tool_workers,
         }
 
     def new_loop(self, **extra: Any) -> AgentLoop:
         """``agent_loop`` with these options (``extra`` overrides some)."""
-        options: dict[str, Any] = {
-            "tools": self.registry,
-            "system": self.system,
-            "max_steps": self.max_steps,
-            "budget": self.budget,
-            "hooks": self.hooks,
-            "parallel_tools": self.parallel_tools,
-            "limits": self.limits,
-            "output": self.output,
-            "output_retries": self.output_retries,
-            **extra,
-        }
+        options: dict[str, Any] = {"tools": self.registry, **self.config, **extra}
         assert self.messages is not None
         return agent_loop(self.messages, **options)
 

@@ -118,6 +118,7 @@ from typing import IO, Any, Final
 import msgspec
 
 from agentloop import (
+    AgentLoopError,
     AssistantMessage,
     Budget,
     BudgetUsage,
@@ -158,9 +159,7 @@ from agentloop import (
     encode_event,
     text_from_assistant,
 )
-from agentloop._codec import decode_deep
-from agentloop._deep import encode as deep_encode
-from agentloop._deep import parse as deep_parse
+from agentloop._spi import decode_deep, deep_encode, deep_parse
 
 __all__ = [
     "LOG_FORMAT",
@@ -195,7 +194,7 @@ _CHUNK: Final = 1024 * 1024
 StrPath = str | os.PathLike[str]
 
 
-class LogError(Exception):
+class LogError(AgentLoopError):
     """Root of the log-file errors. ``path`` is the file; ``line`` the 1-based line
     number the problem is on, when there is one."""
 

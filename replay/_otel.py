@@ -12,12 +12,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentloop import Event
+from agentloop import AgentLoopError, Event
 
 __all__ = ["DESCRIPTION", "OTelCommandError", "arguments", "command"]
 
 
-class OTelCommandError(Exception):
+class OTelCommandError(AgentLoopError):
     """The command cannot run (no OpenTelemetry, an unwritable output file)."""
 
 

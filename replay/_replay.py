@@ -71,6 +71,7 @@ from agentloop import (
     INVALID_TRANSCRIPT,
     OUTPUT_INVALID,
     AgentLoop,
+    AgentLoopError,
     BudgetUsage,
     CallerProtocolError,
     Cancel,
@@ -101,8 +102,7 @@ from agentloop import (
     agent_loop,
     encode_event,
 )
-from agentloop._logging import follow
-from agentloop._output import RecordedOutput
+from agentloop._spi import RecordedOutput, follow
 
 from ._diff import diff_events, summarize
 
@@ -122,7 +122,7 @@ __all__ = [
 logger: Final = logging.getLogger("replay")
 
 
-class ReplayError(Exception):
+class ReplayError(AgentLoopError):
     """A log cannot be replayed, resumed or forked as asked (see the message).
 
     :class:`ReplayDivergence` is the subclass for "the loop does not tell the

@@ -72,8 +72,17 @@ from typing import Any, Final, Literal
 import msgspec
 
 import agentloop
-from agentloop import Budget, Cancel, Event, FollowUp, MessageQueuedEvent, Resume, Steer
-from agentloop._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
+from agentloop import (
+    AgentLoopError,
+    Budget,
+    Cancel,
+    Event,
+    FollowUp,
+    MessageQueuedEvent,
+    Resume,
+    Steer,
+)
+from agentloop._spi import MAX_ANSWER_DEPTH, answer_problem, clean_text
 
 from ._log import (
     _LINK_KEY,
@@ -177,7 +186,7 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 # --------------------------------------------------------------------------- errors
 
 
-class StoreError(Exception):
+class StoreError(AgentLoopError):
     """Root of the store's errors; the message says what and where."""
 
 

@@ -51,7 +51,7 @@ from importlib import resources
 
 import msgspec
 
-from agentloop import Event, __version__, encode_event
+from agentloop import AgentLoopError, Event, __version__, encode_event
 
 from ._diff import diff_events
 from ._log import LogError, TornLogError, _whole_line, read_log
@@ -73,7 +73,7 @@ EXIT_DIFFERENT = 1
 EXIT_ERROR = 2
 
 
-class ViewError(Exception):
+class ViewError(AgentLoopError):
     """One line for stderr, and an exit code (the CLI prints ``replay: error: ...``)."""
 
     def __init__(self, message: str, code: int = EXIT_ERROR) -> None:

@@ -200,3 +200,19 @@ def test_demo_with_another_model_uses_it_on_the_wall_clock(tmp_path):
     events = replay.read_log(path)
     assert events[0].at is not None and events[0].at > 1e9  # time.time(), not the demo epoch
     assert replay.replay(events).result == result
+
+
+@pytest.mark.parametrize(
+    ("argv0", "prog"),
+    [
+        ("/venv/bin/agentloop", "agentloop"),  # the console script
+        ("/src/agentloop/__main__.py", "python -m agentloop"),  # python -m agentloop
+    ],
+)
+def test_usage_names_the_command_the_user_ran(monkeypatch, argv0, prog, capsys):
+    monkeypatch.setattr(sys, "argv", [argv0])
+    out = io.StringIO()
+    assert main([], out) == 2
+    assert out.getvalue().startswith(f"usage: {prog} ")
+    assert main(["demo", "--model", "nope"]) == 2
+    assert capsys.readouterr().err.startswith(f"{prog} demo: ")

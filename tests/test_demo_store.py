@@ -169,3 +169,15 @@ def test_a_durable_demo_with_another_model_uses_the_wall_clock(tmp_path):
     with replay.SQLiteStore(db) as store:
         started = store.events("demo")[0].at
     assert started is not None and started > 1e9  # time.time(), not the demo epoch
+
+
+def test_store_and_log_together_are_refused_not_half_ignored(tmp_path, capsys):
+    # --store used to win silently: the session went to the store and --log was
+    # never written. The pair is refused, before anything runs.
+    db, log = tmp_path / "demo.db", tmp_path / "demo.jsonl"
+    assert main(["demo", "--store", str(db), "--log", str(log), "--delay", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--log and --store do not go together" in err
+    assert f"python -m replay export {db} --session demo -o {log}" in err
+    assert not db.exists()
+    assert not log.exists()

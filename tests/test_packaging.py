@@ -191,9 +191,10 @@ def test_version_option(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("command", "module"), [("agentloop", "agentloop"), ("agentloop-replay", "replay")]
+    ("command", "module", "prog"),
+    [("agentloop", "agentloop", "agentloop"), ("agentloop-replay", "replay", "python -m replay")],
 )
-def test_console_scripts_are_the_module_clis(command: str, module: str) -> None:
+def test_console_scripts_are_the_module_clis(command: str, module: str, prog: str) -> None:
     (entry,) = [
         e
         for e in metadata.entry_points(group="console_scripts")
@@ -205,7 +206,7 @@ def test_console_scripts_are_the_module_clis(command: str, module: str) -> None:
         [str(script), "--help"], capture_output=True, text=True, check=False, timeout=60
     )
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.startswith(f"usage: python -m {module} ")
+    assert completed.stdout.startswith(f"usage: {prog} ")
 
 
 def test_the_agentloop_command_prints_its_version() -> None:

@@ -105,11 +105,13 @@ def test_any_pair_moves_to_a_state_or_raises_the_typed_error(state: State, event
 
 
 def test_illegal_transition_is_a_runtime_error_not_a_caller_error() -> None:
-    # Reaching it is an engine bug, never something the caller caused.
-    from agentloop import AgentLoopError
+    # Reaching it is an engine bug, never something the caller caused. (Under the
+    # library's one error root since DESIGN §24, but not a CallerProtocolError.)
+    from agentloop import AgentLoopError, CallerProtocolError
 
     assert issubclass(IllegalTransition, RuntimeError)
-    assert not issubclass(IllegalTransition, AgentLoopError)
+    assert issubclass(IllegalTransition, AgentLoopError)
+    assert not issubclass(IllegalTransition, CallerProtocolError)
 
 
 # --------------------------------------------------------------------------- shape of the machine

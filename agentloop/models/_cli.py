@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Final, NamedTuple
 
 from .._driver import Model
+from .._errors import AgentLoopError
 
 __all__ = ["SPEC_PROVIDERS", "ModelSpecError", "model_from_spec"]
 
@@ -64,7 +65,7 @@ _FORMS: Final = {"openai-compatible": "openai-compatible:<model>@<base_url>"}
 _NO_KEY: Final = "unused"
 
 
-class ModelSpecError(ValueError):
+class ModelSpecError(AgentLoopError, ValueError):
     """The spec is malformed, or its SDK or API key is missing.
 
     The message is a complete sentence for the user, e.g. ``install the OpenAI SDK

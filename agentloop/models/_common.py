@@ -74,7 +74,7 @@ from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
 import msgspec
 
 from .._deep import parse as parse_deep
-from .._errors import MODEL_PROTOCOL_ERROR, ModelError
+from .._errors import MODEL_PROTOCOL_ERROR, AgentLoopError, ModelError
 from .._limits import MAX_CHUNKS_PER_STEP
 from .._messages import Block, ProviderBlock, TextBlock, ThinkingBlock, ToolCall
 from .._output import OutputSpec
@@ -202,7 +202,7 @@ class RetryAttempt(msgspec.Struct, frozen=True, kw_only=True):
     delay_seconds: float = 0.0
 
 
-class MalformedOutput(Exception):
+class MalformedOutput(AgentLoopError):
     """The provider's stream cannot be turned into valid replies (becomes a
     ``ModelFailure`` with code ``MODEL_PROTOCOL_ERROR``; never leaves the adapter)."""
 

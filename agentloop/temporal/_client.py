@@ -24,8 +24,7 @@ from agentloop import (
     UserMessage,
     decode_event,
 )
-from agentloop._json import answer_problem
-from agentloop._output import output_check
+from agentloop._spi import answer_problem, output_check
 
 from ._wire import (
     DEFAULT_MODEL_ACTIVITY,

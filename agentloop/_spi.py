@@ -1,0 +1,58 @@
+"""The internal interface ``replay`` and ``agentloop.temporal`` build on (DESIGN §24).
+
+Those packages use ``agentloop``'s public names and, beyond them, only what this
+module re-exports: the few helpers a log reader, a durable runner or a workflow
+shares with the drivers, which are not part of the public API (they may change
+between releases together with their users in this distribution). A test
+(``tests/test_architecture.py``) fails if ``replay/`` or ``agentloop/temporal/``
+imports any other private ``agentloop`` module. Adding a name here is a decision:
+say which package needs it, and why the public API does not serve.
+
+Who uses what:
+
+- ``decode_deep``, ``deep_encode``, ``deep_parse``: ``replay/_log.py`` (values nested
+  past what msgspec decodes);
+- ``MAX_ANSWER_DEPTH``, ``answer_problem``: ``replay/_store.py`` and
+  ``agentloop/temporal/_client.py`` (what a stored or sent answer may hold);
+- ``clean_text``: ``replay/_store.py``, ``replay/_durable.py`` (a str SQLite can store);
+- ``model_method``, ``tools_problem``: ``replay/_durable.py`` (the drivers' checks of a
+  model and of a loop's tools);
+- ``follow``, ``RecordedOutput``: ``replay/_replay.py`` (the DEBUG log of each event; a
+  replayed run's structured output);
+- ``output_check``: ``agentloop/temporal/_client.py`` (a session's output, decoded) and
+  ``replay/_durable.py`` (a continued session's output type against its recording);
+- ``SessionOptions``, ``DriveOptions``, ``AsyncDriveOptions``, ``OnEvent``,
+  ``SESSION_KEYS``, ``split``: ``replay/_durable.py`` (the option families of
+  ``agentloop/_keywords.py``, which ``run_durable`` takes with its lease's).
+"""
+
+from __future__ import annotations
+
+from ._codec import decode_deep
+from ._deep import encode as deep_encode
+from ._deep import parse as deep_parse
+from ._driver import model_method, tools_problem
+from ._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
+from ._keywords import SESSION_KEYS, AsyncDriveOptions, DriveOptions, OnEvent, SessionOptions, split
+from ._logging import follow
+from ._output import RecordedOutput, output_check
+
+__all__ = [
+    "MAX_ANSWER_DEPTH",
+    "SESSION_KEYS",
+    "AsyncDriveOptions",
+    "DriveOptions",
+    "OnEvent",
+    "RecordedOutput",
+    "SessionOptions",
+    "answer_problem",
+    "clean_text",
+    "decode_deep",
+    "deep_encode",
+    "deep_parse",
+    "follow",
+    "model_method",
+    "output_check",
+    "split",
+    "tools_problem",
+]
