@@ -1,0 +1,142 @@
+"""Regression tests for engine and driver defects of issue 21.
+
+Each test fails (or, under asyncio, would hang: a timeout guards it) on the code
+before its fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from agentloop import (
+    ModelRequest,
+    ScriptedModel,
+    ScriptedResponse,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    arun,
+    run,
+    tool,
+)
+
+T = TypeVar("T")
+
+#: Seconds a run that should end at once may take before the test calls it hung.
+HANG_GUARD = 30.0
+
+
+def finish(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine``; a hang (the defect) fails the test instead of blocking it."""
+
+    async def guarded() -> T:
+        return await asyncio.wait_for(coroutine, HANG_GUARD)
+
+    return asyncio.run(guarded())
+
+
+# --------------------------------------------------------------- StopIteration in arun
+
+
+@tool(name="pick")
+def sync_stops(n: int) -> str:
+    """Raises StopIteration, as next() on an empty iterator does."""
+    raise StopIteration("nothing left")
+
+
+@tool(name="pick")
+async def async_stops(n: int) -> str:
+    """Raises StopIteration inside a coroutine (PEP 479 makes it a RuntimeError)."""
+    raise StopIteration("nothing left")
+
+
+def _calling_model() -> ScriptedModel:
+    return ScriptedModel(
+        [
+            ScriptedResponse.tool_calls("r1", ToolCall("c1", "pick", {"n": 1})),
+            ScriptedResponse.text("r2", "done"),
+        ]
+    )
+
+
+def _tool_content(result: Any) -> tuple[str, bool]:
+    (message,) = (m for m in result.messages if isinstance(m, ToolResultMessage))
+    return message.content, message.is_error
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
+def test_arun_sync_tool_raising_stop_iteration_is_a_tool_error_as_under_run(
+    parallel: bool,
+) -> None:
+    messages = [UserMessage("u1", "pick one")]
+    expected = run(messages, model=_calling_model(), tools=[sync_stops], parallel_tools=parallel)
+    assert expected.status == "completed"
+    assert _tool_content(expected) == ("StopIteration: nothing left", True)
+
+    result = finish(
+        arun(messages, model=_calling_model(), tools=[sync_stops], parallel_tools=parallel)
+    )
+
+    assert result.status == "completed"
+    assert _tool_content(result) == _tool_content(expected)
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
+def test_arun_async_tool_raising_stop_iteration_is_a_tool_error(parallel: bool) -> None:
+    result = finish(
+        arun([UserMessage("u1", "pick one")], model=_calling_model(), tools=[async_stops], parallel_tools=parallel)
+    )
+
+    assert result.status == "completed"
+    assert _tool_content(result) == ("RuntimeError: coroutine raised StopIteration", True)
+
+
+class _StoppingStream:
+    """An async model whose stream raises StopIteration (a sync ``astream`` or its
+    ``__anext__``)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def astream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        if self.where == "astream":
+            raise StopIteration("no stream")
+        return self._items()
+
+    async def _items(self) -> AsyncIterator[Any]:
+        raise StopIteration("no item")
+        yield  # pragma: no cover - makes this an async generator
+
+
+class _SyncStoppingModel:
+    """A model whose sync ``stream`` raises StopIteration (for run())."""
+
+    def stream(self, request: ModelRequest) -> Iterator[Any]:
+        raise StopIteration("no stream")
+
+
+@pytest.mark.parametrize(
+    ("where", "error"),
+    [
+        ("astream", "StopIteration: no stream"),
+        ("anext", "RuntimeError: async generator raised StopIteration"),
+    ],
+)
+def test_arun_model_raising_stop_iteration_fails_the_run(where: str, error: str) -> None:
+    result = finish(arun([UserMessage("u1", "hi")], model=_StoppingStream(where), tools=[]))
+
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.message == f"step 1: model call failed: {error}"
+
+
+def test_run_model_raising_stop_iteration_fails_the_run_as_under_arun() -> None:
+    result = run([UserMessage("u1", "hi")], model=_SyncStoppingModel(), tools=[])
+
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.message == "step 1: model call failed: StopIteration: no stream"
