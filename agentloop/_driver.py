@@ -69,7 +69,7 @@ from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import Event, EventLog, ModelChunkEvent
 from ._hooks import HookRegistry
 from ._limits import DEFAULT_LIMITS, Limits
-from ._logging import follow, run_finished
+from ._logging import follow, logger, run_finished
 from ._messages import UserMessage
 from ._protocol import (
     Cancel,
@@ -89,7 +89,7 @@ from ._protocol import (
     ToolResult,
     Usage,
 )
-from ._text import escape_surrogates, exception_text
+from ._text import escape_surrogates, exception_text, unanswered_pause
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
 from ._validation import accept, reply_problem
@@ -324,7 +324,8 @@ def run(
         log: an :class:`EventLog` to record into (subscribe to it for live events).
         signal: a :class:`CancelToken` to stop the run cooperatively.
         on_pause: answers each ``Pause`` with ``Resume`` or ``Cancel``; without it a
-            pause ends the run cancelled with the pause's reason.
+            pause ends the run cancelled, with a reason that starts with the pause's
+            and names the missing ``on_pause`` (also logged at WARNING).
         clock: returns the time stamped on every reply (default ``time.time``).
         started_at: the time of ``session.start`` (default: ``clock()`` now).
         on_event: called with each event as the loop records it (text deltas are
@@ -1019,7 +1020,9 @@ class _Rules:
         cancel = self._cancel()
         if cancel is not None or self._on_pause is not None:
             return cancel
-        return Cancel(reason=pause.reason, at=self.now())
+        reason = unanswered_pause(pause)
+        logger.warning("run cancelled: %s", reason)
+        return Cancel(reason=reason, at=self.now())
 
     def _ask(self, pause: Pause) -> Any:
         """``on_pause``'s answer to ``pause`` (an awaitable, for the async driver)."""

@@ -7,13 +7,20 @@ before its fix.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
 
+import replay
 from agentloop import (
+    Budget,
+    EventLog,
+    HookRegistry,
     ModelRequest,
+    PauseRequest,
+    RunFinishedEvent,
     ScriptedModel,
     ScriptedResponse,
     ToolCall,
@@ -88,7 +95,12 @@ def test_arun_sync_tool_raising_stop_iteration_is_a_tool_error_as_under_run(
 @pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
 def test_arun_async_tool_raising_stop_iteration_is_a_tool_error(parallel: bool) -> None:
     result = finish(
-        arun([UserMessage("u1", "pick one")], model=_calling_model(), tools=[async_stops], parallel_tools=parallel)
+        arun(
+            [UserMessage("u1", "pick one")],
+            model=_calling_model(),
+            tools=[async_stops],
+            parallel_tools=parallel,
+        )
     )
 
     assert result.status == "completed"
@@ -140,3 +152,82 @@ def test_run_model_raising_stop_iteration_fails_the_run_as_under_arun() -> None:
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.message == "step 1: model call failed: StopIteration: no stream"
+
+
+# --------------------------------------------------------------- a pause and no on_pause
+
+
+@tool(name="pay", requires_approval=True)
+def pay(amount: int) -> str:
+    """Pay (needs approval)."""
+    return f"paid {amount}"
+
+
+@tool(name="pay")
+def pay_freely(amount: int) -> str:
+    """Pay (no approval)."""
+    return f"paid {amount}"
+
+
+def _ask_a_human(payload: dict[str, Any]) -> PauseRequest:
+    return PauseRequest("a human")
+
+
+HINT = (
+    "and no on_pause was given: pass on_pause=... to answer it, or use run_durable to "
+    "park the session"
+)
+
+
+def _paying_model() -> ScriptedModel:
+    return ScriptedModel(
+        [
+            ScriptedResponse.tool_calls("r1", ToolCall("c1", "pay", {"amount": 5})),
+            ScriptedResponse.tool_calls("r2", ToolCall("c2", "pay", {"amount": 6})),
+            ScriptedResponse.text("r3", "done"),
+        ]
+    )
+
+
+def _drive(driver: str, log: EventLog, **options: Any) -> Any:
+    messages = [UserMessage("u1", "pay")]
+    if driver == "run":
+        return run(messages, model=_paying_model(), log=log, **options)
+    return finish(arun(messages, model=_paying_model(), log=log, **options))
+
+
+@pytest.mark.parametrize("driver", ["run", "arun"])
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"tools": [pay]}, f"approval needed for tool 'pay' (call c1) {HINT}"),
+        (
+            {"tools": [pay_freely], "budget": Budget(max_tool_calls=1)},
+            f"budget_exceeded:tool_calls: the tool_calls budget was used up {HINT}",
+        ),
+        (
+            {"tools": [pay_freely], "hooks": HookRegistry({"before_tool_call": _ask_a_human})},
+            f"a human: a hook paused before tool 'pay' (call c1) {HINT}",
+        ),
+    ],
+    ids=["approval", "budget", "hook"],
+)
+def test_a_pause_without_on_pause_cancels_naming_the_missing_on_pause(
+    driver: str, options: dict[str, Any], reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = EventLog()
+    with caplog.at_level(logging.WARNING, logger="agentloop"):
+        result = _drive(driver, log, **options)
+
+    assert (result.status, result.reason) == ("cancelled", reason)
+    finished = log[-1]
+    assert type(finished) is RunFinishedEvent
+    assert (finished.status, finished.reason) == ("cancelled", reason)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.name, r.levelno, r.getMessage()) for r in warnings] == [
+        ("agentloop", logging.WARNING, f"run cancelled: {reason}")
+    ]
+    # The reason is a recorded reply (the Cancel): the log replays as written.
+    replayed = replay.replay(list(log), hooks=options.get("hooks"))
+    assert replayed.events == tuple(log)
+    assert replayed.result == result
