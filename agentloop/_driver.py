@@ -348,10 +348,15 @@ def run(
             ``Resume`` or ``Cancel`` (a bug in the callback; the log records it).
         BaseException: an exception from ``on_pause``, ``clock`` or a tool's
             ``BaseException`` (e.g. ``KeyboardInterrupt``) is first recorded as
-            ``Cancel("<ExcType>: <message>")`` ending the log, then re-raised. An
-            exception from a log subscriber propagates as is. A ``StopIteration``
-            from ``on_pause`` or ``clock`` becomes ``RuntimeError`` (as PEP 479
-            does for generators): it would otherwise read as the run's end.
+            ``Cancel("<ExcType>: <message>")`` ending the log, then re-raised. So is
+            an exception from ``on_event``, at the driver's next step (the events
+            up to it are recorded; ``on_event`` is not called again; raised at the
+            run's last event, it propagates once the log is finished, the run
+            keeping its outcome). An exception from another subscriber of the
+            ``log`` propagates as is, the log left unfinished. A ``StopIteration``
+            from ``on_pause``, ``on_event`` or ``clock`` becomes ``RuntimeError``
+            (as PEP 479 does for generators): it would otherwise read as the run's
+            end.
     """
     loop, tools, clock = _new_loop(
         messages,
@@ -515,6 +520,7 @@ def _steps(loop: AgentLoop, driver: _Driver) -> Generator[None, None, None]:
     try:
         effect = first_effect(loop)
         while effect is not None:
+            driver.stop_if_told(loop)
             reply = driver.queued()
             if reply is None and driver.before_effect is not None and driver.starts(effect):
                 try:
@@ -538,6 +544,7 @@ def _steps(loop: AgentLoop, driver: _Driver) -> Generator[None, None, None]:
         if not left:
             loop.close()
         unfollow()
+    driver.stop_if_told(loop)  # on_event raised at the run's last events
 
 
 def send_messages(loop: AgentLoop, driver: _Rules) -> None:
@@ -762,6 +769,7 @@ class _Rules:
     __slots__ = (
         "_begun",
         "_clock",
+        "_event_error",
         "_inbox",
         "_log",
         "_loop",
@@ -799,6 +807,7 @@ class _Rules:
         self._clock = clock
         self._inbox = inbox
         self._on_event = on_event
+        self._event_error: BaseException | None = None  # what on_event raised
         self._stream: Any = None
         self._stream_id: str | None = None
         self._tool_workers = tool_workers
@@ -875,7 +884,7 @@ class _Rules:
         """Subscribe ``on_event`` and the DEBUG logger to ``loop.log``; the returned
         function unsubscribes them and logs the result (call it after the end)."""
         log = self._log = loop.log
-        unsubscribe = log.subscribe(self._on_event) if self._on_event is not None else None
+        unsubscribe = log.subscribe(self._tell) if self._on_event is not None else None
         unfollow = follow(log)  # DEBUG per event, only if enabled now: free otherwise
 
         def done() -> None:
@@ -886,6 +895,32 @@ class _Rules:
             run_finished(loop.result)  # INFO
 
         return done
+
+    def _tell(self, event: Event) -> None:
+        """Call ``on_event`` with ``event``. What it raises is kept, not raised into the
+        loop (that would end the generator without its ``run.finished``): the driver
+        then ends the run at its next step (:meth:`stop_if_told`), and ``on_event`` is
+        not called again."""
+        if self._event_error is not None:
+            return
+        assert self._on_event is not None
+        try:
+            self._on_event(event)
+        except StopIteration as exc:  # it would read as the run's end: as for on_pause
+            self._event_error = _stop_iteration("on_event")
+            self._event_error.__cause__ = exc
+        except BaseException as exc:
+            self._event_error = exc
+
+    def stop_if_told(self, loop: AgentLoop) -> None:
+        """Raise what ``on_event`` raised, if it did: the run, if still going, is first
+        ended with ``Cancel("<ExcType>: <message>")`` (as for ``on_pause``)."""
+        exc = self._event_error
+        if exc is None:
+            return
+        if loop.result is None:
+            abandon(loop, exc)
+        raise exc
 
     def now(self) -> float:
         try:

@@ -27,9 +27,12 @@ from agentloop import (
     ToolResultMessage,
     UserMessage,
     arun,
+    arun_stream,
     run,
+    run_stream,
     tool,
 )
+from agentloop._text import exception_text
 
 T = TypeVar("T")
 
@@ -231,3 +234,93 @@ def test_a_pause_without_on_pause_cancels_naming_the_missing_on_pause(
     replayed = replay.replay(list(log), hooks=options.get("hooks"))
     assert replayed.events == tuple(log)
     assert replayed.result == result
+
+
+# --------------------------------------------------------------- on_event raising
+
+
+class Boom(Exception):
+    pass
+
+
+def _adding_model() -> ScriptedModel:
+    return ScriptedModel(
+        [
+            ScriptedResponse.tool_calls("r1", ToolCall("c1", "pick", {"n": 1})),
+            ScriptedResponse.text("r2", "done"),
+        ]
+    )
+
+
+@tool(name="pick")
+def pick(n: int) -> str:
+    """Pick."""
+    return str(n)
+
+
+def _drive_all(driver: str, log: EventLog, on_event: Any) -> Any:
+    """Drive a run to its end with each driver; what it raises propagates."""
+    options: dict[str, Any] = {
+        "model": _adding_model(),
+        "tools": [pick],
+        "log": log,
+        "on_event": on_event,
+    }
+    messages = [UserMessage("u1", "pick")]
+    if driver == "run":
+        return run(messages, **options)
+    if driver == "run_stream":
+        return list(run_stream(messages, **options))[-1]
+    if driver == "arun":
+        return finish(arun(messages, **options))
+
+    async def stream() -> Any:
+        return [item async for item in arun_stream(messages, **options)][-1]
+
+    return finish(stream())
+
+
+@pytest.mark.parametrize("driver", ["run", "run_stream", "arun", "arun_stream"])
+@pytest.mark.parametrize("at", ["session.start", "tool.call", "tool.result", "run.finished"])
+@pytest.mark.parametrize("error", [Boom("bad view"), KeyboardInterrupt()], ids=["Boom", "KI"])
+def test_an_on_event_that_raises_finishes_the_log_then_propagates(
+    driver: str, at: str, error: BaseException
+) -> None:
+    told: list[str] = []
+
+    def on_event(event: Any) -> None:
+        told.append(event.type)
+        if event.type == at:
+            raise error
+
+    log = EventLog()
+    with pytest.raises(type(error)) as raised:
+        _drive_all(driver, log, on_event)
+
+    assert raised.value is error
+    types = [event.type for event in log]
+    assert types[-1] == "run.finished" and types.count("run.finished") == 1
+    assert told == types[: types.index(at) + 1]  # not called again once it raised
+    finished = log[-1]
+    assert type(finished) is RunFinishedEvent
+    if at == "run.finished":  # the run had ended: it keeps its outcome
+        assert (finished.status, finished.reason) == ("completed", "goal_met")
+    else:  # ended at the driver's next step, as when on_pause raises
+        assert finished.status == "cancelled"
+        assert finished.reason == exception_text(error)
+    replayed = replay.replay(list(log))
+    assert replayed.events == tuple(log)
+
+
+def test_an_on_event_raising_stop_iteration_is_a_runtime_error() -> None:
+    def on_event(event: Any) -> None:
+        if event.type == "tool.call":
+            raise StopIteration("not the end")
+
+    log = EventLog()
+    with pytest.raises(RuntimeError, match=r"^on_event raised StopIteration$") as raised:
+        _drive_all("run", log, on_event)
+    assert type(raised.value.__cause__) is StopIteration
+    last = log[-1]
+    assert type(last) is RunFinishedEvent
+    assert last.reason == "RuntimeError: on_event raised StopIteration"
