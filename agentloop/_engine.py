@@ -117,7 +117,7 @@ from ._protocol import (
     UnrecognizedReply,
     Usage,
 )
-from ._rules import REPLY_IN_COMPLETE, RULES_REVISION, USAGE_WHEN_RECORDED
+from ._rules import REPLY_IN_COMPLETE, RESERVED_MESSAGE_IDS, RULES_REVISION, USAGE_WHEN_RECORDED
 from ._state import RESUME_INPUT, TRANSITIONS, IllegalTransition, Input, State
 from ._stream import stream_mismatch
 from ._text import abort_reason, call_ids, decision_problem, exception_text, wrong_reply
@@ -129,6 +129,7 @@ from ._validation import (
     arguments_problems,
     json_problem,
     reply_problem,
+    reserved_id_problem,
 )
 
 __all__ = ["AgentLoop", "TranscriptView", "agent_loop"]
@@ -588,6 +589,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 f"{type(reply).__name__}.message id {message.id!r} is already used in the run",
                 reply,
             )
+        reserved = reserved_id_problem(message.id) if self._rules >= RESERVED_MESSAGE_IDS else None
+        if reserved is not None:
+            raise _Misuse(f"{type(reply).__name__}.{reserved}", reply)
         self._message_ids.add(message.id)  # reserved: no later message may take it
         self._queued.append(reply)
         steer = type(reply) is Steer
