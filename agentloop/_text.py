@@ -107,7 +107,7 @@ def unanswered_pause(pause: Pause) -> str:
     elif reason.startswith("budget_exceeded:"):
         what = f"{reason}: the {reason.partition(':')[2]} budget was used up"
     else:
-        what = f"{reason}: a hook paused the loop"
+        what = f"{reason}: the loop paused"
     return (
         f"{what} and no on_pause was given: pass on_pause=... to answer it, or use "
         "run_durable to park the session"

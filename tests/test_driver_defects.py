@@ -19,6 +19,7 @@ from agentloop import (
     EventLog,
     HookRegistry,
     ModelRequest,
+    Pause,
     PauseRequest,
     RunFinishedEvent,
     ScriptedModel,
@@ -32,7 +33,7 @@ from agentloop import (
     run_stream,
     tool,
 )
-from agentloop._text import exception_text
+from agentloop._text import exception_text, unanswered_pause
 
 T = TypeVar("T")
 
@@ -324,3 +325,30 @@ def test_an_on_event_raising_stop_iteration_is_a_runtime_error() -> None:
     last = log[-1]
     assert type(last) is RunFinishedEvent
     assert last.reason == "RuntimeError: on_event raised StopIteration"
+
+
+@pytest.mark.parametrize(
+    ("pause", "what"),
+    [
+        (
+            Pause("approval", {"call": {"id": "c9", "name": "pay"}}),
+            "approval needed for tool 'pay' (call c9)",
+        ),
+        (
+            Pause("review", {"call": {"id": "c9", "name": "pay"}}),
+            "review: a hook paused before tool 'pay' (call c9)",
+        ),
+        (
+            Pause("budget_exceeded:turns", {"limit": "turns"}),
+            "budget_exceeded:turns: the turns budget was used up",
+        ),
+        (Pause("review", {"call": {"id": 9, "name": "pay"}}), "review: the loop paused"),
+        (Pause("review", {"call": "c9"}), "review: the loop paused"),
+        (Pause("review", ["not", "a", "dict"]), "review: the loop paused"),
+        (Pause("review"), "review: the loop paused"),
+    ],
+)
+def test_the_reason_of_an_unanswered_pause_starts_with_the_pause_s(pause: Pause, what: str) -> None:
+    reason = unanswered_pause(pause)
+    assert reason == f"{what} {HINT}"
+    assert reason.startswith(pause.reason)
