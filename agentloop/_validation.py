@@ -57,6 +57,7 @@ from ._protocol import (
 )
 
 __all__ = [
+    "LOOP_ID_PREFIXES",
     "accept",
     "arguments_ok",
     "arguments_problems",
