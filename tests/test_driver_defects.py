@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Coroutine, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -17,6 +18,7 @@ import replay
 from agentloop import (
     Budget,
     EventLog,
+    FunctionModel,
     HookRegistry,
     ModelRequest,
     Pause,
@@ -34,6 +36,7 @@ from agentloop import (
     tool,
 )
 from agentloop._text import exception_text, unanswered_pause
+from replay import SQLiteStore
 
 T = TypeVar("T")
 
@@ -352,3 +355,28 @@ def test_the_reason_of_an_unanswered_pause_starts_with_the_pause_s(pause: Pause,
     reason = unanswered_pause(pause)
     assert reason == f"{what} {HINT}"
     assert reason.startswith(pause.reason)
+
+
+def test_run_durable_with_an_on_event_that_raises_commits_nothing_more(tmp_path: Path) -> None:
+    # As for an on_pause that raises: the exception propagates, the session stays
+    # resumable from its last commit, and the next call finishes it.
+    def on_event(event: Any) -> None:
+        if event.type == "tool.result":
+            raise Boom("bad view")
+
+    def model(request: ModelRequest) -> ScriptedResponse:  # positioned by step
+        if request.step == 1:
+            return ScriptedResponse.tool_calls("r1", ToolCall("c1", "pick", {"n": 1}))
+        return ScriptedResponse.text(f"r{request.step}", "done")
+
+    options: dict[str, Any] = {"model": FunctionModel(model), "tools": [pick]}
+    with SQLiteStore(tmp_path / "s.db") as store:
+        with pytest.raises(Boom):
+            replay.run_durable(
+                store, "s", [UserMessage("u1", "pick")], on_event=on_event, **options
+            )
+        info = store.session("s")
+        assert not info.finished
+        assert "run.finished" not in [event.type for event in store.events("s")]
+        result = replay.run_durable(store, "s", **options)
+        assert result.status == "completed", result.error
