@@ -170,6 +170,7 @@ async def _asteps(loop: AgentLoop, driver: _AsyncDriver) -> AsyncGenerator[None,
     try:
         effect = first_effect(loop)
         while effect is not None:
+            driver.stop_if_told(loop)
             reply = driver.queued()
             if reply is None and driver.before_effect is not None and driver.starts(effect):
                 try:
@@ -195,6 +196,7 @@ async def _asteps(loop: AgentLoop, driver: _AsyncDriver) -> AsyncGenerator[None,
         if not left:
             loop.close()
         unfollow()
+    driver.stop_if_told(loop)  # on_event raised at the run's last events
 
 
 async def _aevents(

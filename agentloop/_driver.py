@@ -72,7 +72,7 @@ from ._keywords import (
     unexpected,
 )
 from ._limits import DEFAULT_LIMITS
-from ._logging import follow, run_finished
+from ._logging import follow, logger, run_finished
 from ._protocol import (
     Cancel,
     Effect,
@@ -92,7 +92,7 @@ from ._protocol import (
     Usage,
 )
 from ._signals import ANYTIME_REPLIES, CancelToken, Inbox
-from ._text import escape_surrogates, exception_text
+from ._text import escape_surrogates, exception_text, unanswered_pause
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
 from ._validation import accept
@@ -161,7 +161,8 @@ def run(
         log: an :class:`EventLog` to record into (subscribe to it for live events).
         signal: a :class:`CancelToken` to stop the run cooperatively.
         on_pause: answers each ``Pause`` with ``Resume`` or ``Cancel``; without it a
-            pause ends the run cancelled with the pause's reason.
+            pause ends the run cancelled, with a reason that starts with the pause's
+            and names the missing ``on_pause`` (also logged at WARNING).
         clock: returns the time stamped on every reply (default ``time.time``).
         started_at: the time of ``session.start`` (default: ``clock()`` now).
         on_event: called with each event as the loop records it (text deltas are
@@ -184,10 +185,15 @@ def run(
             ``Resume`` or ``Cancel`` (a bug in the callback; the log records it).
         BaseException: an exception from ``on_pause``, ``clock`` or a tool's
             ``BaseException`` (e.g. ``KeyboardInterrupt``) is first recorded as
-            ``Cancel("<ExcType>: <message>")`` ending the log, then re-raised. An
-            exception from a log subscriber propagates as is. A ``StopIteration``
-            from ``on_pause`` or ``clock`` becomes ``RuntimeError`` (as PEP 479
-            does for generators): it would otherwise read as the run's end.
+            ``Cancel("<ExcType>: <message>")`` ending the log, then re-raised. So is
+            an exception from ``on_event``, at the driver's next step (the events
+            up to it are recorded; ``on_event`` is not called again; raised at the
+            run's last event, it propagates once the log is finished, the run
+            keeping its outcome). An exception from another subscriber of the
+            ``log`` propagates as is, the log left unfinished. A ``StopIteration``
+            from ``on_pause``, ``on_event`` or ``clock`` becomes ``RuntimeError``
+            (as PEP 479 does for generators): it would otherwise read as the run's
+            end.
     """
     loop, registry, driving = _new_loop(messages, tools, options, "run")
     driver = _Driver.checked(loop, model, registry, fresh=True, **driving)
@@ -291,6 +297,7 @@ def _steps(loop: AgentLoop, driver: _Driver) -> Generator[None, None, None]:
     try:
         effect = first_effect(loop)
         while effect is not None:
+            driver.stop_if_told(loop)
             reply = driver.queued()
             if reply is None and driver.before_effect is not None and driver.starts(effect):
                 try:
@@ -314,6 +321,7 @@ def _steps(loop: AgentLoop, driver: _Driver) -> Generator[None, None, None]:
         if not left:
             loop.close()
         unfollow()
+    driver.stop_if_told(loop)  # on_event raised at the run's last events
 
 
 def send_messages(loop: AgentLoop, driver: _Rules) -> None:
@@ -521,6 +529,7 @@ class _Rules:
     __slots__ = (
         "_begun",
         "_clock",
+        "_event_error",
         "_inbox",
         "_log",
         "_loop",
@@ -558,6 +567,7 @@ class _Rules:
         self._clock = clock
         self._inbox = inbox
         self._on_event = on_event
+        self._event_error: BaseException | None = None  # what on_event raised
         self._stream: Any = None
         self._stream_id: str | None = None
         self._tool_workers = tool_workers
@@ -635,7 +645,7 @@ class _Rules:
         """Subscribe ``on_event`` and the DEBUG logger to ``loop.log``; the returned
         function unsubscribes them and logs the result (call it after the end)."""
         log = self._log = loop.log
-        unsubscribe = log.subscribe(self._on_event) if self._on_event is not None else None
+        unsubscribe = log.subscribe(self._tell) if self._on_event is not None else None
         unfollow = follow(log)  # DEBUG per event, only if enabled now: free otherwise
 
         def done() -> None:
@@ -646,6 +656,32 @@ class _Rules:
             run_finished(loop.result)  # INFO
 
         return done
+
+    def _tell(self, event: Event) -> None:
+        """Call ``on_event`` with ``event``. What it raises is kept, not raised into the
+        loop (that would end the generator without its ``run.finished``): the driver
+        then ends the run at its next step (:meth:`stop_if_told`), and ``on_event`` is
+        not called again."""
+        if self._event_error is not None:
+            return
+        assert self._on_event is not None
+        try:
+            self._on_event(event)
+        except StopIteration as exc:  # it would read as the run's end: as for on_pause
+            self._event_error = _stop_iteration("on_event")
+            self._event_error.__cause__ = exc
+        except BaseException as exc:
+            self._event_error = exc
+
+    def stop_if_told(self, loop: AgentLoop) -> None:
+        """Raise what ``on_event`` raised, if it did: the run, if still going, is first
+        ended with ``Cancel("<ExcType>: <message>")`` (as for ``on_pause``)."""
+        exc = self._event_error
+        if exc is None:
+            return
+        if loop.result is None:
+            abandon(loop, exc)
+        raise exc
 
     def now(self) -> float:
         try:
@@ -780,7 +816,9 @@ class _Rules:
         cancel = self._cancel()
         if cancel is not None or self._on_pause is not None:
             return cancel
-        return Cancel(reason=pause.reason, at=self.now())
+        reason = unanswered_pause(pause)
+        logger.warning("run cancelled: %s", reason)
+        return Cancel(reason=reason, at=self.now())
 
     def _ask(self, pause: Pause) -> Any:
         """``on_pause``'s answer to ``pause`` (an awaitable, for the async driver)."""

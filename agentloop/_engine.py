@@ -119,7 +119,7 @@ from ._protocol import (
     UnrecognizedReply,
     Usage,
 )
-from ._rules import REPLY_IN_COMPLETE, RULES_REVISION, USAGE_WHEN_RECORDED
+from ._rules import REPLY_IN_COMPLETE, RESERVED_MESSAGE_IDS, RULES_REVISION, USAGE_WHEN_RECORDED
 from ._run import (
     Cancelled,
     Finish,
@@ -507,7 +507,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 raise Cancelled(reply)
             if kind not in _QUEUED:
                 return reply  # type: ignore[no-any-return]
-            run.queue(reply, self._log)
+            run.queue(reply, self._log, self._rules >= RESERVED_MESSAGE_IDS)
 
     # ------------------------------------------------------------------ start
     #

@@ -33,13 +33,26 @@ Revisions
    right after ``session.complete`` still holds it and resumes to the same
    ``run.finished`` (revision 1 and before: in ``run.finished``; a cut log then
    resumes only when that reply was a cancel).
+3. :data:`RESERVED_MESSAGE_IDS`: a ``Steer`` or ``FollowUp`` whose message id is
+   in a namespace the loop makes ids in (``message-``, ``tool-result-``,
+   ``output-retry-``: see :func:`agentloop._validation.reserved_id_problem`) is
+   caller misuse (``CALLER_PROTOCOL_ERROR``). Revision 2 and before queued it: it
+   could take the id of a pending tool result (two messages of one id, a
+   transcript that no longer validates) or of the model's next response (whose
+   valid response then failed the run, ``MODEL_PROTOCOL_ERROR``).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["REPLY_IN_COMPLETE", "RULES_REVISION", "USAGE_WHEN_RECORDED", "rules_problem"]
+__all__ = [
+    "REPLY_IN_COMPLETE",
+    "RESERVED_MESSAGE_IDS",
+    "RULES_REVISION",
+    "USAGE_WHEN_RECORDED",
+    "rules_problem",
+]
 
 #: A model reply's usage counts when it is recorded, not when it is committed.
 USAGE_WHEN_RECORDED: Final = 1
@@ -47,8 +60,11 @@ USAGE_WHEN_RECORDED: Final = 1
 #: The reply that ended the run is recorded in ``session.complete``, not ``run.finished``.
 REPLY_IN_COMPLETE: Final = 2
 
+#: A queued message may not take an id in a namespace the loop makes ids in.
+RESERVED_MESSAGE_IDS: Final = 3
+
 #: The newest rules revision: what new runs follow and ``session.start`` records.
-RULES_REVISION: Final = REPLY_IN_COMPLETE
+RULES_REVISION: Final = RESERVED_MESSAGE_IDS
 
 
 def rules_problem(rules: object) -> str | None:

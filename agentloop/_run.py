@@ -30,6 +30,7 @@ from ._messages import Message
 from ._protocol import Cancel, Effect, FollowUp, Reply, RunError, RunResult, Steer, Usage
 from ._state import TRANSITIONS, IllegalTransition, Input, State
 from ._text import abort_reason, exception_text, wrong_reply
+from ._validation import reserved_id_problem
 
 __all__ = [
     "Cancelled",
@@ -150,14 +151,20 @@ class Run:
     # the transcript at the next boundary (a steer before the next step, a
     # follow-up after a final answer).
 
-    def queue(self, reply: Steer | FollowUp, log: EventLog) -> None:
-        """Queue ``reply`` (its message id reserved) and record message.queued."""
+    def queue(self, reply: Steer | FollowUp, log: EventLog, loop_ids_reserved: bool) -> None:
+        """Queue ``reply`` (its message id reserved) and record message.queued.
+
+        With ``loop_ids_reserved`` (rules revision 3 on), an id in a namespace the
+        loop makes ids in is caller misuse (:func:`reserved_id_problem`)."""
         message = reply.message
         if message.id in self.message_ids:
             raise Misuse(
                 f"{type(reply).__name__}.message id {message.id!r} is already used in the run",
                 reply,
             )
+        reserved = reserved_id_problem(message.id) if loop_ids_reserved else None
+        if reserved is not None:
+            raise Misuse(f"{type(reply).__name__}.{reserved}", reply)
         self.message_ids.add(message.id)  # reserved: no later message may take it
         self.queued.append(reply)
         steer = type(reply) is Steer

@@ -15,7 +15,7 @@ import threading
 
 from ._messages import UserMessage
 from ._protocol import Cancel, FollowUp, Reply, Steer
-from ._validation import reply_problem
+from ._validation import reply_problem, reserved_id_problem
 
 __all__ = ["ANYTIME_REPLIES", "CancelToken", "Inbox"]
 
@@ -105,7 +105,9 @@ class Inbox:
         Raises:
             TypeError: ``reply`` is not a reply the loop accepts at any yield.
             ValueError: a field the loop would refuse (of the wrong type, a string
-                with a lone surrogate, a non-finite ``at``); nothing was queued.
+                with a lone surrogate, a non-finite ``at``, a message id in a
+                namespace the loop makes ids in, such as ``tool-result-...``);
+                nothing was queued.
         """
         if type(reply) not in ANYTIME_REPLIES:
             accepted = ", ".join(kind.__name__ for kind in ANYTIME_REPLIES)
@@ -113,6 +115,8 @@ class Inbox:
         problem = reply_problem(reply)
         if problem is None and reply.at is not None and not math.isfinite(reply.at):
             problem = f"{type(reply).__name__}.at must be finite, got {reply.at!r}"
+        if problem is None and type(reply) is not Cancel:  # a Steer or a FollowUp
+            problem = reserved_id_problem(reply.message.id)  # type: ignore[union-attr]
         if problem is not None:
             raise ValueError(f"the Inbox refuses this {type(reply).__name__}: {problem}")
         with self._lock:

@@ -21,6 +21,8 @@ Who uses what:
   replayed run's structured output);
 - ``output_check``: ``agentloop/temporal/_client.py`` (a session's output, decoded) and
   ``replay/_durable.py`` (a continued session's output type against its recording);
+- ``reserved_id_problem``: ``replay/_store.py`` (a queued message may not take an id in
+  a namespace the loop makes ids in);
 - ``SessionOptions``, ``DriveOptions``, ``AsyncDriveOptions``, ``OnEvent``,
   ``SESSION_KEYS``, ``split``: ``replay/_durable.py`` (the option families of
   ``agentloop/_keywords.py``, which ``run_durable`` takes with its lease's).
@@ -36,6 +38,7 @@ from ._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
 from ._keywords import SESSION_KEYS, AsyncDriveOptions, DriveOptions, OnEvent, SessionOptions, split
 from ._logging import follow
 from ._output import RecordedOutput, output_check
+from ._validation import reserved_id_problem
 
 __all__ = [
     "MAX_ANSWER_DEPTH",
@@ -53,6 +56,7 @@ __all__ = [
     "follow",
     "model_method",
     "output_check",
+    "reserved_id_problem",
     "split",
     "tools_problem",
 ]

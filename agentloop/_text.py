@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._json import clean_text, value_text
 from ._messages import Block, ToolCall
-from ._protocol import Effect, ModelRequest, Reply, ToolBatch, ToolRequest
+from ._protocol import Effect, ModelRequest, Pause, Reply, ToolBatch, ToolRequest
 
 __all__ = [
     "abort_reason",
@@ -12,6 +12,7 @@ __all__ = [
     "escape_surrogates",
     "exception_text",
     "short",
+    "unanswered_pause",
     "wrong_reply",
 ]
 
@@ -86,3 +87,28 @@ def decision_problem(reason: str, decision: object) -> str | None:
         shown = value_text(approved) if scalar else type(approved).__name__
         got = f"'approved': {shown if len(shown) <= 40 else shown[:37] + '...'}"
     return f"Resume.payload for a {reason!r} pause must be a dict with a bool 'approved', got {got}"
+
+
+def unanswered_pause(pause: Pause) -> str:
+    """The reason a driver cancels with when ``pause`` comes and no ``on_pause`` was
+    given: what paused, and what to pass so it is answered. It starts with
+    ``pause.reason``, so a check of the reason's prefix still tells the pauses apart.
+    """
+    reason = pause.reason
+    payload = pause.payload
+    call = payload.get("call") if isinstance(payload, dict) else None
+    if isinstance(call, dict) and type(call.get("name")) is str and type(call.get("id")) is str:
+        tool = f"tool {call['name']!r} (call {call['id']})"
+        what = (
+            f"approval needed for {tool}"
+            if reason == "approval"
+            else f"{reason}: a hook paused before {tool}"
+        )
+    elif reason.startswith("budget_exceeded:"):
+        what = f"{reason}: the {reason.partition(':')[2]} budget was used up"
+    else:
+        what = f"{reason}: the loop paused"
+    return (
+        f"{what} and no on_pause was given: pass on_pause=... to answer it, or use "
+        "run_durable to park the session"
+    )

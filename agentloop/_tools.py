@@ -169,7 +169,9 @@ class Tool:
                 if self.is_async:
                     value = await self.fn(*args, **kwargs)
                 else:
-                    value = await asyncio.to_thread(self.fn, *args, **kwargs)
+                    value = await asyncio.to_thread(_stop_as_value, self.fn, args, kwargs)
+                    if type(value) is _Stopped:
+                        raise value.exc
         except Exception as exc:
             return exception_text(exc), True
         return _content(value)
@@ -187,6 +189,27 @@ class Tool:
             if problem is not None:
                 return problem
         return [values.pop(name) for name in self._positional], values
+
+
+class _Stopped:
+    """A ``StopIteration`` a sync tool raised in its worker thread, carried out as a
+    value: raised into the thread's future, it cannot be set there (asyncio refuses
+    a ``StopIteration`` in a future) and the future would never complete."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: StopIteration) -> None:
+        self.exc = exc
+
+
+def _stop_as_value(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` in a worker thread, a ``StopIteration`` returned as
+    :class:`_Stopped` (then raised in the event loop's thread: a tool error, as
+    under :func:`agentloop.run`)."""
+    try:
+        return fn(*args, **kwargs)
+    except StopIteration as exc:
+        return _Stopped(exc)
 
 
 def _content(value: Any) -> tuple[str, bool]:

@@ -68,6 +68,7 @@ from ._protocol import (
 
 __all__ = [
     "FAILING_STOPS",
+    "LOOP_ID_PREFIXES",
     "accept",
     "arguments_ok",
     "arguments_problems",
@@ -83,9 +84,39 @@ __all__ = [
     "plain_arguments",
     "plain_call",
     "reply_problem",
+    "reserved_id_problem",
     "response_problem",
     "stop_failure",
 ]
+
+#: The prefixes of the message ids the loop makes itself, each with what it names:
+#: a caller's message (a ``Steer``, a ``FollowUp``) may not take one.
+LOOP_ID_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("message-", "message-<response id> is a model response's message"),
+    ("tool-result-", "tool-result-<call id> is a tool call's result"),
+    ("output-retry-", "output-retry-<response id> is an answer sent back to the model"),
+)
+
+
+def reserved_id_problem(message_id: str) -> str | None:
+    """Why a caller's message (a ``Steer``, a ``FollowUp``) may not have the id
+    ``message_id``, or ``None``.
+
+    The loop names the messages it makes by prefix (:data:`LOOP_ID_PREFIXES`), from
+    ids it learns later: the response ids of steps to come, the call ids of calls
+    not made yet. A caller's message with such an id could take the id of a message
+    the loop has still to make -- the result of the call running now, the next
+    response's -- so the whole namespace is the loop's. (The messages a run starts
+    with are not held to it: a transcript continued from an earlier run holds the
+    loop's ids legitimately.)
+    """
+    for prefix, meaning in LOOP_ID_PREFIXES:
+        if message_id.startswith(prefix):
+            return (
+                f"message id {message_id!r} is in a namespace the loop makes ids in "
+                f"({meaning}): give the message an id not starting with {prefix!r}"
+            )
+    return None
 
 
 def plain_arguments(arguments: object, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any] | None:

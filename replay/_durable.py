@@ -170,7 +170,8 @@ def answer(store: SQLiteStore, session_id: str, reply: Resume | Cancel | Steer |
         ValueError: it holds values that JSON cannot hold exactly (NaN, tuples,
             ...) or a container that contains itself, its payload nests deeper
             than :data:`replay.MAX_ANSWER_DEPTH`, or the message's id is already
-            used in the session.
+            used in the session or is in a namespace the loop makes ids in
+            (``message-``, ``tool-result-``, ``output-retry-``).
         SessionNotFound: no such session.
         StoreError: for an answer, the session is not parked or has an answer
             already; for a message, the session has finished.

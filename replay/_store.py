@@ -82,7 +82,7 @@ from agentloop import (
     Resume,
     Steer,
 )
-from agentloop._spi import MAX_ANSWER_DEPTH, answer_problem, clean_text
+from agentloop._spi import MAX_ANSWER_DEPTH, answer_problem, clean_text, reserved_id_problem
 
 from ._log import (
     _LINK_KEY,
@@ -1010,13 +1010,17 @@ class SQLiteStore:
         Raises:
             TypeError: ``reply`` is not a ``Steer`` or a ``FollowUp``.
             ValueError: see :func:`_encode_answer`; or its message id is already
-                taken by another queued message.
+                taken by another queued message, or is in a namespace the loop
+                makes ids in (``message-``, ``tool-result-``, ``output-retry-``).
             SessionNotFound: no such session.
             StoreError: the session has finished.
         """
         if type(reply) is not Steer and type(reply) is not FollowUp:
             raise TypeError(f"a queued message is a Steer or a FollowUp, got {reply!r}")
         data = _encode_answer(reply, _queued_decoder).decode()
+        reserved = reserved_id_problem(reply.message.id)
+        if reserved is not None:
+            raise ValueError(f"session {session_id!r}: {type(reply).__name__}.{reserved}")
         now = self.now()
         with self._write() as db:
             (status,) = _row(db, session_id, "status")

@@ -10,7 +10,7 @@ one text file per snapshot instead, one block per event::
       tools:
         - {"name":"add","description":"Add two integers.",...}
       max_steps: 8
-      rules: 2
+      rules: 3
     #3 model.chunk step=1
       chunk: {"kind":"model_chunk","request_id":"request-001","block":{...}}
 

@@ -468,7 +468,11 @@ def test_run_calls_on_pause_and_acts_on_each_decision() -> None:
 def test_run_without_on_pause_cancels_with_the_pause_reason() -> None:
     model = ScriptedModel(SCRIPT)
     result = run([USER], model=model, tools=[remove])
-    assert (result.status, result.reason) == ("cancelled", "approval")
+    assert (result.status, result.reason) == (
+        "cancelled",
+        "approval needed for tool 'remove' (call c1) and no on_pause was given: pass "
+        "on_pause=... to answer it, or use run_durable to park the session",
+    )
     assert model.call_count == 1
     assert len(close_dangling_calls(result.messages)) == len(result.messages) + 3
 

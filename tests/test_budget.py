@@ -301,7 +301,12 @@ def test_the_driver_without_on_pause_cancels_with_the_pause_reason(scenario: Sce
         budget=scenario.budget,
         clock=lambda: next(ticks),
     )
-    assert (result.status, result.reason) == ("cancelled", f"budget_exceeded:{scenario.limit}")
+    assert result.status == "cancelled"
+    assert result.reason == (
+        f"budget_exceeded:{scenario.limit}: the {scenario.limit} budget was used up and no "
+        "on_pause was given: pass on_pause=... to answer it, or use run_durable to park the "
+        "session"
+    )
 
 
 # --------------------------------------------------------------------------- counting

@@ -705,7 +705,11 @@ def test_on_complete_sees_every_outcome() -> None:
     assert seen == [
         ("completed", "goal_met"),
         ("max_steps", "no_more_steps"),
-        ("cancelled", "budget_exceeded:turns"),
+        (
+            "cancelled",
+            "budget_exceeded:turns: the turns budget was used up and no on_pause was given: "
+            "pass on_pause=... to answer it, or use run_durable to park the session",
+        ),
         ("cancelled", "user"),
         ("failed", HOOK_ERROR),
     ]

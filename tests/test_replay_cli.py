@@ -119,7 +119,7 @@ def test_diff_identical_and_different(tampered: Path, tmp_path: Path) -> None:
     # The same run recorded today follows the engine's newer rules revision.
     newer = cli("diff", FIXTURES / "tool_calls.jsonl", v1)
     assert newer.returncode == 1
-    assert "logs differ at event #0" in newer.stdout and "rules: 2 -> 0" in newer.stdout
+    assert "logs differ at event #0" in newer.stdout and "rules: 3 -> 0" in newer.stdout
     different = cli("diff", FIXTURES / "tool_calls.jsonl", tampered)
     assert different.returncode == 1
     assert "logs differ at event #21" in different.stdout

@@ -103,8 +103,8 @@ def test_the_same_replies_under_the_newest_rules_count_the_failed_response() -> 
     assert [encode_event(e) for e in old.log] == [encode_event(e) for e in events]
     new = _fed(events)
     assert new.result is not None and new.result.usage == Usage(270, 24)
-    assert new.log[0].rules == RULES_REVISION == 2  # type: ignore[union-attr]
-    assert b'"rules":2' in encode_event(new.log[0])
+    assert new.log[0].rules == RULES_REVISION == 3  # type: ignore[union-attr]
+    assert b'"rules":3' in encode_event(new.log[0])
 
 
 def test_rules_0_counts_a_response_when_it_is_committed() -> None:
@@ -140,7 +140,7 @@ def test_rules_0_counts_a_response_when_it_is_committed() -> None:
         (True, "got True"),
         ("1", "got '1'"),
         (None, "got None"),
-        (3, "rules revision 3 is newer than this agentloop follows \\(up to 2\\)"),
+        (4, "rules revision 4 is newer than this agentloop follows \\(up to 3\\)"),
     ],
 )
 def test_a_rules_revision_that_is_not_one_is_refused(rules: object, message: str) -> None:
@@ -150,9 +150,9 @@ def test_a_rules_revision_that_is_not_one_is_refused(rules: object, message: str
 
 def test_a_log_of_a_newer_revision_does_not_replay(tmp_path: Path) -> None:
     events = read_log(RULES_0[1])
-    newer = [msgspec.structs.replace(events[0], rules=3), *events[1:]]  # type: ignore[type-var]
+    newer = [msgspec.structs.replace(events[0], rules=4), *events[1:]]  # type: ignore[type-var]
     write_log(tmp_path / "newer.jsonl", newer)
-    with pytest.raises(ReplayDivergence, match="rules revision 3 is newer than this agentloop"):
+    with pytest.raises(ReplayDivergence, match="rules revision 4 is newer than this agentloop"):
         replay.replay(read_log(tmp_path / "newer.jsonl"))
 
 

@@ -249,6 +249,16 @@ def test_a_message_id_already_used_is_caller_misuse() -> None:
 def test_a_queued_id_is_reserved() -> None:
     loop = _loop()
     next(loop)
+    loop.send(FollowUp(UserMessage("f1", "later")))
+    with pytest.raises(CallerProtocolError, match=r"Steer\.message id 'f1' is already used"):
+        loop.send(Steer(UserMessage("f1", "again")))
+
+
+def test_under_rules_2_a_queued_id_could_take_the_next_response_s() -> None:
+    # The behaviour old logs replay with (rules revision 3 refuses the message:
+    # tests/test_reserved_ids.py): the model's valid response failed the run.
+    loop = _loop(rules=2)
+    next(loop)
     loop.send(FollowUp(UserMessage("message-r1", "later")))
     result = _finish(loop, response("request-001", "r1", "taken"))
     assert result.status == "failed" and result.error is not None

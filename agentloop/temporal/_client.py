@@ -130,8 +130,9 @@ class AgentSession:
 
         Raises:
             temporalio.client.WorkflowUpdateFailedError: the session has finished,
-                or the loop refused the message (its id is already used: the run
-                then ends ``failed``).
+                or the loop refused the message (its id is already used, or is
+                one the loop makes, such as ``tool-result-...``: the run then ends
+                ``failed``).
             temporalio.service.RPCError: the workflow has completed.
         """
         await self.handle.execute_update("steer", raw(encode(UserInput(message=message))))

@@ -376,7 +376,8 @@ class AgentLoopWorkflow:
       ``{"message": <user message>}``: send ``Steer``/``FollowUp`` to the loop; the
       update returns once the loop has recorded it (``message.queued``), and is
       refused when the run has finished. A message the loop refuses (its id is
-      already used) ends the run ``failed`` with ``CALLER_PROTOCOL_ERROR``, as in
+      already used, or starts with ``message-``, ``tool-result-`` or
+      ``output-retry-``, DESIGN §19) ends the run ``failed`` with ``CALLER_PROTOCOL_ERROR``, as in
       process; the update then fails with the loop's message.
     - query ``pending``: the effect the loop waits on (``null`` when finished).
     - query ``log``: the events so far (or from sequence ``since``), each encoded

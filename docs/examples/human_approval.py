@@ -9,7 +9,7 @@ call. ``run`` hands the ``Pause`` to ``on_pause``; its ``Resume`` decides:
 - ``Resume({"approved": True, "arguments": {...}})`` runs it with edited arguments.
 
 Returning ``Cancel(...)`` instead ends the run ``cancelled``. Without ``on_pause`` a
-pause cancels the run with the pause's reason.
+pause cancels the run with a reason that names the missing ``on_pause``.
 
 The model is a ``ScriptedModel`` and the "human" a function, so the example runs
 offline and prints the same thing every time: ``python docs/examples/human_approval.py``.
