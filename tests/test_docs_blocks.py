@@ -77,7 +77,7 @@ def blocks_of(page: Path) -> list[Block]:
     found = []
     for match in FENCE.finditer(text):
         above = text[: match.start()].splitlines()
-        markers = []
+        markers: list[str] = []
         while above and (comment := COMMENT.match(above[-1])):
             markers.insert(0, comment.group(1).strip())
             above.pop()
