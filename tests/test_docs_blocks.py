@@ -178,3 +178,17 @@ def test_markers_are_read_from_the_comments_right_above_the_fence(tmp_path: Path
     assert program(found, 1) == "x = 1\n\nprint(x)\n"
     with pytest.raises(AssertionError, match="continues nothing"):
         program(found[1:], 0)
+
+
+def test_an_unmarked_block_that_needs_another_fails_and_continues_fixes_it(
+    tmp_path: Path,
+) -> None:
+    first = Block("README.md", 1, "name = 'it'\n", ())
+    alone = Block("README.md", 5, "print(name)  # it\n", ())
+    with pytest.raises(AssertionError, match=r"(?s)README.md:5 does not run alone .*NameError"):
+        test_the_block_runs_as_a_file_of_its_own([first, alone], 1, tmp_path)
+    continued = alone._replace(markers=("continues",))
+    test_the_block_runs_as_a_file_of_its_own([first, continued], 1, tmp_path)
+    wrong = continued._replace(code="print(name)  # something else\n")
+    with pytest.raises(AssertionError, match="'something else' not in 'it\\\\n'"):
+        test_the_block_runs_as_a_file_of_its_own([first, wrong], 1, tmp_path)
