@@ -1,5 +1,6 @@
-"""``docs/drivers.md`` runs: its blocks, the resume-in-another-process example (two real
-processes, the first SIGKILLed mid-session) and the server-sent-events web example."""
+"""``docs/drivers.md`` runs: the resume-in-another-process example (two real processes,
+the first SIGKILLed mid-session) and the server-sent-events web example. (Every
+```` ```python ```` block runs on its own in tests/test_docs_blocks.py.)"""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 import replay
 from agentloop import EventLog, RunResult, ToolCallEvent, UserMessage, run, run_stream
@@ -37,20 +36,6 @@ def included() -> str:
     text = page()
     assert text.count(INCLUDE) == 1 and text.count(END) == 1
     return text.split(INCLUDE, 1)[1].split(END, 1)[0]
-
-
-def python_blocks() -> list[str]:
-    text = page().replace(included(), "\n")
-    return [body for body in text.split("```python\n")[1:] for body in [body.split("```\n")[0]]]
-
-
-@pytest.mark.parametrize("code", python_blocks(), ids=lambda code: code.splitlines()[0][:40])
-def test_every_python_block_of_the_page_runs(code: str, capsys: pytest.CaptureFixture[str]) -> None:
-    exec(compile(code, str(PAGE), "exec"), {"__name__": "__docs__"})
-
-
-def test_the_page_has_runnable_blocks() -> None:
-    assert len(python_blocks()) >= 4
 
 
 def test_the_page_includes_the_resume_example_verbatim() -> None:

@@ -31,12 +31,6 @@ def test_the_example_is_the_fixture() -> None:
     assert example == (ROOT / "fixtures" / "plain_answer.jsonl").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("source", _blocks("python"))
-def test_the_python_examples_run(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)
-    exec(compile(source, "docs/log-format.md", "exec"), {"__name__": "__doc__"})
-
-
 def test_the_commands_are_the_cli_s() -> None:
     (commands,) = _blocks("text")
     assert cli.__doc__ is not None

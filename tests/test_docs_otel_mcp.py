@@ -2,8 +2,7 @@
 
 - Each included example equals its file, runs as a script and prints exactly the
   output block shown under it.
-- Every other ```python block of the pages runs (in a fresh interpreter, from the
-  repository's root).
+- (Every other ```python block runs on its own in tests/test_docs_blocks.py.)
 """
 
 from __future__ import annotations
@@ -36,13 +35,6 @@ def python(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 EXAMPLES = [(page, example) for page, examples in PAGES.items() for example in examples]
-SNIPPETS = [
-    pytest.param(code, id=f"{page}#{index}")
-    for page in PAGES
-    for index, code in enumerate(
-        re.findall(r"```python\n(.*?)```", INCLUDED.sub("", text(page)), re.S)
-    )
-]
 
 
 @pytest.mark.parametrize(("page", "example"), EXAMPLES)
@@ -59,9 +51,3 @@ def test_the_example_prints_the_documented_output(page: str, example: str) -> No
     done = python(example)
     assert done.returncode == 0, done.stderr
     assert done.stdout == shown
-
-
-@pytest.mark.parametrize("code", SNIPPETS)
-def test_the_snippets_run(code: str) -> None:
-    done = python("-c", code)
-    assert done.returncode == 0, done.stderr

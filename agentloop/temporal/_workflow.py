@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Final, Protocol
@@ -134,6 +135,10 @@ TOOL_ACTIVITY: Final = "agentloop.tool"
 PENDING_QUERY: Final = "pending"
 
 _WORKFLOW_CANCELLED: Final = "workflow cancelled"
+_POSITIONAL: Final = (
+    inspect.Parameter.POSITIONAL_ONLY,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+)
 
 ModelReply = ModelChunk | ModelResponse | ModelFailure
 
@@ -404,6 +409,44 @@ class AgentLoopWorkflow:
         self._answer: Resume | None = None
         self._cancel_reason: str | None = None
         self._driver: asyncio.Task[RunResult] | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give a subclass that writes its own ``run`` an ``__init__`` that takes
+        exactly what that ``run`` takes.
+
+        Temporal requires the ``@workflow.init`` method's parameters to be those of
+        the ``@workflow.run`` method, annotations included, compared as written
+        (``inspect.signature``, unevaluated): ``session: RawValue`` in a module
+        without ``from __future__ import annotations`` is the class, with it the
+        string ``"RawValue"``, and the ``__init__`` above has the string (this
+        module has the import). No single annotation here matches both, so each
+        subclass gets an ``__init__`` that calls this one and whose signature is
+        its own ``run``'s, however that ``run`` spells its annotation. A subclass
+        that writes its own ``__init__``, or whose ``run`` does not take exactly
+        the one session argument, is left alone (Temporal then says what does not
+        match).
+        """
+        super().__init_subclass__(**kwargs)
+        run = cls.__dict__.get("run")
+        if "__init__" in cls.__dict__ or not callable(run):
+            return
+        signature = inspect.signature(run)
+        parameters = list(signature.parameters.values())
+        if len(parameters) != 2 or any(
+            parameter.kind not in _POSITIONAL or parameter.default is not parameter.empty
+            for parameter in parameters
+        ):
+            return
+        inherited = cls.__init__
+
+        def __init__(self: AgentLoopWorkflow, session: RawValue) -> None:
+            inherited(self, session)
+
+        __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+        __init__.__doc__ = inherited.__doc__
+        # Temporal's check reads the signature: the subclass's own run's, as written.
+        setattr(__init__, "__signature__", signature.replace(return_annotation=None))  # noqa: B010
+        setattr(cls, "__init__", workflow.init(__init__))  # noqa: B010
 
     def _start(self, session: RawValue) -> tuple[SessionInput, AgentLoop, ApplicationError | None]:
         """The session's input and its loop, or why the input is refused.

