@@ -461,7 +461,10 @@ def test_cassette_option_errors(tmp_path: Path) -> None:
 
 def test_cassette_options_cover_run() -> None:
     # Every option of agentloop.run is either compared on replay or driver-only.
-    parameters = set(inspect.signature(agentloop.run).parameters)
+    # (run takes them as **options: Unpack[RunOptions], DESIGN §24.)
+    from agentloop._keywords import RunOptions, keys
+
+    parameters = set(inspect.signature(agentloop.run).parameters) - {"options"} | keys(RunOptions)
     assert parameters == _CONFIG | _DRIVER_ONLY | {"messages", "model", "tools", "hooks", "log"}
     assert RECORD_MODES == ("none", "once", "all")
 
