@@ -1206,6 +1206,8 @@ def _check_log(session_id: str, status: str | None, count: int, events: Sequence
         StoreError: naming the session and what is missing or wrong.
     """
     stored = len(events)
+    if not count:
+        raise StoreError(f"session {session_id!r}: the session row counts no events")
     if stored < count:
         missing = (
             f"event #{stored} is"
@@ -1222,7 +1224,7 @@ def _check_log(session_id: str, status: str | None, count: int, events: Sequence
             f"session {session_id!r}: the session row counts {count} events but {stored} are "
             f"stored: events #{count} to #{stored - 1} were added behind the store's back"
         )
-    if status is not None and events:
+    if status is not None:
         problem = _status_problem(status, events)
         if problem is not None:
             raise StoreError(f"session {session_id!r}: the session row's {problem}")

@@ -153,3 +153,13 @@ def test_a_fresh_script_skips_the_responses_a_resumed_transcript_holds():
     assert (response.id, model.skipped) == ("r1", 0)
     *_, response = model.stream(ModelRequest("request-003", 3, held, ()))
     assert (response.id, model.skipped) == ("r2", 0)
+
+
+def test_a_script_the_transcript_holds_entirely_has_nothing_left():
+    from agentloop import AssistantMessage, ModelRequest, TextBlock, UserMessage
+
+    held = (UserMessage("u1", "hi"), AssistantMessage("message-r1", (TextBlock("one"),)))
+    model = ScriptedModel([ScriptedResponse.text("r1", "one")])
+    with pytest.raises(AssertionError, match="no scripted response left"):
+        model.stream(ModelRequest("request-002", 2, held, ()))
+    assert model.skipped == 1

@@ -1226,3 +1226,23 @@ def test_a_parked_log_may_end_with_messages_delivered_at_its_pause(store):
     )
     store.create("s", [*events[:at], queued], status="paused", steps=1)
     assert store.events("s")[-1] == queued
+
+
+def test_a_session_row_that_counts_no_events_is_reported(store):
+    store.create("s", events_of()[:3], status="running", steps=1)
+    store._db.execute("DELETE FROM events")
+    store._db.execute("UPDATE sessions SET next_sequence = 0")
+    with pytest.raises(StoreError, match="session 's': the session row counts no events"):
+        store.events("s")
+
+
+def test_an_append_to_a_session_with_a_row_that_is_not_valid_utf8_is_refused(store):
+    events = events_of()
+    store.create("s", events[:4], status="running", steps=1)
+    store._db.execute(f"UPDATE events SET event = {_NOT_UTF8} WHERE sequence = 1")
+    with (
+        SQLiteStore(store.path) as other,  # (nothing remembered: the rows are read)
+        pytest.raises(StoreError, match="session 's', event #1: the stored event is damaged"),
+    ):
+        other.append("s", events[4:6], expected=4, status="running", steps=1)
+    assert store.session("s").events == 4
