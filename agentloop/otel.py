@@ -137,6 +137,10 @@ _USAGE_PARTS: Final = (
 _TOOL_NAME: Final = "gen_ai.tool.name"
 _TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 _TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
+_TOOL_TYPE: Final = "gen_ai.tool.type"
+# Every agentloop tool runs in the application that drives the loop (an MCP tool too:
+# the application calls the server), which the conventions call a ``function`` tool.
+_FUNCTION: Final = "function"
 _ERROR_TYPE: Final = "error.type"
 # Opt-in (content) attributes.
 _INPUT_MESSAGES: Final = "gen_ai.input.messages"
@@ -226,8 +230,11 @@ class SpanRecorder:
         self._common: dict[str, str] = {_PROVIDER: provider_name}
         if request_model is not None:
             self._common[_REQUEST_MODEL] = request_model
+        # On every span (conditionally required "when available").
+        self._conversation: dict[str, str] = {}
+        if conversation_id is not None:
+            self._conversation[_CONVERSATION] = conversation_id
         self._agent_name = agent_name
-        self._conversation_id = conversation_id
         self._chat_name = "chat" if request_model is None else f"chat {request_model}"
         # Set by record_log for offline export: a root that ignores the ambient
         # context, and the time used before any event has one.
@@ -344,8 +351,7 @@ class SpanRecorder:
         if self._agent_name is not None:
             attributes[_AGENT_NAME] = self._agent_name
             name = f"invoke_agent {self._agent_name}"
-        if self._conversation_id is not None:
-            attributes[_CONVERSATION] = self._conversation_id
+        attributes.update(self._conversation)
         if event is not None:
             attributes["agentloop.max_steps"] = event.max_steps
             if self.capture_content:
@@ -393,6 +399,7 @@ class SpanRecorder:
         attributes: dict[str, Any] = {
             _OPERATION: "chat",
             **self._common,
+            **self._conversation,
             "agentloop.request.id": event.request_id,
             "agentloop.step": event.step,
         }
@@ -459,6 +466,8 @@ class SpanRecorder:
             _OPERATION: "execute_tool",
             _TOOL_NAME: call.name,
             _TOOL_CALL_ID: call.id,
+            _TOOL_TYPE: _FUNCTION,
+            **self._conversation,
             "agentloop.step": event.step,
         }
         description = self._descriptions.get(call.name)
@@ -485,6 +494,8 @@ class SpanRecorder:
                     _OPERATION: "execute_tool",
                     _TOOL_NAME: message.tool_name,
                     _TOOL_CALL_ID: message.tool_call_id,
+                    _TOOL_TYPE: _FUNCTION,
+                    **self._conversation,
                 },
                 at,
             )

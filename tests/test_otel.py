@@ -232,10 +232,13 @@ def test_live_spans_follow_the_genai_conventions() -> None:
         "gen_ai.usage.input_tokens": 120,
         "gen_ai.usage.output_tokens": 16,
     }
+    # gen_ai.conversation.id is on every span (conditionally required when available),
+    # and a tool span says its gen_ai.tool.type.
     assert attrs(chat1) == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "openai",
         "gen_ai.request.model": "gpt-test",
+        "gen_ai.conversation.id": "conv-1",
         "agentloop.request.id": "request-001",
         "agentloop.step": 1,
         "gen_ai.response.id": "resp-1",
@@ -249,6 +252,8 @@ def test_live_spans_follow_the_genai_conventions() -> None:
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": "add",
         "gen_ai.tool.call.id": "call-1",
+        "gen_ai.tool.type": "function",
+        "gen_ai.conversation.id": "conv-1",
         "gen_ai.tool.description": "Add two integers.",
         "agentloop.step": 1,
     }
@@ -842,9 +847,11 @@ def test_a_recorder_attached_mid_run_starts_the_run_at_the_first_event_it_sees()
     calculator_run(log)
     first = next(e.sequence for e in log.events if type(e) is ToolResultEvent)
     late = log.events[first:]  # from the add call's result on
-    spans = recorded(late)
+    spans = recorded(late, conversation_id="conv-9")
     assert [s.name for s in spans.finished] == ["invoke_agent", "execute_tool add", "chat"]
+    assert all(attrs(s)["gen_ai.conversation.id"] == "conv-9" for s in spans.finished)
     tool_span = spans.finished[1]
+    assert attrs(tool_span)["gen_ai.tool.type"] == "function"
     assert tool_span.start_time == tool_span.end_time
     assert attrs(spans.root())["agentloop.run.status"] == "completed"
 
