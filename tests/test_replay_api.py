@@ -39,7 +39,7 @@ def test_items_that_are_not_events_are_refused() -> None:
     events[3] = {"type": "step.start"}
     with pytest.raises(TypeError, match=r"item 3 of the events is not an agentloop event: \{"):
         replay.replay(events)
-    with pytest.raises(TypeError, match="takes the events of a log .* got 42"):
+    with pytest.raises(TypeError, match=r"takes the events of a log .* got 42"):
         replay.replay(42)  # type: ignore[arg-type]
     assert replay.replay(read_log(LOG)).result is not None  # events are fine
 
