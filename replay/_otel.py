@@ -40,7 +40,10 @@ installed (the otel extra), or an output that cannot be written."""
 
 def arguments(otel: argparse.ArgumentParser) -> None:
     """Add ``otel``'s arguments to its subparser (``python -m replay otel``)."""
-    otel.add_argument("log")
+    otel.add_argument("log", help="the log file (or a session store, with --session ID)")
+    otel.add_argument(
+        "--session", metavar="ID", help="LOG is a session store: export this session of it"
+    )
     otel.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     otel.add_argument(
         "--capture-content",

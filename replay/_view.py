@@ -45,6 +45,7 @@ import hashlib
 import html
 import os
 import re
+import shlex
 import sys
 from collections.abc import Sequence
 from importlib import resources
@@ -66,6 +67,7 @@ __all__ = [
     "diff_report",
     "render_html",
     "run",
+    "torn_message",
 ]
 
 EXIT_OK = 0
@@ -288,14 +290,28 @@ usage error or a log that cannot be read (a torn log is still written, with its
 intact events)."""
 
 
+def torn_message(exc: TornLogError, path: str) -> str:
+    """What a command-line user reads about a torn log: what to run to repair it."""
+    message = str(exc).replace(" (TornLogError.events)", "")
+    return (
+        f"{message}; python -m replay repair {shlex.quote(path)} keeps them and drops the torn line"
+    )
+
+
 def arguments(view: argparse.ArgumentParser) -> None:
     """Add ``view``'s arguments to its subparser (``python -m replay view``)."""
-    view.add_argument("log")
+    view.add_argument("log", help="the log file (or a session store, with --session ID)")
+    view.add_argument(
+        "--session", metavar="ID", help="LOG is a session store: show this session of it"
+    )
     view.add_argument(
         "-o",
         "--output",
         metavar="FILE",
-        help="the page to write (default: LOG with the suffix .html; - for stdout)",
+        help=(
+            "the page to write (default: LOG with the suffix .html, for a session "
+            "DB.ID.html; - for stdout)"
+        ),
     )
     against = view.add_mutually_exclusive_group()
     against.add_argument(
@@ -311,20 +327,23 @@ def _read(path: str, *, allow_torn: bool) -> tuple[list[Event], str]:
         return read_log(path), ""
     except TornLogError as exc:
         if not allow_torn:
-            raise ViewError(str(exc)) from None
-        return exc.events, str(exc)
+            raise ViewError(torn_message(exc, path)) from None
+        return exc.events, str(exc).replace(" (TornLogError.events)", "")
     except LogError as exc:
         raise ViewError(str(exc)) from None
     except OSError as exc:
         raise ViewError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def _output_path(log: str, output: str | None) -> str | None:
+def _output_path(log: str, output: str | None, session: str | None) -> str | None:
     """Where to write (``None``: stdout); never over one of the logs."""
     if output == "-":
         return None
     if output is None:
-        output = os.path.splitext(log)[0] + ".html"
+        stem = os.path.splitext(log)[0]
+        if session is not None:  # DB.ID.html, the id kept to characters safe in a name
+            stem += "." + (re.sub(r"[^A-Za-z0-9_.-]", "_", session).lstrip(".") or "_")
+        output = stem + ".html"
     return output
 
 
@@ -335,20 +354,28 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def run(args: argparse.Namespace) -> int:
-    """``python -m replay view``; returns the exit code or raises :class:`ViewError`."""
-    events, torn = _read(args.log, allow_torn=True)
+def run(args: argparse.Namespace, *, events: Sequence[Event] | None = None) -> int:
+    """``python -m replay view``; returns the exit code or raises :class:`ViewError`.
+
+    ``events`` are the log's when the caller read them (a session of a store,
+    ``--session``); otherwise ``args.log`` is read as a log file.
+    """
+    session = getattr(args, "session", None)
+    source = args.log if session is None else f"{args.log}, session {session!r}"
+    torn = ""
+    if events is None:
+        events, torn = _read(args.log, allow_torn=True)
     report = None
     if args.check:
         report = check_report(events)
     elif args.diff is not None:
         other, _ = _read(args.diff, allow_torn=False)
-        report = diff_report(events, other, (args.log, args.diff))
-    output = _output_path(args.log, args.output)
+        report = diff_report(events, other, (source, args.diff))
+    output = _output_path(args.log, args.output, session)
     for log in (args.log, args.diff):
         if output is not None and log is not None and _same_file(output, log):
             raise ViewError(f"{output}: that is a log, not overwritten; choose another -o FILE")
-    page = render_html(events, source=args.log, report=report, torn=torn).encode("utf-8")
+    page = render_html(events, source=source, report=report, torn=torn).encode("utf-8")
     if output is None:
         sys.stdout.buffer.write(page)
         sys.stdout.flush()
