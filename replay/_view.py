@@ -206,12 +206,16 @@ _MARKER = re.compile(r"@@([A-Z_]+)@@")
 # (16 digits or more). Matches inside strings only make the page a little slower.
 _INEXACT_NUMBER = re.compile(rb"[0-9]\.0[,}\]]|[0-9][eE][-+]?[0-9]|[0-9]{16}")
 # JSON may hold these only inside strings, where a \uXXXX escape means the same.
+# The bidirectional controls are escaped too, so the page's source never reorders
+# what an editor or `view-source:` shows (the script shows them as <U+XXXX>).
+_BIDI_CONTROLS = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _JSON_ESCAPES = (
     (b"<", b"\\u003c"),
     (b">", b"\\u003e"),
     (b"&", b"\\u0026"),
     ("\u2028".encode(), b"\\u2028"),
     ("\u2029".encode(), b"\\u2029"),
+    *((chr(c).encode(), f"\\u{c:04x}".encode()) for c in _BIDI_CONTROLS),
 )
 
 
