@@ -47,7 +47,7 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 
 import msgspec
@@ -68,6 +68,8 @@ __all__ = [
     "render_html",
     "run",
     "torn_message",
+    "view",
+    "view_html",
 ]
 
 EXIT_OK = 0
@@ -281,6 +283,98 @@ def render_html(
     return _MARKER.sub(lambda m: values[m.group(1)], _asset("_view.html"))
 
 
+# --------------------------------------------------------------------------- the Python API
+
+
+def _page(
+    events: Sequence[Event],
+    source: str,
+    *,
+    check: bool,
+    other: tuple[Sequence[Event], str] | None,
+    torn: str = "",
+) -> tuple[str, Report | None]:
+    """The page, and the report on it (``--check``/``--diff``), if any."""
+    report = None
+    if check:
+        report = check_report(events)
+    elif other is not None:
+        report = diff_report(events, other[0], (source, other[1]))
+    return render_html(events, source=source, report=report, torn=torn), report
+
+
+def _load(log: Iterable[Event] | str | os.PathLike[str], what: str) -> tuple[list[Event], str]:
+    if isinstance(log, (str, os.PathLike)):
+        return read_log(log), os.fspath(log)
+    if isinstance(log, bytes):
+        raise TypeError(f"{what} must be events or a path (str or os.PathLike), got bytes")
+    events = list(log)
+    for index, event in enumerate(events):
+        if not isinstance(event, Event):
+            raise TypeError(f"{what}: item {index} is not an agentloop event: {event!r:.200}")
+    return events, ""
+
+
+def view_html(
+    log: Iterable[Event] | str | os.PathLike[str],
+    *,
+    check: bool = False,
+    diff: Iterable[Event] | str | os.PathLike[str] | None = None,
+    source: str | None = None,
+) -> str:
+    """The self-contained HTML page of a log (what ``python -m replay view`` writes).
+
+    Args:
+        log: the events (``read_log``'s, an ``EventLog``'s, a store's) or the path of
+            a log file.
+        check: replay the log and show ok or the first divergence above the timeline.
+        diff: another log (events or a path): show the first event where it differs.
+        source: where the log came from, for the page's title (default: the path).
+
+    Raises:
+        LogError: a path that is not a readable log (a torn one included:
+            :class:`TornLogError` holds its intact events, which render).
+        OSError: the file cannot be read.
+        TypeError: ``log`` or ``diff`` is neither events nor a path.
+    """
+    if check and diff is not None:
+        raise ValueError("check and diff are exclusive: the page shows one report")
+    events, path = _load(log, "log")
+    other = None
+    if diff is not None:
+        other_events, other_path = _load(diff, "diff")
+        other = (other_events, other_path or "B")
+    name = path if source is None else source
+    return _page(events, name, check=check, other=other)[0]
+
+
+def view(
+    log: Iterable[Event] | str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    *,
+    check: bool = False,
+    diff: Iterable[Event] | str | os.PathLike[str] | None = None,
+    source: str | None = None,
+) -> str:
+    """Write the page of a log (:func:`view_html`) to ``output``; returns its path.
+
+    ``output`` defaults to the log's path with the suffix ``.html`` (required when
+    ``log`` is events). A log file is never overwritten (``ValueError``).
+    """
+    if output is None:
+        if not isinstance(log, (str, os.PathLike)):
+            raise TypeError("view(events) needs output=: the path of the page to write")
+        output = os.path.splitext(os.fspath(log))[0] + ".html"
+    target = os.fspath(output)
+    for other in (log, diff):
+        if isinstance(other, (str, os.PathLike)) and _same_file(target, os.fspath(other)):
+            raise ValueError(f"{target}: that is a log, not overwritten; choose another output")
+    page = view_html(log, check=check, diff=diff, source=source)
+    with open(target, "w", encoding="utf-8") as file:
+        file.write(page)
+    return target
+
+
 # --------------------------------------------------------------------------- the command
 
 
@@ -369,17 +463,15 @@ def run(args: argparse.Namespace, *, events: Sequence[Event] | None = None) -> i
     torn = ""
     if events is None:
         events, torn = _read(args.log, allow_torn=True)
-    report = None
-    if args.check:
-        report = check_report(events)
-    elif args.diff is not None:
-        other, _ = _read(args.diff, allow_torn=False)
-        report = diff_report(events, other, (source, args.diff))
+    other = None
+    if args.diff is not None:
+        other = (_read(args.diff, allow_torn=False)[0], args.diff)
     output = _output_path(args.log, args.output, session)
     for log in (args.log, args.diff):
         if output is not None and log is not None and _same_file(output, log):
             raise ViewError(f"{output}: that is a log, not overwritten; choose another -o FILE")
-    page = render_html(events, source=source, report=report, torn=torn).encode("utf-8")
+    text, report = _page(events, source, check=args.check, other=other, torn=torn)
+    page = text.encode("utf-8")
     if output is None:
         sys.stdout.buffer.write(page)
         sys.stdout.flush()
