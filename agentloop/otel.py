@@ -38,6 +38,12 @@ Pauses, resumes, budget warnings and cancellation are span events
 ``agentloop.budget.warn``, ``agentloop.cancel``); agentloop's own attributes are
 under ``agentloop.*``.
 
+Metrics: ``gen_ai.client.token.usage`` (histogram, ``{token}``, one measurement per
+``gen_ai.token.type``, ``input`` and ``output``) and ``gen_ai.client.operation.duration``
+(histogram, seconds, with ``error.type`` for a failed call), one measurement per model
+call, into the ``meter_provider`` (the global one by default); the duration only when
+the log has times.
+
 Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
 ``gen_ai.system_instructions``, ``gen_ai.tool.definitions``,
 ``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``, pause and resume
@@ -91,8 +97,9 @@ from ._protocol import ModelFailure, Usage
 from ._version import __version__
 
 try:
-    from opentelemetry import trace
+    from opentelemetry import metrics, trace
     from opentelemetry.context import Context
+    from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 except ImportError as _exc:  # tested in a subprocess that hides the SDK
     raise ImportError(
@@ -150,6 +157,13 @@ _TOOL_DEFINITIONS: Final = "gen_ai.tool.definitions"
 _TOOL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 _TOOL_RESULT: Final = "gen_ai.tool.call.result"
 
+# Metrics (GenAI semantic conventions), with their advised bucket boundaries.
+_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+_DURATION: Final = "gen_ai.client.operation.duration"
+_TOKEN_TYPE: Final = "gen_ai.token.type"
+_TOKEN_BUCKETS: Final = tuple(float(4**n) for n in range(14))  # 1, 4, 16, ... 4**13
+_DURATION_BUCKETS: Final = tuple(0.01 * 2**n for n in range(14))  # 0.01 s .. 81.92 s
+
 _NANOS: Final = 1_000_000_000
 _encode = msgspec.json.Encoder().encode
 
@@ -165,11 +179,12 @@ def _json(value: Any) -> str:
 class _Open:
     """A span this recorder started and has not ended yet, with its start time."""
 
-    __slots__ = ("span", "start")
+    __slots__ = ("span", "start", "timed")
 
     def __init__(self, span: Span, start: int | None) -> None:
         self.span = span
         self.start = start
+        self.timed = False  # ``start`` is a time from the log (not a stand-in)
 
 
 class SpanRecorder:
@@ -198,12 +213,16 @@ class SpanRecorder:
         agent_name: ``gen_ai.agent.name``; the root span is ``invoke_agent {agent_name}``.
         conversation_id: ``gen_ai.conversation.id`` (e.g. a durable session's id).
         capture_content: record message content (opt-in, see the module docs).
+        meter_provider: where the GenAI client metrics go
+            (``gen_ai.client.token.usage`` and ``gen_ai.client.operation.duration``,
+            one measurement per model call); default: the global meter provider.
     """
 
     def __init__(
         self,
         *,
         tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
         model: object | None = None,
         provider_name: str | None = None,
         request_model: str | None = None,
@@ -226,6 +245,19 @@ class SpanRecorder:
         if type(capture_content) is not bool:
             raise TypeError(f"capture_content must be a bool, got {capture_content!r}")
         self._tracer = trace.get_tracer("agentloop", __version__, tracer_provider=tracer_provider)
+        meter = metrics.get_meter("agentloop", __version__, meter_provider=meter_provider)
+        self._token_usage = meter.create_histogram(
+            _TOKEN_USAGE,
+            unit="{token}",
+            description="Number of input and output tokens used",
+            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+        )
+        self._duration = meter.create_histogram(
+            _DURATION,
+            unit="s",
+            description="GenAI operation duration",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
         self.capture_content = capture_content
         self._common: dict[str, str] = {_PROVIDER: provider_name}
         if request_model is not None:
@@ -413,6 +445,7 @@ class SpanRecorder:
         if self._chat is not None:  # a request that never got an answer
             self._end(self._chat, at)
         self._chat = self._start(self._chat_name, SpanKind.CLIENT, attributes, at)
+        self._chat.timed = self._last_time is not None
         self._chat_chunked = False
 
     def _model_chunk(self, event: ModelChunkEvent, at: int | None) -> None:
@@ -431,7 +464,9 @@ class SpanRecorder:
         if isinstance(reply, ModelFailure):
             if reply.usage is not None:  # what the provider reported before it failed
                 _set_usage(chat.span, reply.usage)
+                self._record_tokens(reply.usage)
             _set_error(chat.span, reply.code, reply.message)
+            self._record_duration(chat, at, reply.code)
             self._chat = None
             self._end(chat, at)
             return
@@ -441,6 +476,7 @@ class SpanRecorder:
         self._stop_reason = reply.stop_reason
         if reply.usage is not None:
             _set_usage(span, reply.usage)
+            self._record_tokens(reply.usage)
         if self.capture_content:
             output = {
                 "role": "assistant",
@@ -457,8 +493,30 @@ class SpanRecorder:
             self._output = _json([message])
         chat = self._chat
         if chat is not None:
+            self._record_duration(chat, at, None)
             self._chat = None
             self._end(chat, at)
+
+    # ----------------------------------------------------------------- metrics
+
+    def _metric_attributes(self) -> dict[str, str]:
+        return {_OPERATION: "chat", **self._common}
+
+    def _record_tokens(self, usage: Usage) -> None:
+        """``gen_ai.client.token.usage``: the call's input and output tokens."""
+        attributes = self._metric_attributes()
+        for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+            self._token_usage.record(count, {**attributes, _TOKEN_TYPE: kind})
+
+    def _record_duration(self, chat: _Open, at: int | None, error: str | None) -> None:
+        """``gen_ai.client.operation.duration``: the call's time, when the log has it
+        (the span's start to the reply that ended it)."""
+        if at is None or chat.start is None or not chat.timed:
+            return  # no times in the log: no duration is made up
+        attributes = self._metric_attributes()
+        if error is not None:
+            attributes[_ERROR_TYPE] = error
+        self._duration.record(max(at - chat.start, 0) / _NANOS, attributes)
 
     def _tool_call(self, event: ToolCallEvent, at: int | None) -> None:
         call = event.call
@@ -662,7 +720,9 @@ def instrument(log: EventLog, **options: Any) -> SpanRecorder:
 def record_log(
     events: Iterable[Event], *, tracer_provider: TracerProvider | None = None, **options: Any
 ) -> None:
-    """Record the spans of a finished (or unfinished) log into ``tracer_provider``.
+    """Record the spans of a finished (or unfinished) log into ``tracer_provider``
+    (and its GenAI client metrics into ``meter_provider``, an option of
+    :class:`SpanRecorder`).
 
     The same translation as live recording. The root span is a new trace (it does
     not join whatever span is current). Spans the log leaves open are ended at its
@@ -757,6 +817,8 @@ def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **opt
     )
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    # Spans only: exporting a log adds nothing to the application's metrics.
+    options.setdefault("meter_provider", metrics.NoOpMeterProvider())
     try:
         record_log(events, tracer_provider=provider, **options)
         request = encode_spans(exporter.get_finished_spans())

@@ -1095,3 +1095,84 @@ def test_cli_without_the_extra_says_what_to_install(
         err == "replay: error: agentloop.otel needs OpenTelemetry: "
         "pip install 'agentloop-replay[otel]'\n"
     )
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def histograms(reader: Any) -> dict[str, list[Any]]:
+    """Each metric's histogram data points, by metric name."""
+    data = reader.get_metrics_data()
+    out: dict[str, list[Any]] = {}
+    for resource in data.resource_metrics if data is not None else ():
+        for scope in resource.scope_metrics:
+            assert scope.scope.name == "agentloop"
+            for metric in scope.metrics:
+                out[metric.name] = list(metric.data.data_points)
+    return out
+
+
+def test_genai_client_metrics_live_and_from_a_log() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    live = InMemoryMetricReader()
+    log = EventLog()
+    otel.instrument(
+        log,
+        tracer_provider=Spans().provider,
+        meter_provider=MeterProvider(metric_readers=[live]),
+        provider_name="openai",
+        request_model="gpt-test",
+    )
+    calculator_run(log)  # two model calls: 50+10 tokens in 1.0 s, 70+6 in 2.0 s
+    offline = InMemoryMetricReader()
+    otel.record_log(
+        log.events,
+        tracer_provider=Spans().provider,
+        meter_provider=MeterProvider(metric_readers=[offline]),
+        provider_name="openai",
+        request_model="gpt-test",
+    )
+    common = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "gpt-test",
+    }
+    for reader in (live, offline):
+        points = histograms(reader)
+        assert set(points) == {"gen_ai.client.token.usage", "gen_ai.client.operation.duration"}
+        tokens = {p.attributes["gen_ai.token.type"]: p for p in points["gen_ai.client.token.usage"]}
+        assert {kind: (p.count, p.sum) for kind, p in tokens.items()} == {
+            "input": (2, 120),
+            "output": (2, 16),
+        }
+        assert dict(tokens["input"].attributes) == {**common, "gen_ai.token.type": "input"}
+        assert tokens["input"].explicit_bounds[:3] == (1.0, 4.0, 16.0)  # the advised buckets
+        (duration,) = points["gen_ai.client.operation.duration"]
+        assert (duration.count, duration.sum) == (2, 3.0)
+        assert dict(duration.attributes) == common
+        assert duration.explicit_bounds[:2] == (0.01, 0.02)
+
+
+def test_a_failed_call_is_measured_with_its_error_type() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    otel.record_log(
+        read_log(ROOT / "fixtures" / "model_failure.jsonl"),
+        tracer_provider=Spans().provider,
+        meter_provider=MeterProvider(metric_readers=[reader]),
+    )
+    (duration,) = histograms(reader)["gen_ai.client.operation.duration"]
+    assert duration.attributes["error.type"] == "MODEL_ERROR"
+    assert duration.count == 1
+    # A log without times has no durations to measure, and otlp_json records no metrics.
+    reader = InMemoryMetricReader()
+    otel.record_log(
+        _unclocked_run(),
+        tracer_provider=Spans().provider,
+        meter_provider=MeterProvider(metric_readers=[reader]),
+    )
+    assert "gen_ai.client.operation.duration" not in histograms(reader)
