@@ -113,6 +113,7 @@ __all__ = [
     "instrument",
     "otlp_json",
     "record_log",
+    "send_otlp",
 ]
 
 #: The version of the GenAI semantic conventions the span names and attributes follow.
@@ -751,6 +752,43 @@ def record_log(
 # --------------------------------------------------------------------------- OTLP/JSON
 
 
+def send_otlp(
+    events: Iterable[Event],
+    endpoint: str,
+    *,
+    service_name: str = "agentloop",
+    timeout: float = 10.0,
+    **options: Any,
+) -> int:
+    """Send the spans of a log to an OTLP/HTTP endpoint (protobuf); returns how many.
+
+    The spans are :func:`otlp_json`'s (the same ids), sent with
+    ``opentelemetry-exporter-otlp-proto-http`` (the ``otel`` extra). ``endpoint`` is
+    the collector's traces URL (``http://localhost:4318/v1/traces``); a URL without a
+    path gets ``/v1/traces``.
+
+    Raises:
+        ConnectionError: the endpoint did not accept the spans (within ``timeout``
+            seconds, retries included).
+    """
+    from urllib.parse import urlsplit
+
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    if urlsplit(endpoint).path in ("", "/"):
+        endpoint = endpoint.rstrip("/") + "/v1/traces"
+    spans = _log_spans(list(events), service_name, options)
+    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
+    try:
+        result = exporter.export(spans)
+    finally:
+        exporter.shutdown()  # type: ignore[no-untyped-call]
+    if result is not SpanExportResult.SUCCESS:
+        raise ConnectionError(f"{endpoint}: the spans were not accepted (see the log above)")
+    return len(spans)
+
+
 def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **options: Any) -> str:
     """The spans of a log as one OTLP/JSON ``ExportTraceServiceRequest`` (one line).
 
@@ -768,6 +806,20 @@ def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **opt
         MessageToDict,
     )
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    request = encode_spans(_log_spans(list(events), service_name, options))
+    data = MessageToDict(request, use_integers_for_enums=True)
+    for resource_spans in data.get("resourceSpans", ()):
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return _json(data)
+
+
+def _log_spans(events: list[Event], service_name: str, options: dict[str, Any]) -> Any:
+    """The finished spans of a log, with ids derived from it (see :func:`otlp_json`)."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import SpanLimits
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
@@ -776,7 +828,6 @@ def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **opt
     from opentelemetry.sdk.trace.id_generator import IdGenerator
     from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
-    events = list(events)
     seed = hashlib.sha256(b"agentloop.otel\0")
     for event in events:
         if type(event) is StepStartEvent:
@@ -821,14 +872,6 @@ def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **opt
     options.setdefault("meter_provider", metrics.NoOpMeterProvider())
     try:
         record_log(events, tracer_provider=provider, **options)
-        request = encode_spans(exporter.get_finished_spans())
+        return exporter.get_finished_spans()
     finally:
         provider.shutdown()
-    data = MessageToDict(request, use_integers_for_enums=True)
-    for resource_spans in data.get("resourceSpans", ()):
-        for scope_spans in resource_spans.get("scopeSpans", ()):
-            for span in scope_spans.get("spans", ()):
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = base64.b64decode(span[key]).hex()
-    return _json(data)

@@ -1176,3 +1176,100 @@ def test_a_failed_call_is_measured_with_its_error_type() -> None:
         meter_provider=MeterProvider(metric_readers=[reader]),
     )
     assert "gen_ai.client.operation.duration" not in histograms(reader)
+
+
+# --------------------------------------------------------------------------- OTLP/HTTP
+
+
+class Collector:
+    """An OTLP/HTTP receiver on 127.0.0.1: keeps each request's path, headers and body."""
+
+    def __init__(self, status: int = 200) -> None:
+        import http.server
+        import threading
+
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        collector = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                collector.requests.append((self.path, dict(self.headers), body))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def collector() -> Any:
+    server = Collector()
+    yield server
+    server.close()
+
+
+def test_cli_sends_the_spans_to_an_otlp_http_endpoint(
+    collector: Collector, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from replay.__main__ import main
+
+    log = ROOT / "fixtures" / "tool_calls.jsonl"
+    assert main(["otel", str(log), "--endpoint", collector.url, "--agent-name", "calc"]) == 0
+    out = capsys.readouterr()
+    assert out.out == f"sent 5 spans to {collector.url}\n"
+    ((path, headers, body),) = collector.requests
+    assert path == "/v1/traces"
+    assert {k.lower(): v for k, v in headers.items()}["content-type"] == "application/x-protobuf"
+    received = ExportTraceServiceRequest()
+    received.ParseFromString(body)
+    # What was sent is what otlp_json writes: the same spans, ids and all.
+    assert received == _request(otel.otlp_json(read_log(log), agent_name="calc"))
+    names = {s.name for s in received.resource_spans[0].scope_spans[0].spans}
+    assert "invoke_agent calc" in names
+
+    # A full traces URL is used as it is.
+    assert otel.send_otlp(read_log(log), collector.url + "/custom/traces") == 5
+    assert collector.requests[-1][0] == "/custom/traces"
+
+
+def test_an_endpoint_that_refuses_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from replay.__main__ import main
+
+    refusing = Collector(status=400)
+    try:
+        log = str(ROOT / "fixtures" / "plain_answer.jsonl")
+        assert main(["otel", log, "--endpoint", refusing.url + "/"]) == 2
+    finally:
+        refusing.close()
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == (
+        f"replay: error: {refusing.url}/v1/traces: the spans were not accepted (see the log above)"
+    )
+    assert main(["otel", log, "--endpoint", refusing.url, "-o", "x.json"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_without_the_exporter_the_cli_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from replay.__main__ import main
+
+    exporter = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+    monkeypatch.setitem(sys.modules, exporter, None)
+    log = str(ROOT / "fixtures" / "plain_answer.jsonl")
+    assert main(["otel", log, "--endpoint", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("replay: error: ") and "pip install 'agentloop-replay[otel]'" in err
