@@ -199,9 +199,7 @@ def _text(value: object) -> str:
 def _repr(value: object) -> str:
     """``repr(value)``, cut to a readable length; never raises."""
     try:
-        text = repr(value)
-        if type(text) is not str:
-            raise TypeError
+        text = repr(value)  # a __repr__ returning a non-str is a TypeError here
     except Exception:  # a repr that raises, or recurses past the limit
         return f"<{type(value).__name__} object that cannot be printed>"
     if len(text) > _MAX_TEXT:

@@ -109,3 +109,14 @@ def test_a_divergence_on_a_string_says_it_is_not_an_event() -> None:
     assert "recorded:    not an event: 'session.jsonl'" in text
     text = str(ReplayDivergence(0, BadRepr(), None))
     assert "<BadRepr object that cannot be printed>" in text
+
+
+def test_a_divergence_between_events_made_by_hand_with_hostile_values_prints() -> None:
+    # Structs do not check their values: an event can hold anything.
+    bad = SessionStartEvent(sequence=0, max_steps=1, system=BadRepr())  # type: ignore[arg-type]
+    good = SessionStartEvent(sequence=0, max_steps=1, system="x")
+    divergence = ReplayDivergence(0, bad, good)
+    assert divergence.differences == []  # the field diff failed: none, not a crash
+    text = str(divergence)
+    assert "recorded:    <SessionStartEvent object that cannot be printed>" in text
+    assert "regenerated: #0 session.start step 0" in text
