@@ -38,6 +38,12 @@ Pauses, resumes, budget warnings and cancellation are span events
 ``agentloop.budget.warn``, ``agentloop.cancel``); agentloop's own attributes are
 under ``agentloop.*``.
 
+Metrics: ``gen_ai.client.token.usage`` (histogram, ``{token}``, one measurement per
+``gen_ai.token.type``, ``input`` and ``output``) and ``gen_ai.client.operation.duration``
+(histogram, seconds, with ``error.type`` for a failed call), one measurement per model
+call, into the ``meter_provider`` (the global one by default); the duration only when
+the log has times.
+
 Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
 ``gen_ai.system_instructions``, ``gen_ai.tool.definitions``,
 ``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``, pause and resume
@@ -91,8 +97,9 @@ from ._protocol import ModelFailure, Usage
 from ._version import __version__
 
 try:
-    from opentelemetry import trace
+    from opentelemetry import metrics, trace
     from opentelemetry.context import Context
+    from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 except ImportError as _exc:  # tested in a subprocess that hides the SDK
     raise ImportError(
@@ -106,6 +113,7 @@ __all__ = [
     "instrument",
     "otlp_json",
     "record_log",
+    "send_otlp",
 ]
 
 #: The version of the GenAI semantic conventions the span names and attributes follow.
@@ -137,6 +145,10 @@ _USAGE_PARTS: Final = (
 _TOOL_NAME: Final = "gen_ai.tool.name"
 _TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 _TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
+_TOOL_TYPE: Final = "gen_ai.tool.type"
+# Every agentloop tool runs in the application that drives the loop (an MCP tool too:
+# the application calls the server), which the conventions call a ``function`` tool.
+_FUNCTION: Final = "function"
 _ERROR_TYPE: Final = "error.type"
 # Opt-in (content) attributes.
 _INPUT_MESSAGES: Final = "gen_ai.input.messages"
@@ -145,6 +157,13 @@ _SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
 _TOOL_DEFINITIONS: Final = "gen_ai.tool.definitions"
 _TOOL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 _TOOL_RESULT: Final = "gen_ai.tool.call.result"
+
+# Metrics (GenAI semantic conventions), with their advised bucket boundaries.
+_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+_DURATION: Final = "gen_ai.client.operation.duration"
+_TOKEN_TYPE: Final = "gen_ai.token.type"
+_TOKEN_BUCKETS: Final = tuple(float(4**n) for n in range(14))  # 1, 4, 16, ... 4**13
+_DURATION_BUCKETS: Final = tuple(0.01 * 2**n for n in range(14))  # 0.01 s .. 81.92 s
 
 _NANOS: Final = 1_000_000_000
 _encode = msgspec.json.Encoder().encode
@@ -161,11 +180,12 @@ def _json(value: Any) -> str:
 class _Open:
     """A span this recorder started and has not ended yet, with its start time."""
 
-    __slots__ = ("span", "start")
+    __slots__ = ("span", "start", "timed")
 
     def __init__(self, span: Span, start: int | None) -> None:
         self.span = span
         self.start = start
+        self.timed = False  # ``start`` is a time from the log (not a stand-in)
 
 
 class SpanRecorder:
@@ -194,12 +214,16 @@ class SpanRecorder:
         agent_name: ``gen_ai.agent.name``; the root span is ``invoke_agent {agent_name}``.
         conversation_id: ``gen_ai.conversation.id`` (e.g. a durable session's id).
         capture_content: record message content (opt-in, see the module docs).
+        meter_provider: where the GenAI client metrics go
+            (``gen_ai.client.token.usage`` and ``gen_ai.client.operation.duration``,
+            one measurement per model call); default: the global meter provider.
     """
 
     def __init__(
         self,
         *,
         tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
         model: object | None = None,
         provider_name: str | None = None,
         request_model: str | None = None,
@@ -222,12 +246,28 @@ class SpanRecorder:
         if type(capture_content) is not bool:
             raise TypeError(f"capture_content must be a bool, got {capture_content!r}")
         self._tracer = trace.get_tracer("agentloop", __version__, tracer_provider=tracer_provider)
+        meter = metrics.get_meter("agentloop", __version__, meter_provider=meter_provider)
+        self._token_usage = meter.create_histogram(
+            _TOKEN_USAGE,
+            unit="{token}",
+            description="Number of input and output tokens used",
+            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+        )
+        self._duration = meter.create_histogram(
+            _DURATION,
+            unit="s",
+            description="GenAI operation duration",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
         self.capture_content = capture_content
         self._common: dict[str, str] = {_PROVIDER: provider_name}
         if request_model is not None:
             self._common[_REQUEST_MODEL] = request_model
+        # On every span (conditionally required "when available").
+        self._conversation: dict[str, str] = {}
+        if conversation_id is not None:
+            self._conversation[_CONVERSATION] = conversation_id
         self._agent_name = agent_name
-        self._conversation_id = conversation_id
         self._chat_name = "chat" if request_model is None else f"chat {request_model}"
         # Set by record_log for offline export: a root that ignores the ambient
         # context, and the time used before any event has one.
@@ -344,8 +384,7 @@ class SpanRecorder:
         if self._agent_name is not None:
             attributes[_AGENT_NAME] = self._agent_name
             name = f"invoke_agent {self._agent_name}"
-        if self._conversation_id is not None:
-            attributes[_CONVERSATION] = self._conversation_id
+        attributes.update(self._conversation)
         if event is not None:
             attributes["agentloop.max_steps"] = event.max_steps
             if self.capture_content:
@@ -393,6 +432,7 @@ class SpanRecorder:
         attributes: dict[str, Any] = {
             _OPERATION: "chat",
             **self._common,
+            **self._conversation,
             "agentloop.request.id": event.request_id,
             "agentloop.step": event.step,
         }
@@ -406,6 +446,7 @@ class SpanRecorder:
         if self._chat is not None:  # a request that never got an answer
             self._end(self._chat, at)
         self._chat = self._start(self._chat_name, SpanKind.CLIENT, attributes, at)
+        self._chat.timed = self._last_time is not None
         self._chat_chunked = False
 
     def _model_chunk(self, event: ModelChunkEvent, at: int | None) -> None:
@@ -424,7 +465,9 @@ class SpanRecorder:
         if isinstance(reply, ModelFailure):
             if reply.usage is not None:  # what the provider reported before it failed
                 _set_usage(chat.span, reply.usage)
+                self._record_tokens(reply.usage)
             _set_error(chat.span, reply.code, reply.message)
+            self._record_duration(chat, at, reply.code)
             self._chat = None
             self._end(chat, at)
             return
@@ -434,6 +477,7 @@ class SpanRecorder:
         self._stop_reason = reply.stop_reason
         if reply.usage is not None:
             _set_usage(span, reply.usage)
+            self._record_tokens(reply.usage)
         if self.capture_content:
             output = {
                 "role": "assistant",
@@ -450,8 +494,30 @@ class SpanRecorder:
             self._output = _json([message])
         chat = self._chat
         if chat is not None:
+            self._record_duration(chat, at, None)
             self._chat = None
             self._end(chat, at)
+
+    # ----------------------------------------------------------------- metrics
+
+    def _metric_attributes(self) -> dict[str, str]:
+        return {_OPERATION: "chat", **self._common}
+
+    def _record_tokens(self, usage: Usage) -> None:
+        """``gen_ai.client.token.usage``: the call's input and output tokens."""
+        attributes = self._metric_attributes()
+        for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+            self._token_usage.record(count, {**attributes, _TOKEN_TYPE: kind})
+
+    def _record_duration(self, chat: _Open, at: int | None, error: str | None) -> None:
+        """``gen_ai.client.operation.duration``: the call's time, when the log has it
+        (the span's start to the reply that ended it)."""
+        if at is None or chat.start is None or not chat.timed:
+            return  # no times in the log: no duration is made up
+        attributes = self._metric_attributes()
+        if error is not None:
+            attributes[_ERROR_TYPE] = error
+        self._duration.record(max(at - chat.start, 0) / _NANOS, attributes)
 
     def _tool_call(self, event: ToolCallEvent, at: int | None) -> None:
         call = event.call
@@ -459,6 +525,8 @@ class SpanRecorder:
             _OPERATION: "execute_tool",
             _TOOL_NAME: call.name,
             _TOOL_CALL_ID: call.id,
+            _TOOL_TYPE: _FUNCTION,
+            **self._conversation,
             "agentloop.step": event.step,
         }
         description = self._descriptions.get(call.name)
@@ -485,6 +553,8 @@ class SpanRecorder:
                     _OPERATION: "execute_tool",
                     _TOOL_NAME: message.tool_name,
                     _TOOL_CALL_ID: message.tool_call_id,
+                    _TOOL_TYPE: _FUNCTION,
+                    **self._conversation,
                 },
                 at,
             )
@@ -651,7 +721,9 @@ def instrument(log: EventLog, **options: Any) -> SpanRecorder:
 def record_log(
     events: Iterable[Event], *, tracer_provider: TracerProvider | None = None, **options: Any
 ) -> None:
-    """Record the spans of a finished (or unfinished) log into ``tracer_provider``.
+    """Record the spans of a finished (or unfinished) log into ``tracer_provider``
+    (and its GenAI client metrics into ``meter_provider``, an option of
+    :class:`SpanRecorder`).
 
     The same translation as live recording. The root span is a new trace (it does
     not join whatever span is current). Spans the log leaves open are ended at its
@@ -680,6 +752,43 @@ def record_log(
 # --------------------------------------------------------------------------- OTLP/JSON
 
 
+def send_otlp(
+    events: Iterable[Event],
+    endpoint: str,
+    *,
+    service_name: str = "agentloop",
+    timeout: float = 10.0,
+    **options: Any,
+) -> int:
+    """Send the spans of a log to an OTLP/HTTP endpoint (protobuf); returns how many.
+
+    The spans are :func:`otlp_json`'s (the same ids), sent with
+    ``opentelemetry-exporter-otlp-proto-http`` (the ``otel`` extra). ``endpoint`` is
+    the collector's traces URL (``http://localhost:4318/v1/traces``); a URL without a
+    path gets ``/v1/traces``.
+
+    Raises:
+        ConnectionError: the endpoint did not accept the spans (within ``timeout``
+            seconds, retries included).
+    """
+    from urllib.parse import urlsplit
+
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    if urlsplit(endpoint).path in ("", "/"):
+        endpoint = endpoint.rstrip("/") + "/v1/traces"
+    spans = _log_spans(list(events), service_name, options)
+    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
+    try:
+        result = exporter.export(spans)
+    finally:
+        exporter.shutdown()  # type: ignore[no-untyped-call]
+    if result is not SpanExportResult.SUCCESS:
+        raise ConnectionError(f"{endpoint}: the spans were not accepted (see the log above)")
+    return len(spans)
+
+
 def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **options: Any) -> str:
     """The spans of a log as one OTLP/JSON ``ExportTraceServiceRequest`` (one line).
 
@@ -697,6 +806,20 @@ def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **opt
         MessageToDict,
     )
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    request = encode_spans(_log_spans(list(events), service_name, options))
+    data = MessageToDict(request, use_integers_for_enums=True)
+    for resource_spans in data.get("resourceSpans", ()):
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return _json(data)
+
+
+def _log_spans(events: list[Event], service_name: str, options: dict[str, Any]) -> Any:
+    """The finished spans of a log, with ids derived from it (see :func:`otlp_json`)."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import SpanLimits
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
@@ -705,7 +828,6 @@ def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **opt
     from opentelemetry.sdk.trace.id_generator import IdGenerator
     from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
-    events = list(events)
     seed = hashlib.sha256(b"agentloop.otel\0")
     for event in events:
         if type(event) is StepStartEvent:
@@ -746,16 +868,10 @@ def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **opt
     )
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    # Spans only: exporting a log adds nothing to the application's metrics.
+    options.setdefault("meter_provider", metrics.NoOpMeterProvider())
     try:
         record_log(events, tracer_provider=provider, **options)
-        request = encode_spans(exporter.get_finished_spans())
+        return exporter.get_finished_spans()
     finally:
         provider.shutdown()
-    data = MessageToDict(request, use_integers_for_enums=True)
-    for resource_spans in data.get("resourceSpans", ()):
-        for scope_spans in resource_spans.get("scopeSpans", ()):
-            for span in scope_spans.get("spans", ()):
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = base64.b64decode(span[key]).hex()
-    return _json(data)

@@ -10,6 +10,7 @@
 - :class:`SQLiteStore`, :func:`run_durable` (:func:`arun_durable`), :func:`answer`:
   durable sessions in an embedded SQLite store (crash-safe, parked pauses,
   steering, several workers).
+- :func:`view` / :func:`view_html`: a log as one self-contained HTML page.
 - ``python -m replay show|check|diff|stats|verify|view|otel LOG``: the same from a shell.
 
 Uses :mod:`agentloop`'s public API and, beyond it, only the internal interface
@@ -61,6 +62,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time s
         StoreError,
         StoreVersionError,
     )
+    from ._view import view, view_html
 
 # Names are imported on first use, so that loading the pytest plugin (an entry point
 # of this package) costs nothing in test sessions that never use it.
@@ -98,6 +100,7 @@ _LAZY = {
         "._replay",
     ),
     **dict.fromkeys(("Parked", "answer", "arun_durable", "run_durable"), "._durable"),
+    **dict.fromkeys(("view", "view_html"), "._view"),
     **dict.fromkeys(
         (
             "MAX_ANSWER_DEPTH",
@@ -165,5 +168,7 @@ __all__ = [
     "run_durable",
     "state_at",
     "summarize",
+    "view",
+    "view_html",
     "write_log",
 ]

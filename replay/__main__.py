@@ -11,9 +11,10 @@ Commands::
     python -m replay verify LOG [--json]                the hash chain and every line
     python -m replay sessions DB [--status S] [--json]  the sessions of a store
     python -m replay export DB --session ID -o FILE     a stored session as a log file
+    python -m replay repair LOG                         drop a torn last line, keep the rest
     python -m replay --version
 
-``show``, ``check``, ``stats`` and ``verify`` read a session of a store
+``show``, ``check``, ``stats``, ``verify``, ``view`` and ``otel`` read a session of a store
 (:class:`replay.SQLiteStore`) as well as a log file: ``LOG`` is then the store and
 ``--session ID`` names the session (``python -m replay show sessions.db --session
 ticket-42``). ``diff`` compares two sessions (``diff DB --session A --session B``,
@@ -89,6 +90,7 @@ from ._log import (
     _Scan,
     _Torn,
     read_log,
+    write_log,
 )
 from ._replay import ReplayDivergence, replay
 from ._store import SESSION_STATUSES, SessionNotFound, SQLiteStore, StoreError, StoreVersionError
@@ -109,6 +111,12 @@ exit codes:
 
 LOG is a log file, or a session store with --session ID.
 --json prints one JSON object (a stable shape; see docs/log-format.md)."""
+
+# ``show`` prints a timeline for people only: its help does not offer --json.
+_SHOW_EPILOG = _EPILOG.rpartition("\n--json")[0]
+
+#: The positional LOG's help, on every command that reads a log.
+LOG_HELP = "the log file (or a session store, with --session ID)"
 
 
 class _Fail(Exception):
@@ -233,7 +241,9 @@ def _answer(args: argparse.Namespace, report: dict[str, Any], text: str, ok: boo
 
 def _log_error(exc: LogError, path: str) -> _Fail:
     message = str(exc)
-    if "not an agentloop log" in message and exc.line == 1:
+    if isinstance(exc, TornLogError):
+        message = _view.torn_message(exc, path)
+    elif "not an agentloop log" in message and exc.line == 1:
         message += "; nor a session store (a store is an SQLite file)"
     return _Fail(message, path=path, line=exc.line)
 
@@ -381,14 +391,20 @@ def _timeline(events: Sequence[Event], out: TextIO, color: bool) -> None:
 
 
 def _show_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("log")
+    parser.add_argument("log", help=LOG_HELP)
     _session_argument(parser)
     color = parser.add_mutually_exclusive_group()
-    color.add_argument("--color", dest="color", action="store_true", default=None)
-    color.add_argument("--no-color", dest="color", action="store_false")
+    color.add_argument(
+        "--color",
+        dest="color",
+        action="store_true",
+        default=None,
+        help="color the event types (default: when stdout is a terminal and NO_COLOR is unset)",
+    )
+    color.add_argument("--no-color", dest="color", action="store_false", help="never color")
 
 
-@command("show", "a readable timeline of a log", _show_arguments)
+@command("show", "a readable timeline of a log", _show_arguments, epilog=_SHOW_EPILOG)
 def _show(args: argparse.Namespace) -> int:
     path, color = args.log, args.color
     if color is None:
@@ -400,7 +416,7 @@ def _show(args: argparse.Namespace) -> int:
         events = read_log(path)
     except TornLogError as exc:
         _timeline(exc.events, sys.stdout, color)
-        raise _Fail(str(exc)) from None
+        raise _log_error(exc, path) from None
     except (LogError, OSError):
         events = _read(path)  # re-raise as one line
     _timeline(events, sys.stdout, color)
@@ -411,7 +427,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _log_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("log")
+    parser.add_argument("log", help=LOG_HELP)
     _session_argument(parser)
     _json_flag(parser)
 
@@ -471,7 +487,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _diff_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("a")
+    parser.add_argument("a", help="a log file (or a session store, with --session ID)")
     parser.add_argument("b", nargs="?", help="(omit it for two sessions of the store A)")
     parser.add_argument(
         "--session",
@@ -764,7 +780,7 @@ def _verify_file(
 
 
 def _sessions_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("db", metavar="DB")
+    parser.add_argument("db", metavar="DB", help="the session store (an SQLite file)")
     parser.add_argument("--status", choices=SESSION_STATUSES, help="only sessions with it")
     _json_flag(parser)
 
@@ -839,7 +855,7 @@ def _sessions(args: argparse.Namespace) -> int:
 
 
 def _export_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("db", metavar="DB")
+    parser.add_argument("db", metavar="DB", help="the session store (an SQLite file)")
     parser.add_argument("--session", metavar="ID", required=True, help="the session to export")
     parser.add_argument("-o", "--output", metavar="FILE", required=True, help="the log file")
 
@@ -866,6 +882,52 @@ def _export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------- repair
+
+
+def _repair_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log", help="the log file whose last line is torn")
+
+
+_REPAIR_EPILOG = """\
+exit codes:
+  0  repaired, or nothing to repair (the log is whole)
+  2  a usage error, or a file that is not a log (or is damaged otherwise than
+     by a torn last line: that is never dropped silently)"""
+
+
+@command(
+    "repair",
+    "rewrite a torn log without its torn last line; the intact events stay",
+    _repair_arguments,
+    description=(
+        "A writer that died in the middle of a line leaves it torn, and every command "
+        "refuses the log until it is repaired. This rewrites LOG (atomically) with the "
+        "events before the torn line: what replay.write_log(path, err.events) does "
+        "with the TornLogError of replay.read_log."
+    ),
+    epilog=_REPAIR_EPILOG,
+)
+def _repair(args: argparse.Namespace) -> int:
+    path = args.log
+    if _is_store(path):
+        raise _Fail(f"{path} is a session store, not a log file: repair rewrites a log file")
+    try:
+        read_log(path)
+    except TornLogError as exc:
+        try:
+            write_log(path, exc.events)
+        except OSError as err:
+            raise _Fail(f"{path}: cannot write: {err.strerror or err}", path=path) from None
+        kept = len(exc.events)
+        _say(f"{path}: dropped the torn line {exc.line}; kept the {kept} events before it")
+        return EXIT_OK
+    except (LogError, OSError):
+        _read(path)  # raises it as one line
+    _say(f"{path}: the log is whole; nothing to repair")
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------- view, otel
 
 
@@ -877,8 +939,11 @@ def _export(args: argparse.Namespace) -> int:
     epilog=None,
 )
 def _view_page(args: argparse.Namespace) -> int:
+    events = None
+    if args.session is not None or _is_store(args.log):
+        events = _events(args.log, args.session)
     try:
-        return _view.run(args)
+        return _view.run(args, events=events)
     except _view.ViewError as exc:
         raise _Fail(str(exc)) from None
 
@@ -892,7 +957,7 @@ def _view_page(args: argparse.Namespace) -> int:
 )
 def _otel_spans(args: argparse.Namespace) -> int:
     try:
-        return _otel.command(args, _read(args.log))
+        return _otel.command(args, _events(args.log, args.session))
     except _otel.OTelCommandError as exc:
         raise _Fail(str(exc)) from None
 

@@ -1140,6 +1140,9 @@ class LogWriter:
             file. A torn existing log raises :class:`TornLogError`: repair it
             explicitly first. A format-1 log is not appended to (``ValueError``):
             rewrite it as format 2 first with ``write_log(path, read_log(path))``.
+        overwrite: start the file over instead: whatever ``path`` holds (a log of
+            another run, a torn one, any file) is truncated, and the header written
+            first. Default ``False``: an existing log is appended to, never lost.
         fsync: also ``os.fsync`` the file at each *side-effect boundary*, the
             store's write-ahead rule (durable against power loss too): after the
             event that precedes an effect (``step.start`` before a model call,
@@ -1168,13 +1171,15 @@ class LogWriter:
     unsubscribe it by hand before the writer closes.
     """
 
-    def __init__(self, path: StrPath, *, fsync: bool = False) -> None:
+    def __init__(self, path: StrPath, *, fsync: bool = False, overwrite: bool = False) -> None:
+        if type(overwrite) is not bool:
+            raise TypeError(f"overwrite must be a bool, got {overwrite!r:.100}")
         name = os.fspath(path)
         self.path = name
         self._fsync = fsync
         self._subscriptions: list[Callable[[], None]] = []
         created = not os.path.exists(name)
-        fresh = created or os.path.getsize(name) == 0
+        fresh = created or overwrite or os.path.getsize(name) == 0
         self._format2 = _Format2()
         self._next = 0
         if not fresh:
@@ -1196,7 +1201,8 @@ class LogWriter:
                 )
             self._format2 = scan.format2
             self._next = scan.count
-        self._file: IO[bytes] | None = open(name, "ab", buffering=0)  # noqa: SIM115
+        mode = "wb" if overwrite else "ab"
+        self._file: IO[bytes] | None = open(name, mode, buffering=0)  # noqa: SIM115
         self._unsynced = False
         if fresh:
             self._write_line(_header_line(self._format2))

@@ -34,14 +34,29 @@ execute_tool) as one OTLP/JSON ExportTraceServiceRequest. Ids are derived from t
 log: the same log gives the same output. Message content is left out unless
 --capture-content.
 
-Exit codes: 0 written; 2 a usage error, a log that cannot be read, no OpenTelemetry
-installed (the otel extra), or an output that cannot be written."""
+With --endpoint URL the spans are sent to an OTLP/HTTP endpoint (protobuf) instead.
+
+Exit codes: 0 written (or sent); 2 a usage error, a log that cannot be read, no
+OpenTelemetry installed (the otel extra), an output that cannot be written, or an
+endpoint that did not accept the spans."""
 
 
 def arguments(otel: argparse.ArgumentParser) -> None:
     """Add ``otel``'s arguments to its subparser (``python -m replay otel``)."""
-    otel.add_argument("log")
-    otel.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    otel.add_argument("log", help="the log file (or a session store, with --session ID)")
+    otel.add_argument(
+        "--session", metavar="ID", help="LOG is a session store: export this session of it"
+    )
+    where = otel.add_mutually_exclusive_group()
+    where.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    where.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help=(
+            "send the spans to this OTLP/HTTP endpoint instead (protobuf; a collector's "
+            "http://HOST:4318/v1/traces; a URL without a path gets /v1/traces)"
+        ),
+    )
     otel.add_argument(
         "--capture-content",
         action="store_true",
@@ -64,9 +79,29 @@ def command(args: argparse.Namespace, events: Sequence[Event]) -> int:
             written (one line for stderr).
     """
     try:
-        from agentloop.otel import otlp_json
+        from agentloop.otel import otlp_json, send_otlp
     except ImportError as exc:
         raise OTelCommandError(str(exc)) from None
+    if args.endpoint is not None:
+        try:
+            sent = send_otlp(
+                events,
+                args.endpoint,
+                service_name=args.service_name,
+                capture_content=args.capture_content,
+                agent_name=args.agent_name,
+                provider_name=args.provider,
+                request_model=args.model,
+                conversation_id=args.conversation_id,
+            )
+        except ImportError as exc:  # the exporter: the otel extra, older than this
+            raise OTelCommandError(
+                f"{exc}: sending needs the OTLP/HTTP exporter: pip install 'agentloop-replay[otel]'"
+            ) from None
+        except ConnectionError as exc:
+            raise OTelCommandError(str(exc)) from None
+        print(f"sent {sent} spans to {args.endpoint}")
+        return 0
     text = otlp_json(
         events,
         service_name=args.service_name,

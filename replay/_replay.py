@@ -62,6 +62,7 @@ is, with an empty transcript.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
@@ -163,27 +164,59 @@ class ReplayDivergence(ReplayError):
         self.reason = reason
         self.hint = hint
         self.differences: list[str] = []
-        if expected is not None and actual is not None:
-            self.differences = diff_events(expected, actual)
+        if isinstance(expected, Event) and isinstance(actual, Event):
+            try:
+                self.differences = diff_events(expected, actual)
+            except Exception:  # an event made by hand with values no log holds
+                self.differences = []
         super().__init__(sequence, expected, actual)
 
     def __str__(self) -> str:
-        lines = [f"replay diverged at event #{self.sequence}: {self.reason}"]
+        # Never fails, whatever the attributes hold (a message that cannot be
+        # printed would hide the divergence it reports).
+        lines = [f"replay diverged at event #{_text(self.sequence)}: {_text(self.reason)}"]
         lines.append(f"  recorded:    {_line(self.expected)}")
         lines.append(f"  regenerated: {_line(self.actual)}")
-        if self.differences:
+        differences = self.differences if isinstance(self.differences, list) else []
+        if differences:
             lines.append("  differences (recorded -> regenerated):")
-            lines.extend(f"    {line}" for line in self.differences)
+            lines.extend(f"    {_text(line)}" for line in differences)
         if self.hint:
-            lines.append(f"  hint: {self.hint}")
+            lines.append(f"  hint: {_text(self.hint)}")
         return "\n".join(lines)
+
+
+_MAX_TEXT: Final = 2000
+
+
+def _text(value: object) -> str:
+    """``value`` as text for a message, whatever it is (never raises)."""
+    if type(value) is str or type(value) is int:
+        return str(value)
+    return _repr(value)
+
+
+def _repr(value: object) -> str:
+    """``repr(value)``, cut to a readable length; never raises."""
+    try:
+        text = repr(value)  # a __repr__ returning a non-str is a TypeError here
+    except Exception:  # a repr that raises, or recurses past the limit
+        return f"<{type(value).__name__} object that cannot be printed>"
+    if len(text) > _MAX_TEXT:
+        text = f"{text[: _MAX_TEXT - 3]}..."
+    return text
 
 
 def _line(event: Event | None) -> str:
     if event is None:
         return "(nothing)"
-    text = f"#{event.sequence} {event.type} step {event.step}"
-    detail = summarize(event)
+    if not isinstance(event, Event):
+        return f"not an event: {_repr(event)}"
+    try:
+        text = f"#{event.sequence} {event.type} step {event.step}"
+        detail = summarize(event)
+    except Exception:  # an event made by hand with values no log holds
+        return _repr(event)
     return f"{text}  {detail}" if detail else text
 
 
@@ -637,8 +670,26 @@ def _describe(effect: Effect | None) -> str:
     return "nothing"  # pragma: no cover - only a finished run has no effect, checked first
 
 
-def _events(events: Iterable[Event]) -> list[Event]:
-    out = list(events)
+def _events(events: Iterable[Event], function: str) -> list[Event]:
+    """The events of a log, checked to be events (a path is the usual mistake)."""
+    if isinstance(events, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"replay.{function}() takes the events of a log, not a path: read the file "
+            f"first, replay.{function}(replay.read_log({_repr(events)}))"
+        )
+    try:
+        out = list(events)
+    except TypeError:
+        raise TypeError(
+            f"replay.{function}() takes the events of a log (from replay.read_log(path) "
+            f"or an EventLog), got {_repr(events)}"
+        ) from None
+    for index, event in enumerate(out):
+        if not isinstance(event, Event):
+            raise TypeError(
+                f"replay.{function}(): item {index} of the events is not an agentloop "
+                f"event: {_repr(event)} (read a log file with replay.read_log(path))"
+            )
     if not out:
         raise ReplayError("the log has no events")
     return out
@@ -741,8 +792,10 @@ def replay(
     Raises:
         ReplayDivergence: the first difference between the log and the loop.
         ReplayError: the log is empty.
+        TypeError: ``events`` is not events (a path: read it with
+            :func:`read_log` first).
     """
-    items = _events(events)
+    items = _events(events, "replay")
     invalid = _invalid_transcript(items)
     if invalid is not None:
         logger.info("replayed 1 event: failed (%s)", INVALID_TRANSCRIPT)
@@ -784,7 +837,7 @@ def state_at(
         ValueError: ``sequence`` is not the position of an event of the log.
         ReplayDivergence: the log diverges before or at that event.
     """
-    items = _events(events)
+    items = _events(events, "state_at")
     _check_position(sequence, items)
     invalid = _invalid_transcript(items)
     if invalid is not None:
@@ -889,7 +942,7 @@ def resume(
             the loop waits (events the loop does not regenerate, as :func:`replay`
             finds them).
     """
-    items = _events(events)
+    items = _events(events, "resume")
     if _invalid_transcript(items) is not None or type(items[-1]) is RunFinishedEvent:
         raise ReplayError(
             "the run already finished (the log ends with run.finished); nothing to resume "
@@ -946,7 +999,7 @@ def fork(
             initial transcript (it may lack initial messages).
         ReplayDivergence: the log does not replay up to there.
     """
-    items = _events(events)
+    items = _events(events, "fork")
     _check_position(sequence, items)
     if _invalid_transcript(items) is not None:
         raise ReplayError("the log is a failed run.finished (INVALID_TRANSCRIPT); nothing to fork")

@@ -47,13 +47,43 @@
 
   // ------------------------------------------------------------------ DOM helpers
 
+  // Characters that are invisible or reorder the text around them (bidirectional
+  // controls, zero-width characters, the soft hyphen): a model could use them to make
+  // "invoice\u202Efdp.exe" look like "invoiceexe.pdf". They are shown as a marked
+  // <U+XXXX> token instead of being put in the page.
+  const INVISIBLE =
+    /[\u00AD\u034F\u061C\u115F\u1160\u17B4\u17B5\u180E\u200B-\u200F\u202A-\u202E\u2060-\u2064\u2066-\u2069\u3164\uFEFF\uFFA0]/;
+  const INVISIBLE_ALL = new RegExp(INVISIBLE.source, "g");
+  const codeName = (ch) => "U+" + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+
+  // The text of a string as it is shown: each invisible character as <U+XXXX>.
+  const visibleText = (text) => text.replace(INVISIBLE_ALL, (ch) => `<${codeName(ch)}>`);
+
+  // A string as nodes: the text, with each invisible character as a marked token.
+  function visible(text) {
+    if (!INVISIBLE.test(text)) return text;
+    const fragment = document.createDocumentFragment();
+    let last = 0;
+    for (const match of text.matchAll(INVISIBLE_ALL)) {
+      if (match.index > last) fragment.append(text.slice(last, match.index));
+      const mark = document.createElement("span");
+      mark.className = "cp";
+      mark.textContent = `<${codeName(match[0])}>`;
+      mark.title = "an invisible or text-reordering character, shown as its code point";
+      fragment.append(mark);
+      last = match.index + match[0].length;
+    }
+    if (last < text.length) fragment.append(text.slice(last));
+    return fragment;
+  }
+
   // An element with a class and children; strings become text nodes, never markup.
   function h(tag, cls, ...kids) {
     const node = document.createElement(tag);
     if (cls) node.className = cls;
     for (const kid of kids) {
       if (kid === null || kid === undefined || kid === false) continue;
-      node.append(kid instanceof Node ? kid : String(kid));
+      node.append(kid instanceof Node ? kid : visible(String(kid)));
     }
     return node;
   }
@@ -61,7 +91,7 @@
   // node.append(...items) without spreading: a huge value makes too many arguments.
   function appendAll(node, items) {
     const fragment = document.createDocumentFragment();
-    for (const item of items) fragment.append(item);
+    for (const item of items) fragment.append(typeof item === "string" ? visible(item) : item);
     node.append(fragment);
   }
 
@@ -472,10 +502,11 @@
             "tool-head",
             h("span", "fn", t.name),
             t.requires_approval ? chip("needs approval", "warn") : null,
+            t.sequential ? chip("sequential", "tool-chip") : null,
             h("span", "muted", t.description || ""),
           ),
           h("details", "schema", h("summary", null, "parameters"), jsonBlock(t.parameters)),
-          extras(t, ["name", "description", "parameters", "requires_approval"]),
+          extras(t, ["name", "description", "parameters", "requires_approval", "sequential"]),
         ),
       );
       return {
@@ -488,6 +519,20 @@
             ["budget", e.budget ? budgetText(e.budget) : "none"],
             ["system", e.system === null ? "none" : textBlock(e.system)],
             ["engine rules", e.rules],
+            ["tool calls", e.parallel_tools ? "a step's calls run at once (parallel_tools)" : undefined],
+            ["loop limits", isObject(e.limits) ? jsonBlock(e.limits) : undefined],
+            [
+              "structured output",
+              isObject(e.output)
+                ? h(
+                    "div",
+                    null,
+                    h("span", "fn", e.output.name),
+                    ` · ${plural(num(e.output.retries), "retry", "retries")}`,
+                    jsonBlock(e.output.schema),
+                  )
+                : undefined,
+            ],
           ]),
           tools.length ? h("div", "tools", ...tools) : null,
           evExtras(e, [
@@ -497,6 +542,9 @@
             "budget",
             "request_sequence_start",
             "rules",
+            "parallel_tools",
+            "limits",
+            "output",
           ]),
         ],
       };
@@ -700,6 +748,10 @@
             ["steps", `${scalarText(e.steps)} of max ${scalarText(e.max_steps)}`],
             ["usage", usageText(e.usage) || undefined],
             ["ended by", e.reply ? reply(e.reply) : undefined],
+            [
+              "structured output",
+              e.output === null || e.output === undefined ? undefined : jsonBlock(e.output),
+            ],
           ]),
           evExtras(e, [
             "status",
@@ -710,6 +762,7 @@
             "usage",
             "reason",
             "reply",
+            "output",
           ]),
         ],
       };
@@ -785,6 +838,7 @@
     row.dataset.index = String(i);
     row.dataset.type = String(e.type);
     row.tabIndex = -1;
+    row.hidden = !passes(i);
     if (REPORT && !REPORT.ok && REPORT.index === i) row.classList.add("diverged");
     const seq = h("a", "seq", "#" + scalarText(e.sequence));
     attr(seq, "href", "#e" + i);
@@ -1139,6 +1193,7 @@
       "toolbar",
       search,
       count,
+      filterControls(),
       h("span", "spacer"),
       button("Expand all", "open every step and every streamed chunk (e)", () => setAll(true)),
       button("Collapse all", "close every step (c)", () => setAll(false)),
@@ -1257,6 +1312,103 @@
     panel.hidden = force === undefined ? !panel.hidden : !force;
   }
 
+  // ------------------------------------------------------------------ filter
+
+  // Which events are shown: one event type, the events of one tool, errors only (all
+  // in the page: nothing is fetched). A step with no event left is hidden.
+  const FILTER = { type: "", tool: "", errors: false };
+
+  // The tools an event is about: its call, its result, the calls a response makes.
+  function toolsOf(e) {
+    if (e.type === "tool.call") return [e.call && e.call.name];
+    if (e.type === "tool.result" || e.type === "tool.error") return [e.message && e.message.tool_name];
+    if (e.type === "model.chunk") {
+      const b = (e.chunk || {}).block || {};
+      return b.type === "tool_call" ? [b.name] : [];
+    }
+    if (e.type === "plan.draft" || e.type === "plan.commit") {
+      const content = (e.type === "plan.draft" ? (e.reply || {}).content : (e.message || {}).content) || [];
+      return Array.isArray(content)
+        ? content.filter((b) => b && b.type === "tool_call").map((b) => b.name)
+        : [];
+    }
+    return [];
+  }
+
+  function passes(i) {
+    const e = EVENTS[i];
+    if (FILTER.type && e.type !== FILTER.type) return false;
+    if (FILTER.tool && !toolsOf(e).includes(FILTER.tool)) return false;
+    if (FILTER.errors && !ERROR_SET.has(i)) return false;
+    return true;
+  }
+
+  const filtering = () => Boolean(FILTER.type || FILTER.tool || FILTER.errors);
+
+  function applyFilter() {
+    let shown = 0;
+    for (const g of groups) {
+      let any = false;
+      for (let i = g.start; i < g.end; i++) {
+        if (passes(i)) {
+          any = true;
+          shown++;
+        }
+      }
+      g.details.hidden = !any;
+      if (any && filtering()) {
+        renderGroup(g);
+        g.details.open = true;
+      }
+    }
+    for (const [i, row] of rowOf) row.hidden = !passes(i);
+    for (const cg of new Set(chunkGroupOf.values())) {
+      let any = false;
+      for (let i = cg.start; i < cg.end && !any; i++) any = passes(i);
+      cg.details.hidden = !any;
+      if (any && filtering()) {
+        cg.render();
+        cg.details.open = true;
+      }
+    }
+    const count = document.getElementById("filter-count");
+    count.textContent = filtering() ? `${fmtInt(shown)} of ${plural(EVENTS.length, "event")}` : "";
+  }
+
+  function select(id, label, first, values) {
+    const node = h("select", "filter", h("option", null, first));
+    node.id = id;
+    node.firstChild.value = "";
+    for (const value of values) {
+      const option = h("option", null, value);
+      option.value = value;
+      node.append(option);
+    }
+    attr(node, "aria-label", label);
+    return node;
+  }
+
+  function filterControls() {
+    const types = [...new Set(EVENTS.map((e) => String(e.type)))];
+    const tools = [...new Set(EVENTS.flatMap((e, i) => toolsOf(e)).filter((t) => typeof t === "string"))].sort();
+    const byType = select("filter-type", "show only events of this type", "all events", types);
+    const byTool = select("filter-tool", "show only the events of this tool", "all tools", tools);
+    const errors = h("input", null);
+    errors.type = "checkbox";
+    errors.id = "filter-errors";
+    const errorsLabel = h("label", "filter-errors", errors, " errors only");
+    const update = () => {
+      FILTER.type = byType.value;
+      FILTER.tool = byTool.value;
+      FILTER.errors = errors.checked;
+      applyFilter();
+    };
+    for (const control of [byType, byTool, errors]) control.addEventListener("change", update);
+    const count = h("span", "filter-count");
+    count.id = "filter-count";
+    return h("span", "filters", byType, byTool, errorsLabel, count);
+  }
+
   // ------------------------------------------------------------------ search
 
   const haystacks = [];
@@ -1286,7 +1438,7 @@
     search.at = -1;
     if (search.query) {
       for (let i = 0; i < EVENTS.length; i++)
-        if (haystack(i).includes(search.query)) search.matches.push(i);
+        if (passes(i) && haystack(i).includes(search.query)) search.matches.push(i);
     }
     showCount();
   }
@@ -1342,6 +1494,7 @@
       ERRORS.push(i);
     }
   });
+  const ERROR_SET = new Set(ERRORS);
   let errorAt = -1;
 
   function currentGroup() {
@@ -1361,7 +1514,7 @@
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     const target = event.target;
-    if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA")) return;
+    if (target && ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName)) return;
     const actions = {
       j: () => moveGroup(1),
       k: () => moveGroup(-1),
@@ -1392,7 +1545,7 @@
   // ------------------------------------------------------------------ build
 
   const app = document.getElementById("app");
-  document.title = META.title;
+  document.title = visibleText(META.title);
   const sections = groups.map(groupSection);
   const t = totals();
   const timeline = h("main", "timeline");

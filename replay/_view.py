@@ -45,8 +45,9 @@ import hashlib
 import html
 import os
 import re
+import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 
 import msgspec
@@ -66,6 +67,9 @@ __all__ = [
     "diff_report",
     "render_html",
     "run",
+    "torn_message",
+    "view",
+    "view_html",
 ]
 
 EXIT_OK = 0
@@ -204,12 +208,16 @@ _MARKER = re.compile(r"@@([A-Z_]+)@@")
 # (16 digits or more). Matches inside strings only make the page a little slower.
 _INEXACT_NUMBER = re.compile(rb"[0-9]\.0[,}\]]|[0-9][eE][-+]?[0-9]|[0-9]{16}")
 # JSON may hold these only inside strings, where a \uXXXX escape means the same.
+# The bidirectional controls are escaped too, so the page's source never reorders
+# what an editor or `view-source:` shows (the script shows them as <U+XXXX>).
+_BIDI_CONTROLS = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _JSON_ESCAPES = (
     (b"<", b"\\u003c"),
     (b">", b"\\u003e"),
     (b"&", b"\\u0026"),
     ("\u2028".encode(), b"\\u2028"),
     ("\u2029".encode(), b"\\u2029"),
+    *((chr(c).encode(), f"\\u{c:04x}".encode()) for c in _BIDI_CONTROLS),
 )
 
 
@@ -275,6 +283,98 @@ def render_html(
     return _MARKER.sub(lambda m: values[m.group(1)], _asset("_view.html"))
 
 
+# --------------------------------------------------------------------------- the Python API
+
+
+def _page(
+    events: Sequence[Event],
+    source: str,
+    *,
+    check: bool,
+    other: tuple[Sequence[Event], str] | None,
+    torn: str = "",
+) -> tuple[str, Report | None]:
+    """The page, and the report on it (``--check``/``--diff``), if any."""
+    report = None
+    if check:
+        report = check_report(events)
+    elif other is not None:
+        report = diff_report(events, other[0], (source, other[1]))
+    return render_html(events, source=source, report=report, torn=torn), report
+
+
+def _load(log: Iterable[Event] | str | os.PathLike[str], what: str) -> tuple[list[Event], str]:
+    if isinstance(log, (str, os.PathLike)):
+        return read_log(log), os.fspath(log)
+    if isinstance(log, bytes):
+        raise TypeError(f"{what} must be events or a path (str or os.PathLike), got bytes")
+    events = list(log)
+    for index, event in enumerate(events):
+        if not isinstance(event, Event):
+            raise TypeError(f"{what}: item {index} is not an agentloop event: {event!r:.200}")
+    return events, ""
+
+
+def view_html(
+    log: Iterable[Event] | str | os.PathLike[str],
+    *,
+    check: bool = False,
+    diff: Iterable[Event] | str | os.PathLike[str] | None = None,
+    source: str | None = None,
+) -> str:
+    """The self-contained HTML page of a log (what ``python -m replay view`` writes).
+
+    Args:
+        log: the events (``read_log``'s, an ``EventLog``'s, a store's) or the path of
+            a log file.
+        check: replay the log and show ok or the first divergence above the timeline.
+        diff: another log (events or a path): show the first event where it differs.
+        source: where the log came from, for the page's title (default: the path).
+
+    Raises:
+        LogError: a path that is not a readable log (a torn one included:
+            :class:`TornLogError` holds its intact events, which render).
+        OSError: the file cannot be read.
+        TypeError: ``log`` or ``diff`` is neither events nor a path.
+    """
+    if check and diff is not None:
+        raise ValueError("check and diff are exclusive: the page shows one report")
+    events, path = _load(log, "log")
+    other = None
+    if diff is not None:
+        other_events, other_path = _load(diff, "diff")
+        other = (other_events, other_path or "B")
+    name = path if source is None else source
+    return _page(events, name, check=check, other=other)[0]
+
+
+def view(
+    log: Iterable[Event] | str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    *,
+    check: bool = False,
+    diff: Iterable[Event] | str | os.PathLike[str] | None = None,
+    source: str | None = None,
+) -> str:
+    """Write the page of a log (:func:`view_html`) to ``output``; returns its path.
+
+    ``output`` defaults to the log's path with the suffix ``.html`` (required when
+    ``log`` is events). A log file is never overwritten (``ValueError``).
+    """
+    if output is None:
+        if not isinstance(log, (str, os.PathLike)):
+            raise TypeError("view(events) needs output=: the path of the page to write")
+        output = os.path.splitext(os.fspath(log))[0] + ".html"
+    target = os.fspath(output)
+    for other in (log, diff):
+        if isinstance(other, (str, os.PathLike)) and _same_file(target, os.fspath(other)):
+            raise ValueError(f"{target}: that is a log, not overwritten; choose another output")
+    page = view_html(log, check=check, diff=diff, source=source)
+    with open(target, "w", encoding="utf-8") as file:
+        file.write(page)
+    return target
+
+
 # --------------------------------------------------------------------------- the command
 
 
@@ -288,14 +388,28 @@ usage error or a log that cannot be read (a torn log is still written, with its
 intact events)."""
 
 
+def torn_message(exc: TornLogError, path: str) -> str:
+    """What a command-line user reads about a torn log: what to run to repair it."""
+    message = str(exc).replace(" (TornLogError.events)", "")
+    return (
+        f"{message}; python -m replay repair {shlex.quote(path)} keeps them and drops the torn line"
+    )
+
+
 def arguments(view: argparse.ArgumentParser) -> None:
     """Add ``view``'s arguments to its subparser (``python -m replay view``)."""
-    view.add_argument("log")
+    view.add_argument("log", help="the log file (or a session store, with --session ID)")
+    view.add_argument(
+        "--session", metavar="ID", help="LOG is a session store: show this session of it"
+    )
     view.add_argument(
         "-o",
         "--output",
         metavar="FILE",
-        help="the page to write (default: LOG with the suffix .html; - for stdout)",
+        help=(
+            "the page to write (default: LOG with the suffix .html, for a session "
+            "DB.ID.html; - for stdout)"
+        ),
     )
     against = view.add_mutually_exclusive_group()
     against.add_argument(
@@ -311,20 +425,23 @@ def _read(path: str, *, allow_torn: bool) -> tuple[list[Event], str]:
         return read_log(path), ""
     except TornLogError as exc:
         if not allow_torn:
-            raise ViewError(str(exc)) from None
-        return exc.events, str(exc)
+            raise ViewError(torn_message(exc, path)) from None
+        return exc.events, str(exc).replace(" (TornLogError.events)", "")
     except LogError as exc:
         raise ViewError(str(exc)) from None
     except OSError as exc:
         raise ViewError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def _output_path(log: str, output: str | None) -> str | None:
+def _output_path(log: str, output: str | None, session: str | None) -> str | None:
     """Where to write (``None``: stdout); never over one of the logs."""
     if output == "-":
         return None
     if output is None:
-        output = os.path.splitext(log)[0] + ".html"
+        stem = os.path.splitext(log)[0]
+        if session is not None:  # DB.ID.html, the id kept to characters safe in a name
+            stem += "." + (re.sub(r"[^A-Za-z0-9_.-]", "_", session).lstrip(".") or "_")
+        output = stem + ".html"
     return output
 
 
@@ -335,20 +452,26 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def run(args: argparse.Namespace) -> int:
-    """``python -m replay view``; returns the exit code or raises :class:`ViewError`."""
-    events, torn = _read(args.log, allow_torn=True)
-    report = None
-    if args.check:
-        report = check_report(events)
-    elif args.diff is not None:
-        other, _ = _read(args.diff, allow_torn=False)
-        report = diff_report(events, other, (args.log, args.diff))
-    output = _output_path(args.log, args.output)
+def run(args: argparse.Namespace, *, events: Sequence[Event] | None = None) -> int:
+    """``python -m replay view``; returns the exit code or raises :class:`ViewError`.
+
+    ``events`` are the log's when the caller read them (a session of a store,
+    ``--session``); otherwise ``args.log`` is read as a log file.
+    """
+    session = getattr(args, "session", None)
+    source = args.log if session is None else f"{args.log}, session {session!r}"
+    torn = ""
+    if events is None:
+        events, torn = _read(args.log, allow_torn=True)
+    other = None
+    if args.diff is not None:
+        other = (_read(args.diff, allow_torn=False)[0], args.diff)
+    output = _output_path(args.log, args.output, session)
     for log in (args.log, args.diff):
         if output is not None and log is not None and _same_file(output, log):
             raise ViewError(f"{output}: that is a log, not overwritten; choose another -o FILE")
-    page = render_html(events, source=args.log, report=report, torn=torn).encode("utf-8")
+    text, report = _page(events, source, check=args.check, other=other, torn=torn)
+    page = text.encode("utf-8")
     if output is None:
         sys.stdout.buffer.write(page)
         sys.stdout.flush()

@@ -232,10 +232,13 @@ def test_live_spans_follow_the_genai_conventions() -> None:
         "gen_ai.usage.input_tokens": 120,
         "gen_ai.usage.output_tokens": 16,
     }
+    # gen_ai.conversation.id is on every span (conditionally required when available),
+    # and a tool span says its gen_ai.tool.type.
     assert attrs(chat1) == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "openai",
         "gen_ai.request.model": "gpt-test",
+        "gen_ai.conversation.id": "conv-1",
         "agentloop.request.id": "request-001",
         "agentloop.step": 1,
         "gen_ai.response.id": "resp-1",
@@ -249,6 +252,8 @@ def test_live_spans_follow_the_genai_conventions() -> None:
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": "add",
         "gen_ai.tool.call.id": "call-1",
+        "gen_ai.tool.type": "function",
+        "gen_ai.conversation.id": "conv-1",
         "gen_ai.tool.description": "Add two integers.",
         "agentloop.step": 1,
     }
@@ -842,9 +847,11 @@ def test_a_recorder_attached_mid_run_starts_the_run_at_the_first_event_it_sees()
     calculator_run(log)
     first = next(e.sequence for e in log.events if type(e) is ToolResultEvent)
     late = log.events[first:]  # from the add call's result on
-    spans = recorded(late)
+    spans = recorded(late, conversation_id="conv-9")
     assert [s.name for s in spans.finished] == ["invoke_agent", "execute_tool add", "chat"]
+    assert all(attrs(s)["gen_ai.conversation.id"] == "conv-9" for s in spans.finished)
     tool_span = spans.finished[1]
+    assert attrs(tool_span)["gen_ai.tool.type"] == "function"
     assert tool_span.start_time == tool_span.end_time
     assert attrs(spans.root())["agentloop.run.status"] == "completed"
 
@@ -1088,3 +1095,181 @@ def test_cli_without_the_extra_says_what_to_install(
         err == "replay: error: agentloop.otel needs OpenTelemetry: "
         "pip install 'agentloop-replay[otel]'\n"
     )
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def histograms(reader: Any) -> dict[str, list[Any]]:
+    """Each metric's histogram data points, by metric name."""
+    data = reader.get_metrics_data()
+    out: dict[str, list[Any]] = {}
+    for resource in data.resource_metrics if data is not None else ():
+        for scope in resource.scope_metrics:
+            assert scope.scope.name == "agentloop"
+            for metric in scope.metrics:
+                out[metric.name] = list(metric.data.data_points)
+    return out
+
+
+def test_genai_client_metrics_live_and_from_a_log() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    live = InMemoryMetricReader()
+    log = EventLog()
+    otel.instrument(
+        log,
+        tracer_provider=Spans().provider,
+        meter_provider=MeterProvider(metric_readers=[live]),
+        provider_name="openai",
+        request_model="gpt-test",
+    )
+    calculator_run(log)  # two model calls: 50+10 tokens in 1.0 s, 70+6 in 2.0 s
+    offline = InMemoryMetricReader()
+    otel.record_log(
+        log.events,
+        tracer_provider=Spans().provider,
+        meter_provider=MeterProvider(metric_readers=[offline]),
+        provider_name="openai",
+        request_model="gpt-test",
+    )
+    common = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "gpt-test",
+    }
+    for reader in (live, offline):
+        points = histograms(reader)
+        assert set(points) == {"gen_ai.client.token.usage", "gen_ai.client.operation.duration"}
+        tokens = {p.attributes["gen_ai.token.type"]: p for p in points["gen_ai.client.token.usage"]}
+        assert {kind: (p.count, p.sum) for kind, p in tokens.items()} == {
+            "input": (2, 120),
+            "output": (2, 16),
+        }
+        assert dict(tokens["input"].attributes) == {**common, "gen_ai.token.type": "input"}
+        assert tokens["input"].explicit_bounds[:3] == (1.0, 4.0, 16.0)  # the advised buckets
+        (duration,) = points["gen_ai.client.operation.duration"]
+        assert (duration.count, duration.sum) == (2, 3.0)
+        assert dict(duration.attributes) == common
+        assert duration.explicit_bounds[:2] == (0.01, 0.02)
+
+
+def test_a_failed_call_is_measured_with_its_error_type() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    otel.record_log(
+        read_log(ROOT / "fixtures" / "model_failure.jsonl"),
+        tracer_provider=Spans().provider,
+        meter_provider=MeterProvider(metric_readers=[reader]),
+    )
+    (duration,) = histograms(reader)["gen_ai.client.operation.duration"]
+    assert duration.attributes["error.type"] == "MODEL_ERROR"
+    assert duration.count == 1
+    # A log without times has no durations to measure, and otlp_json records no metrics.
+    reader = InMemoryMetricReader()
+    otel.record_log(
+        _unclocked_run(),
+        tracer_provider=Spans().provider,
+        meter_provider=MeterProvider(metric_readers=[reader]),
+    )
+    assert "gen_ai.client.operation.duration" not in histograms(reader)
+
+
+# --------------------------------------------------------------------------- OTLP/HTTP
+
+
+class Collector:
+    """An OTLP/HTTP receiver on 127.0.0.1: keeps each request's path, headers and body."""
+
+    def __init__(self, status: int = 200) -> None:
+        import http.server
+        import threading
+
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        collector = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                collector.requests.append((self.path, dict(self.headers), body))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def collector() -> Any:
+    server = Collector()
+    yield server
+    server.close()
+
+
+def test_cli_sends_the_spans_to_an_otlp_http_endpoint(
+    collector: Collector, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from replay.__main__ import main
+
+    log = ROOT / "fixtures" / "tool_calls.jsonl"
+    assert main(["otel", str(log), "--endpoint", collector.url, "--agent-name", "calc"]) == 0
+    out = capsys.readouterr()
+    assert out.out == f"sent 5 spans to {collector.url}\n"
+    ((path, headers, body),) = collector.requests
+    assert path == "/v1/traces"
+    assert {k.lower(): v for k, v in headers.items()}["content-type"] == "application/x-protobuf"
+    received = ExportTraceServiceRequest()
+    received.ParseFromString(body)
+    # What was sent is what otlp_json writes: the same spans, ids and all.
+    assert received == _request(otel.otlp_json(read_log(log), agent_name="calc"))
+    names = {s.name for s in received.resource_spans[0].scope_spans[0].spans}
+    assert "invoke_agent calc" in names
+
+    # A full traces URL is used as it is.
+    assert otel.send_otlp(read_log(log), collector.url + "/custom/traces") == 5
+    assert collector.requests[-1][0] == "/custom/traces"
+
+
+def test_an_endpoint_that_refuses_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from replay.__main__ import main
+
+    refusing = Collector(status=400)
+    try:
+        log = str(ROOT / "fixtures" / "plain_answer.jsonl")
+        assert main(["otel", log, "--endpoint", refusing.url + "/"]) == 2
+    finally:
+        refusing.close()
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == (
+        f"replay: error: {refusing.url}/v1/traces: the spans were not accepted (see the log above)"
+    )
+    assert main(["otel", log, "--endpoint", refusing.url, "-o", "x.json"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_without_the_exporter_the_cli_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from replay.__main__ import main
+
+    exporter = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+    monkeypatch.setitem(sys.modules, exporter, None)
+    log = str(ROOT / "fixtures" / "plain_answer.jsonl")
+    assert main(["otel", log, "--endpoint", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("replay: error: ") and "pip install 'agentloop-replay[otel]'" in err

@@ -409,3 +409,18 @@ def test_the_screenshot_s_demo_session_replays() -> None:
     thinking = events[3].chunk.block  # type: ignore[union-attr]
     assert thinking.text.startswith("The user wants a go/no-go.")
     assert Path(ROOT / "docs" / "viewer.png").stat().st_size < 200_000
+
+
+def test_bidi_controls_never_reach_the_page_source() -> None:
+    """An editor or view-source shows the file as it is: a right-to-left override in
+    the data would reorder it there. The script shows each one as <U+XXXX>."""
+    spoof = "invoice\u202efdp.exe \u2066x\u2069 \u200f\u061c"
+    events = [
+        SessionStartEvent(sequence=0, max_steps=1, system=spoof),
+        MessageAcceptedEvent(sequence=1, message=UserMessage("u1", spoof)),
+    ]
+    text = render_html(events, source="spoof.jsonl")
+    for char in "\u202e\u2066\u2069\u200f\u061c":
+        assert char not in text
+    assert "invoice\\u202efdp.exe" in text
+    assert Page(text).data()["events"] == [as_json(e) for e in events]

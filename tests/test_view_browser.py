@@ -21,10 +21,12 @@ import pytest
 
 from agentloop import (
     Event,
+    Limits,
     ModelAttempt,
     ModelFailure,
     ModelResponse,
     ProviderBlock,
+    TextBlock,
     ToolCall,
     ToolResult,
     ToolSpec,
@@ -451,3 +453,141 @@ def test_the_docs_screenshot_script(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert 10_000 < out.stat().st_size < 600_000
     assert "release-check.jsonl" in (tmp_path / "demo.html").read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------- spoofing, filters, new fields
+
+SPOOF = "invoice\u202efdp.exe"  # shows as "invoiceexe.pdf" if the override is in the page
+
+
+def spoofing_events() -> list[Event]:
+    """A tool call whose argument holds a right-to-left override, and a result with
+    zero-width characters."""
+    send = ToolSpec("send_file", "Send a file.", {"type": "object"})
+    loop = agent_loop([UserMessage("u1", "Send the invoice")], tools=[send], started_at=1.0)
+    request = next(loop)
+    call = ToolCall("c1", "send_file", {"file": SPOOF})
+    loop.send(ModelResponse(request.id, "r1", (call,), "tool_call", at=2.0))
+    loop.send(ToolResult("c1", "sent to pay\u200bpal.com\u2066!", at=3.0))
+    with pytest.raises(StopIteration):
+        loop.send(ModelResponse("request-002", "r2", (TextBlock(f"Sent {SPOOF}."),), "stop"))
+    return list(loop.log)
+
+
+def test_invisible_and_reordering_characters_are_shown(browser: Any, tmp_path: Path) -> None:
+    events = spoofing_events()
+    page = Page(browser, write_page(tmp_path / "page.html", events))
+    page.key("e")
+    shown = page.js("return document.getElementById('timeline').innerText")
+    # The displayed text: the override as a token, never applied.
+    assert "invoice<U+202E>fdp.exe" in shown
+    assert "pay<U+200B>pal.com<U+2066>!" in shown
+    assert "Sent invoice<U+202E>fdp.exe." in shown
+    for char in ("\u202e", "\u200b", "\u2066"):
+        assert char not in page.js("return document.getElementById('app').textContent")
+    assert page.count(".cp") >= 4
+    # Each value is isolated: no text from the log reorders what is around it.
+    bidi = page.js(
+        "return [...document.querySelectorAll('.json, .output, .prose, .cp')]"
+        ".map(e => getComputedStyle(e).unicodeBidi)"
+    )
+    assert bidi and set(bidi) == {"isolate"}
+    assert page.errors() == []
+
+
+def visible_rows(page: Page) -> list[int]:
+    return [
+        int(i)
+        for i in page.js(
+            "return [...document.querySelectorAll('.ev')]"
+            ".filter(e => e.offsetParent !== null).map(e => e.dataset.index)"
+        )
+    ]
+
+
+def choose(page: Page, control: str, value: Any) -> None:
+    if isinstance(value, bool):
+        page.js(
+            "const c = document.getElementById(arguments[0]); c.checked = arguments[1];"
+            "c.dispatchEvent(new Event('change'))",
+            control,
+            value,
+        )
+    else:
+        page.js(
+            "const c = document.getElementById(arguments[0]); c.value = arguments[1];"
+            "c.dispatchEvent(new Event('change'))",
+            control,
+            value,
+        )
+
+
+def test_filter_by_type_tool_and_errors(browser: Any, tmp_path: Path) -> None:
+    events = read_log(FIXTURES / "tool_error.jsonl")
+    page = Page(browser, write_page(tmp_path / "page.html", events))
+    page.key("e")
+    everything = visible_rows(page)
+    assert everything == list(range(len(events)))
+
+    choose(page, "filter-errors", True)
+    errors = [
+        i
+        for i, e in enumerate(events)
+        if e.type == "tool.error"
+        or (e.type == "plan.draft" and isinstance(e.reply, ModelFailure))
+        or (e.type == "run.finished" and e.error is not None)
+    ]
+    assert errors and visible_rows(page) == errors
+    count = page.js("return document.getElementById('filter-count').textContent")
+    assert count == f"{len(errors)} of {len(events)} events"
+    choose(page, "filter-errors", False)
+
+    choose(page, "filter-type", "tool.call")
+    calls = [i for i, e in enumerate(events) if e.type == "tool.call"]
+    assert visible_rows(page) == calls
+    # A step with nothing left is hidden.
+    hidden = page.js(
+        "return [...document.querySelectorAll('details.group')].filter(d => d.hidden).length"
+    )
+    assert len({events[i].step for i in calls}) == 1
+    assert hidden == page.count("details.group") - 1
+    choose(page, "filter-type", "")
+
+    tools = page.js("return [...document.getElementById('filter-tool').options].map(o => o.value)")
+    name = tools[1]
+    choose(page, "filter-tool", name)
+    rows = visible_rows(page)
+    assert rows and all(name in encode_event(events[i]).decode() for i in rows)
+    assert any(events[i].type == "tool.call" for i in rows)
+    choose(page, "filter-tool", "")
+    assert visible_rows(page) == everything
+    assert page.js("return document.getElementById('filter-count').textContent") == ""
+    assert page.errors() == []
+
+
+def test_parallel_tools_limits_output_and_sequential_are_known_fields(
+    browser: Any, tmp_path: Path
+) -> None:
+    class Answer(msgspec.Struct):
+        value: int
+
+    tools = [ToolSpec("a", "A.", {"type": "object"}, sequential=True)]
+    loop = agent_loop(
+        [UserMessage("u1", "Go")],
+        tools=tools,
+        started_at=1.0,
+        parallel_tools=True,
+        limits=Limits(agent_steps=50),
+        output=Answer,
+    )
+    request = next(loop)
+    with pytest.raises(StopIteration):
+        loop.send(ModelResponse(request.id, "r1", (TextBlock('{"value": 3}'),), "stop", at=2.0))
+    events = list(loop.log)
+    page = Page(browser, write_page(tmp_path / "page.html", events))
+    names = page.js("return [...document.querySelectorAll('.kv dt')].map(d => d.textContent)")
+    assert {"tool calls", "loop limits", "structured output"} <= set(names)
+    assert not {"parallel_tools", "limits", "output", "sequential"} & set(names)
+    text = page.js("return document.getElementById('e0').innerText")
+    assert "sequential" in text and "Answer" in text and "run at once" in text
+    assert page.errors() == []
