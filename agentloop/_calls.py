@@ -30,7 +30,7 @@ from ._limits import Limits
 from ._messages import ToolCall, ToolResultMessage
 from ._pauses import Ask, Pauses
 from ._protocol import Effect, ToolBatch, ToolRequest, ToolResult
-from ._run import Misuse, Run, failed, misuse, observe, run_hooks
+from ._run import Run, _Misuse, failed, misuse, observe, run_hooks
 from ._state import Input
 from ._text import abort_reason, call_ids
 from ._toolspec import ToolSpec
@@ -84,7 +84,7 @@ class ToolCalls:
                 raise misuse(answer, effect, f"ToolResult(call_id={call.id!r}) or Cancel")
             reply = answer
             if reply.call_id != call.id:
-                raise Misuse(
+                raise _Misuse(
                     f"send() got ToolResult for call {reply.call_id!r} while the ToolRequest "
                     f"for call {call.id!r} was pending",
                     reply,
@@ -215,7 +215,7 @@ class ToolCalls:
                 raise misuse(reply, effect, "a ToolResult for one of its calls, or Cancel")
             entry = waiting.pop(reply.call_id, None)
             if entry is None:
-                raise Misuse(_stray_result(reply, effect, waiting), reply)
+                raise _Misuse(_stray_result(reply, effect, waiting), reply)
             run.set(Input.RECEIVE_BATCH_RESULT if waiting else Input.COMPLETE_BATCH)
             index, call = entry
             message = self._result_message(call, step, reply.content, reply.is_error, reply)

@@ -33,8 +33,8 @@ It delegates the rest, the way h11's ``Connection`` delegates to
   counters, pending effect, queued messages, the sticky error); ``Run.set`` is the
   only place the state changes (the table in ``_state``); ``Run.queue`` and
   ``Run.deliver`` keep the steering and follow-up messages. Also the private
-  control-flow exceptions -- ``Finish`` (the run ends: completed, max_steps,
-  failed), ``Cancelled`` (a ``Cancel`` or ``close()``), ``Misuse`` (the caller
+  control-flow exceptions -- ``_Finish`` (the run ends: completed, max_steps,
+  failed), ``_Cancelled`` (a ``Cancel`` or ``close()``), ``_Misuse`` (the caller
   broke the protocol; after the failed ``run.finished`` is logged,
   ``CallerProtocolError`` leaves ``send()``) -- and the hook runners.
 - ``_calls``: :class:`~agentloop._calls.ToolCalls`, a step's tool calls, one at a
@@ -121,10 +121,10 @@ from ._protocol import (
 )
 from ._rules import REPLY_IN_COMPLETE, RESERVED_MESSAGE_IDS, RULES_REVISION, USAGE_WHEN_RECORDED
 from ._run import (
-    Cancelled,
-    Finish,
-    Misuse,
     Run,
+    _Cancelled,
+    _Finish,
+    _Misuse,
     aborted,
     failed,
     misuse,
@@ -484,14 +484,14 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 reply, problem, run.arguments_ok = accept(reply, self._limits)
                 if problem is not None:
                     at = getattr(reply, "at", None)
-                    raise Misuse(
+                    raise _Misuse(
                         problem,
                         UnrecognizedReply(
                             description=problem, at=at if type(at) is float else None
                         ),
                     )
                 if kind is UnrecognizedReply:  # a replayed log's stand-in for a malformed reply
-                    raise Misuse(reply.description, reply)
+                    raise _Misuse(reply.description, reply)
             run.checked = None
             at = reply.at
             if at is not None:
@@ -499,12 +499,12 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     reply = msgspec.structs.replace(reply, at=float(at))
                     at = reply.at
                 if not math.isfinite(at):
-                    raise Misuse(f"{kind.__name__}.at must be finite, got {at!r}", reply)
+                    raise _Misuse(f"{kind.__name__}.at must be finite, got {at!r}", reply)
                 run.now = at
                 if run.wall_start is None:
                     run.wall_start = at
             if kind is Cancel:
-                raise Cancelled(reply)
+                raise _Cancelled(reply)
             if kind not in _QUEUED:
                 return reply  # type: ignore[no-any-return]
             run.queue(reply, self._log, self._rules >= RESERVED_MESSAGE_IDS)
@@ -523,17 +523,17 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         if self._invalid is not None:
             return self._finish_invalid(self._invalid)
         run = self._run
-        misuse: Misuse | None = None
+        misuse: _Misuse | None = None
         try:
             self._start()
             yield from self._steps()
-        except Finish as finish:
+        except _Finish as finish:
             outcome = finish
-        except Cancelled as cancelled:
+        except _Cancelled as cancelled:
             reply = cancelled.cancel
             reason = reply.reason or run.pause_reason or "cancelled"
-            outcome = Finish("cancelled", reason, reply=reply)
-        except Misuse as exc:
+            outcome = _Finish("cancelled", reason, reply=reply)
+        except _Misuse as exc:
             misuse = exc
             outcome = failed(CALLER_PROTOCOL_ERROR, exc.message, exc.reply)
         except BaseException as exc:
@@ -547,7 +547,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             # that reply is (replay re-raises the interrupt where it happened).
             cancel = Cancel(reason=exception_text(exc))
             self._finish(
-                Finish(
+                _Finish(
                     "cancelled",
                     cancel.reason,
                     reply=run.unrecorded if run.unrecorded is not None else cancel,
@@ -617,7 +617,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         )
         return result
 
-    def _finish(self, outcome: Finish) -> RunResult:
+    def _finish(self, outcome: _Finish) -> RunResult:
         run = self._run
         run.set(Input.FINISH)
         run.pending = None
@@ -639,7 +639,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                             "steps": run.step,
                         },
                     )
-            except Finish as late:
+            except _Finish as late:
                 if error is None:  # the first failure wins
                     status, reason, error = late.status, late.reason, late.error
                     assert error is not None
@@ -733,7 +733,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 except HookAbort as exc:
                     raise aborted("before_step", exc) from exc
                 if outcome is SKIP:
-                    raise Finish("completed", "skipped_by_hook")
+                    raise _Finish("completed", "skipped_by_hook")
                 if outcome is not None:
                     raise failed(HOOK_ERROR, f"before_step hook returned {outcome!r}")
             run.step = step
@@ -767,10 +767,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 ):
                     # Steering, a follow-up or an answer sent back: one more step.
                     if step >= self._max_steps:
-                        raise Finish("max_steps", "no_more_steps")
+                        raise _Finish("max_steps", "no_more_steps")
                     run.set(Input.CONTINUE)
                     continue
-                raise Finish(
+                raise _Finish(
                     "completed",
                     "goal_met" if stop_reason == "stop" else "length",
                     final_text=final_text,
@@ -790,7 +790,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             if step >= self._max_steps:
                 if run.steering:  # kept in the transcript for whoever continues it
                     run.deliver(self._log, follow_ups=False)
-                raise Finish("max_steps", "no_more_steps")
+                raise _Finish("max_steps", "no_more_steps")
 
     def _output_ok(self, text: str, response_id: str, step: int) -> bool:
         """Decode the final answer; if it does not, send it back (a user message) or,

@@ -23,7 +23,7 @@ from ._budget import Budget, BudgetUsage
 from ._copy import copy_json
 from ._events import BudgetWarnEvent, EventLog, SessionPauseEvent, SessionResumeEvent
 from ._protocol import Effect, Pause, Reply, Resume
-from ._run import Misuse, Run, misuse, observe
+from ._run import Run, _Misuse, misuse, observe
 from ._state import RESUME_INPUT, Input
 from ._text import decision_problem
 
@@ -166,7 +166,7 @@ class Pauses:
         if decision:
             problem = decision_problem(reason, reply.payload)
             if problem is not None:
-                raise Misuse(problem, reply)
+                raise _Misuse(problem, reply)
         run.pause_reason = None
         if reply.budget is not None:
             run.budget = reply.budget

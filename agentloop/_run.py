@@ -11,10 +11,10 @@ place the state changes (the table in ``_state``); :meth:`Run.queue` and
 Errors are sticky (as in h11): once :attr:`Run.error` is set, every later
 ``send()`` raises it again and nothing more is recorded.
 
-Control flow inside the generator uses three private exceptions: :class:`Finish`
-(the run ends: completed, max_steps, failed), :class:`Cancelled` (a ``Cancel`` or
-``close()``) and :class:`Misuse` (the caller broke the protocol). The hook runners
-(:func:`run_hooks`, :func:`observe`) turn a hook's failure into a :class:`Finish`.
+Control flow inside the generator uses three private exceptions: :class:`_Finish`
+(the run ends: completed, max_steps, failed), :class:`_Cancelled` (a ``Cancel`` or
+``close()``) and :class:`_Misuse` (the caller broke the protocol). The hook runners
+(:func:`run_hooks`, :func:`observe`) turn a hook's failure into a :class:`_Finish`.
 """
 
 from __future__ import annotations
@@ -33,9 +33,6 @@ from ._text import abort_reason, exception_text, wrong_reply
 from ._validation import reserved_id_problem
 
 __all__ = [
-    "Cancelled",
-    "Finish",
-    "Misuse",
     "Run",
     "aborted",
     "failed",
@@ -158,13 +155,13 @@ class Run:
         loop makes ids in is caller misuse (:func:`reserved_id_problem`)."""
         message = reply.message
         if message.id in self.message_ids:
-            raise Misuse(
+            raise _Misuse(
                 f"{type(reply).__name__}.message id {message.id!r} is already used in the run",
                 reply,
             )
         reserved = reserved_id_problem(message.id) if loop_ids_reserved else None
         if reserved is not None:
-            raise Misuse(f"{type(reply).__name__}.{reserved}", reply)
+            raise _Misuse(f"{type(reply).__name__}.{reserved}", reply)
         self.message_ids.add(message.id)  # reserved: no later message may take it
         self.queued.append(reply)
         steer = type(reply) is Steer
@@ -203,7 +200,7 @@ class Run:
 # --------------------------------------------------------------------------- control flow
 
 
-class Finish(Exception):
+class _Finish(Exception):
     """The run ends (completed, max_steps or failed)."""
 
     def __init__(
@@ -222,24 +219,24 @@ class Finish(Exception):
         self.reply = reply
 
 
-def failed(code: str, message: str, reply: Reply | None = None) -> Finish:
-    """The :class:`Finish` of a failed run (``code``, ``message``)."""
-    return Finish("failed", code, error=RunError(code, message), reply=reply)
+def failed(code: str, message: str, reply: Reply | None = None) -> _Finish:
+    """The :class:`_Finish` of a failed run (``code``, ``message``)."""
+    return _Finish("failed", code, error=RunError(code, message), reply=reply)
 
 
-def aborted(topic: str, exc: BaseException) -> Finish:
-    """The :class:`Finish` of a run a ``topic`` hook aborted."""
+def aborted(topic: str, exc: BaseException) -> _Finish:
+    """The :class:`_Finish` of a run a ``topic`` hook aborted."""
     return failed(HOOK_ABORT, f"{topic} hook aborted: {abort_reason(exc)}")
 
 
-class Cancelled(Exception):
+class _Cancelled(Exception):
     """A ``Cancel`` came (or ``close()``)."""
 
     def __init__(self, cancel: Cancel) -> None:
         self.cancel = cancel
 
 
-class Misuse(Exception):
+class _Misuse(Exception):
     """The caller broke the protocol; ``reply`` is what it sent."""
 
     def __init__(self, message: str, reply: Reply | None) -> None:
@@ -247,9 +244,9 @@ class Misuse(Exception):
         self.reply = reply
 
 
-def misuse(reply: Reply, effect: Effect, expected: str) -> Misuse:
-    """The :class:`Misuse` of a reply that does not answer ``effect``."""
-    return Misuse(wrong_reply(reply, effect, expected), reply)
+def misuse(reply: Reply, effect: Effect, expected: str) -> _Misuse:
+    """The :class:`_Misuse` of a reply that does not answer ``effect``."""
+    return _Misuse(wrong_reply(reply, effect, expected), reply)
 
 
 # --------------------------------------------------------------------------- hooks
@@ -288,5 +285,5 @@ def observe(hooks: dict[str, tuple[Any, ...]], topic: str, payload: dict[str, An
 def observe_quietly(hooks: dict[str, tuple[Any, ...]], topic: str, payload: dict[str, Any]) -> None:
     """:func:`observe` once the run already failed: a failing hook cannot make it
     fail more."""
-    with contextlib.suppress(Finish):
+    with contextlib.suppress(_Finish):
         observe(hooks, topic, payload)

@@ -251,14 +251,11 @@ ul{margin:.2rem 0;padding-left:1.2rem}.muted{color:#57606a}
 
 
 def render_session_page(events: Sequence[Any], *, source: str) -> str:
-    """One session's page: the log viewer's (``python -m replay view``).
+    """One session's page: the log viewer's (``replay.view_html``, what
+    ``python -m replay view`` writes)."""
+    from replay import view_html
 
-    The one place this package calls the viewer, so that it can move to the
-    viewer's public API (``replay.view``/``render_html``) in one line.
-    """
-    from replay._view import render_html
-
-    return render_html(events, source=source)
+    return view_html(events, source=source)
 
 
 def render_report_page(report: Report) -> str:
