@@ -145,7 +145,7 @@ def test_quick_core_run_prints_the_table_and_writes_json(harness, tmp_path):
     # The same results as a user reads them (the default, without --goals).
     summary = harness.format_report([data], harness.Settings.make(quick=True))
     assert_user_facing(summary)
-    for needle in ("does not grow", "grew in this run"):
+    for needle in ("does not grow", "grew with the transcript in this run"):
         if needle in summary:
             break
     else:
@@ -228,3 +228,18 @@ def test_default_report_compares_peers_with_run_per_step_first(harness):
     # 17.01 µs -> 21.096 µs per step over 4,086 more messages: +1.00 per 1,000.
     assert "does not grow with the transcript: +1.00 µs per 1,000 messages" in report
     assert "validates and records it): 1.00 µs per message" in report
+
+
+@pytest.mark.parametrize(
+    ("cpu", "hint"), [(False, "run it again or try --cpu-time)"), (True, "run it again)")]
+)
+def test_a_step_that_grew_with_the_transcript_is_reported_as_such(harness, cpu, hint):
+    steps_only = {
+        str(size): {"ns_per_step": 17_000 + 10 * size, "steps": 50} for size in (10, 1000, 4096)
+    }
+    (line,) = harness.format_transcript([], {"S2_steps_only": steps_only}, cpu)[1:]
+    assert "the cost per step grew with the transcript in this run" in line
+    assert line.endswith(
+        "(raw generator, µs per step after 9 / 999 / 4,095 earlier messages: 17.1 / 27.0 / 58.0)"
+    )
+    assert hint in line and "+10.00 µs per 1,000 messages" in line

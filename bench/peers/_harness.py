@@ -659,7 +659,7 @@ def _slope(cells: Mapping[str, float]) -> float | None:
 
 
 def format_transcript(
-    variants: Sequence[tuple[str, Mapping[str, Any]]], extras: Mapping[str, Any]
+    variants: Sequence[tuple[str, Mapping[str, Any]]], extras: Mapping[str, Any], cpu: bool
 ) -> list[str]:
     """Long transcripts: the cost of a step (flat), then the one-time cost of reading
     the transcript (linear), then whole runs, where the two add up."""
@@ -670,10 +670,15 @@ def format_transcript(
         step = {size: cell["ns_per_step"] for size, cell in steps_only.items()}
         first, last = step.get(str(S2_SIZES[0])), step.get(str(S2_SIZES[-1]))
         flat = first is not None and last is not None and last <= 1.3 * first
-        verdict = "does not grow" if flat else "grew in this run"
+        verdict = (
+            "does not grow with the transcript"
+            if flat
+            else "grew with the transcript in this run (on a busy machine, run it again"
+            + (")" if cpu else " or try --cpu-time)")
+        )
         slope = _slope(step)
         lines.append(
-            f"  the cost per step {verdict} with the transcript: "
+            f"  the cost per step {verdict}: "
             f"{'-' if slope is None else f'{slope:+,.2f}'} µs per 1,000 messages "
             f"(raw generator, µs per step after {earlier} earlier messages: "
             f"{' / '.join(_us(ns) for ns in step.values())})"
@@ -782,7 +787,7 @@ def format_summary(results: Sequence[Mapping[str, Any]], settings: Settings) -> 
     extras = agentloop.get("extras", {}) if agentloop else {}
     if variants:
         say("")
-        lines.extend(format_transcript(variants, extras))
+        lines.extend(format_transcript(variants, extras, settings.cpu))
     asynchronous = _labels(results, "async_variants")
     if asynchronous:
         base = dict(asynchronous).get(ARUN)
