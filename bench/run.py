@@ -4,14 +4,18 @@ Run from a checkout::
 
     python bench/run.py           # core suite: agentloop only (under a minute)
     python bench/run.py --peers   # + pydantic-ai, openai-agents, LangGraph (the bench extra)
-    python bench/run.py --quick   # smoke run, few iterations (CI)
+    python bench/run.py --quick   # smoke run, few iterations
+    python bench/run.py --goals   # the maintainers' report (CI runs --quick --goals)
 
-The suite (``bench/peers``, see ``bench/README.md``) runs scenarios S1-S5 and the
-memory checks in one fresh process per framework and prints one table: µs per run
-for one tool call then answer (S1), µs per step for a 50-step run (S3), µs per step
-after 10 / 1000 / 4096 initial messages (S2, steps only, with setup reported
-separately: with an O(1) transcript view per request a step should not cost more
-as the transcript grows), replay and log encoding throughput (S4, S5).
+The suite (``bench/peers``, see ``bench/README.md``) runs every scenario and the
+memory checks in one fresh process per framework. By default it prints what a user
+reads: µs per step then per run of a 50-step run and of one tool call then the
+answer; long transcripts (the cost of a step, which does not grow with the
+transcript, apart from reading the transcript once per run, which does, and whole
+runs after 9 / 999 / 4,095 earlier messages); async runs; memory; replay, log and
+import figures. ``--goals`` prints the maintainers' report instead: scenarios S1-S5
+by number against the floor (no engine), every agentloop-only figure, and each goal
+with met / MISSED.
 
 Numbers are printed, never asserted: timing is not a test.
 """

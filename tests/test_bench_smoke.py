@@ -96,13 +96,13 @@ def test_the_floors_do_the_work_they_stand_for(core, tmp_path):
     core.reader_floor(path, events)()  # every event encodes as recorded, or it raises
 
 
-def test_quick_core_run_prints_the_table_and_writes_json(tmp_path):
+def test_quick_core_run_prints_the_table_and_writes_json(harness, tmp_path):
     out = tmp_path / "bench.json"
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.peers", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "bench.peers", "--quick", "--goals", "--json", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -142,6 +142,30 @@ def test_quick_core_run_prints_the_table_and_writes_json(tmp_path):
     assert extras["cold_start"]["bytecode_ms"] > 0
     checkpoints = data["memory_extra"]["checkpoints"]
     assert "100" in checkpoints and checkpoints["100"]["peak_mib"] > 0
+    # The same results as a user reads them (the default, without --goals).
+    summary = harness.format_report([data], harness.Settings.make(quick=True))
+    assert_user_facing(summary)
+    for needle in ("does not grow", "grew with the transcript in this run"):
+        if needle in summary:
+            break
+    else:
+        raise AssertionError(summary)
+    for needle in ("reading the transcript", "replay a recorded", "import agentloop", "memory"):
+        assert needle in summary, summary
+
+
+def assert_user_facing(report: str) -> None:
+    """The default report: the per-step figure first, scenarios named by what they do,
+    no issue numbers, no goals, no floor, no scenario numbers."""
+    lowered = report.lower()
+    for word in ("issue", "goal", "missed", "floor", "vs raw", "per extra message"):
+        assert word not in lowered, report
+    for number in ("S1", "S2", "S3", "S4", "S5"):
+        assert number not in report, report
+    header = next(line for line in report.splitlines() if line.startswith("scenario"))
+    assert header.index("µs/step") < header.index("µs/run"), header
+    assert "50 steps: 49 tool calls, then the answer" in report
+    assert "2 steps: one tool call, then the answer" in report
 
 
 def test_report_compares_peers_with_agentloop(harness):
@@ -162,8 +186,60 @@ def test_report_compares_peers_with_agentloop(harness):
         {"framework": "peer", "versions": {"peer": "9"}, "variants": {"run": variant(100_000)}},
         {"framework": "absent", "error": "not installed: absent"},
     ]
-    report = harness.format_report(results, harness.Settings.make(quick=True))
+    report = harness.format_report(results, harness.Settings.make(quick=True), goals=True)
     assert "peer: run" in report
     assert "100x" in report and "50x" in report  # vs raw, vs run()
     assert "SKIPPED (not installed: absent)" in report
     assert "+0.001 µs per extra message" in report
+
+
+def test_default_report_compares_peers_with_run_per_step_first(harness):
+    def variant(ns: float) -> dict[str, Any]:
+        return {
+            "S1": {"ns_per_run": ns, "steps": 2},
+            "S2": {str(size): {"ns_per_run": ns + size, "steps": 2} for size in (10, 1000, 4096)},
+            "S3": {"ns_per_run": ns * 25, "steps": 50},
+        }
+
+    steps_only = {
+        str(size): {"ns_per_step": 17_000 + size, "steps": 50, "setup_ns": 1_000 * size}
+        for size in (10, 1000, 4096)
+    }
+    results = [
+        {
+            "framework": "agentloop",
+            "versions": {"agentloop": "0"},
+            "variants": {
+                "raw generator": variant(1000),
+                "run() + ScriptedModel": variant(2000),
+                "floor (no engine)": variant(100),
+            },
+            "extras": {"S2_steps_only": steps_only},
+        },
+        {"framework": "peer", "versions": {"peer": "9"}, "variants": {"run": variant(100_000)}},
+        {"framework": "absent", "error": "not installed: absent"},
+    ]
+    report = harness.format_report(results, harness.Settings.make(quick=True))
+    assert_user_facing(report)
+    assert "x agentloop: run() + ScriptedModel" in report
+    row = next(line for line in report.splitlines() if "peer: run" in line)
+    assert row.split()[-3:] == ["50.0", "2,500.0", "50x"]  # S3: µs/step, µs/run, vs run()
+    assert "SKIPPED (not installed: absent)" in report
+    # 17.01 µs -> 21.096 µs per step over 4,086 more messages: +1.00 per 1,000.
+    assert "does not grow with the transcript: +1.00 µs per 1,000 messages" in report
+    assert "validates and records it): 1.00 µs per message" in report
+
+
+@pytest.mark.parametrize(
+    ("cpu", "hint"), [(False, "run it again or try --cpu-time)"), (True, "run it again)")]
+)
+def test_a_step_that_grew_with_the_transcript_is_reported_as_such(harness, cpu, hint):
+    steps_only = {
+        str(size): {"ns_per_step": 17_000 + 10 * size, "steps": 50} for size in (10, 1000, 4096)
+    }
+    (line,) = harness.format_transcript([], {"S2_steps_only": steps_only}, cpu)[1:]
+    assert "the cost per step grew with the transcript in this run" in line
+    assert line.endswith(
+        "(raw generator, µs per step after 9 / 999 / 4,095 earlier messages: 17.1 / 27.0 / 58.0)"
+    )
+    assert hint in line and "+10.00 µs per 1,000 messages" in line

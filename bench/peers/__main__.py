@@ -1,4 +1,4 @@
-"""``python -m bench.peers [--peers] [--quick] [--no-memory] [--json FILE]``."""
+"""``python -m bench.peers [--peers] [--quick] [--goals] [--no-memory] [--json FILE]``."""
 
 from __future__ import annotations
 

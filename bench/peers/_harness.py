@@ -536,12 +536,8 @@ FLOOR = "agentloop: floor (no engine)"
 ARUN = "agentloop: arun() + ScriptedModel"
 
 
-def format_report(
-    results: Sequence[Mapping[str, Any]],
-    settings: Settings,
-    big_log: Mapping[str, Any] | None = None,
-) -> str:
-    """The whole report: versions, the comparison tables, agentloop-only rows, goals."""
+def _header(results: Sequence[Mapping[str, Any]], settings: Settings) -> list[str]:
+    """The machine, how it was timed, and each framework's versions (or why skipped)."""
     lines: list[str] = []
     say = lines.append
     say(f"machine: {machine()}; load average {_load()}")
@@ -557,6 +553,23 @@ def format_report(
         versions = ", ".join(f"{k} {v}" for k, v in data.get("versions", {}).items())
         status = f"  SKIPPED ({data['error']})" if "error" in data else ""
         say(f"{data['framework']}: {versions}{status}")
+    return lines
+
+
+def format_report(
+    results: Sequence[Mapping[str, Any]],
+    settings: Settings,
+    big_log: Mapping[str, Any] | None = None,
+    *,
+    goals: bool = False,
+) -> str:
+    """The report a user reads (:func:`format_summary`); with ``goals``, the
+    maintainers' report: every scenario by its number (S1-S5) against the floor, the
+    agentloop-only rows, and each goal with met / MISSED (:func:`format_goals`)."""
+    if not goals:
+        return "\n".join(format_summary(results, settings))
+    lines = _header(results, settings)
+    say = lines.append
     say("")
     variants = _labels(results)
     base = dict(variants)
@@ -600,6 +613,203 @@ def format_report(
         say("")
         lines.extend(format_goals(results, settings, big_log))
     return "\n".join(lines)
+
+
+#: The scenarios as a user reads them, the per-step figure first: ``(key, name)``.
+SUMMARY_ROWS = (
+    ("S3", f"{S3_STEPS} steps: {S3_STEPS - 1} tool calls, then the answer"),
+    ("S1", "2 steps: one tool call, then the answer"),
+)
+
+
+def _table(
+    title: str,
+    variants: Sequence[tuple[str, Mapping[str, Any]]],
+    rows: Sequence[tuple[str, str]],
+    against: tuple[str, Mapping[str, Any]] | None,
+) -> list[str]:
+    """µs per step then per run of each variant in each of ``rows``; with ``against``,
+    how many times as long as that variant each one takes."""
+    name_w = max(len(name) for name, _ in variants)
+    scen_w = max(len(name) for _, name in rows)
+    versus = f"x {against[0]}" if against else ""
+    header = f"{'scenario':<{scen_w}}  {'framework':<{name_w}}  {'µs/step':>9}  {'µs/run':>9}"
+    if against:
+        header += f"  {versus}"
+    lines = [title, header, "-" * len(header)]
+    for key, scenario in rows:
+        for index, (name, variant) in enumerate(variants):
+            ns, steps = _row_ns(variant, key)
+            line = (
+                f"{scenario if index == 0 else '':<{scen_w}}  {name:<{name_w}}  "
+                f"{_us(None if ns is None else ns / steps):>9}  {_us(ns):>9}"
+            )
+            if against:
+                line += f"  {_ratio(ns, _row_ns(against[1], key)[0]):>{len(versus)}}"
+            lines.append(line)
+    return lines
+
+
+def _slope(cells: Mapping[str, float]) -> float | None:
+    """Nanoseconds per extra message, from the first to the last transcript size."""
+    first, last = cells.get(str(S2_SIZES[0])), cells.get(str(S2_SIZES[-1]))
+    if first is None or last is None:
+        return None
+    return (last - first) / (S2_SIZES[-1] - S2_SIZES[0])
+
+
+def format_transcript(
+    variants: Sequence[tuple[str, Mapping[str, Any]]], extras: Mapping[str, Any], cpu: bool
+) -> list[str]:
+    """Long transcripts: the cost of a step (flat), then the one-time cost of reading
+    the transcript (linear), then whole runs, where the two add up."""
+    lines = ["long transcripts: the same run after N earlier messages"]
+    steps_only = extras.get("S2_steps_only", {})
+    earlier = " / ".join(f"{int(size) - 1:,}" for size in steps_only)
+    if steps_only:
+        step = {size: cell["ns_per_step"] for size, cell in steps_only.items()}
+        first, last = step.get(str(S2_SIZES[0])), step.get(str(S2_SIZES[-1]))
+        flat = first is not None and last is not None and last <= 1.3 * first
+        verdict = (
+            "does not grow with the transcript"
+            if flat
+            else "grew with the transcript in this run (on a busy machine, run it again"
+            + (")" if cpu else " or try --cpu-time)")
+        )
+        slope = _slope(step)
+        lines.append(
+            f"  the cost per step {verdict}: "
+            f"{'-' if slope is None else f'{slope:+,.2f}'} µs per 1,000 messages "
+            f"(raw generator, µs per step after {earlier} earlier messages: "
+            f"{' / '.join(_us(ns) for ns in step.values())})"
+        )
+        setup = {size: cell["setup_ns"] for size, cell in steps_only.items() if "setup_ns" in cell}
+        if setup:
+            slope = _slope(setup)
+            lines.append(
+                f"  reading the transcript, once per run (agent_loop() validates and records "
+                f"it): {'-' if slope is None else f'{slope / 1000:,.2f}'} µs per message "
+                f"({' / '.join(_us(ns) for ns in setup.values())} µs)"
+            )
+    rows = [(name, variant) for name, variant in variants if variant.get("S2")]
+    if rows:
+        label = "µs per run, reading included"
+        name_w = max([len(name) for name, _ in rows] + [len(label)])
+        header = f"  {label:<{name_w}}" + "".join(
+            f"  {f'after {size - 1:,}':>12}" for size in S2_SIZES
+        )
+        lines.append(header)
+        for name, variant in rows:
+            lines.append(
+                f"  {name:<{name_w}}"
+                + "".join(f"  {_us(_row_ns(variant, f'S2:{size}')[0]):>12}" for size in S2_SIZES)
+            )
+    return lines
+
+
+def format_log(data: Mapping[str, Any]) -> list[str]:
+    """agentloop's own figures, by what a user does: replay, logs, streaming, import."""
+    extras = data.get("extras", {})
+    lines = ["agentloop only"]
+    say = lines.append
+    s4, s5 = extras.get("S4"), extras.get("S5")
+    if s4:
+        say(
+            f"  replay a recorded {s4['steps']}-step session ({s4['events']} events): "
+            f"{s4['events_per_s']:,.0f} events/s ({_us(s4['ns_per_replay'])} µs a session); "
+            f"from a file (read_log + replay): {s4['file_events_per_s']:,.0f} events/s"
+        )
+    if s5:
+        say(
+            f"  encode + decode events: {s5['roundtrip_events_per_s']:,.0f} events/s; "
+            f"{s5['bytes_per_step']:,.0f} bytes per step"
+            + (
+                f"; a log file: {s5['file_bytes_per_step']:,.0f} bytes per step, read_log "
+                f"{s5['read_log_events_per_s']:,.0f} events/s, write_log "
+                f"{s5['write_log_events_per_s']:,.0f} events/s"
+                if "file_bytes_per_step" in s5
+                else ""
+            )
+        )
+    chunks = extras.get("chunks")
+    if chunks:
+        say(
+            f"  streamed text through run(): {_us(chunks['ns_per_chunk'])} µs per chunk "
+            f"(one answer in {chunks['chunks']:,} chunks)"
+        )
+    text = extras.get("non_ascii")
+    if text:
+        say(
+            f"  1 MB tool results through run() with a LogWriter: {_us(text['ascii_log'])} µs "
+            f"per step (ASCII), {_us(text['non_ascii_log'])} µs (non-ASCII)"
+        )
+    cold = extras.get("cold_start")
+    if cold:
+        say(
+            f"  import agentloop: {cold['bytecode_ms']:.1f} ms after import msgspec "
+            f"({cold['no_bytecode_ms']:.1f} ms the first time, without bytecode)"
+        )
+    extra = data.get("memory_extra")
+    if extra and "checkpoints" in extra:
+        last, mem = list(extra["checkpoints"].items())[-1]
+        say(
+            f"  memory while replaying a {extra['steps']}-step session {int(last):,} times: "
+            f"peak {mem['peak_mib']:.1f} MiB, {mem['current_mib'] or 0:.1f} MiB at the end"
+        )
+    return lines if len(lines) > 1 else []
+
+
+def format_summary(results: Sequence[Mapping[str, Any]], settings: Settings) -> list[str]:
+    """The report a user reads: µs per step first, scenarios named by what they do.
+
+    No scenario numbers, no floor, no goals: those are the maintainers' report
+    (``--goals``, :func:`format_report`). Peers are compared with agentloop's
+    ``run()`` + ``ScriptedModel``, the like-for-like driver.
+    """
+    lines = _header(results, settings)
+    say = lines.append
+    variants = [(name, variant) for name, variant in _labels(results) if name != FLOOR]
+    driven = dict(variants).get(DRIVEN)
+    peers = any(not name.startswith("agentloop") for name, _ in variants)
+    against = (DRIVEN, driven) if peers and driven is not None else None
+    if variants:
+        say("")
+        lines.extend(
+            _table(
+                "µs per step, then per run (a step: one model request and the tool calls it "
+                "asks for)",
+                variants,
+                SUMMARY_ROWS,
+                against,
+            )
+        )
+    agentloop = next((d for d in results if d.get("framework") == "agentloop"), None)
+    extras = agentloop.get("extras", {}) if agentloop else {}
+    if variants:
+        say("")
+        lines.extend(format_transcript(variants, extras, settings.cpu))
+    asynchronous = _labels(results, "async_variants")
+    if asynchronous:
+        base = dict(asynchronous).get(ARUN)
+        say("")
+        lines.extend(
+            _table(
+                "async: each run awaited on one event loop",
+                asynchronous,
+                SUMMARY_ROWS,
+                (ARUN, base) if peers and base is not None else None,
+            )
+        )
+    memory = format_memory(results)
+    if memory:
+        say("")
+        lines.extend(memory)
+    if agentloop is not None:
+        log = format_log(agentloop)
+        if log:
+            say("")
+            lines.extend(log)
+    return lines
 
 
 def _load() -> str:
@@ -988,6 +1198,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also time agentloop as of this git revision, in the same run (repeatable)",
     )
     parser.add_argument(
+        "--goals",
+        action="store_true",
+        help="the maintainers' report: scenarios S1-S5 against the floor (no engine), "
+        "every agentloop-only figure, and each goal with met / MISSED",
+    )
+    parser.add_argument(
         "--cpu-time",
         action="store_true",
         help="time the CPU time of each worker instead of the wall clock (steadier on a "
@@ -1029,7 +1245,7 @@ def run_suite(args: argparse.Namespace) -> int:
             print(done.stderr, file=sys.stderr)
             return 1
         big = json.loads(done.stdout.splitlines()[-1])
-    print(format_report(results, settings, big))
+    print(format_report(results, settings, big, goals=getattr(args, "goals", False)))
     if big is not None:
         from .big_log import report
 
@@ -1041,7 +1257,8 @@ def run_suite(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bench.peers [--peers] [--quick] [--repeat N] [--no-memory] [--json FILE]``."""
+    """``python -m bench.peers [--peers] [--quick] [--goals] [--repeat N] [--no-memory]
+    [--json FILE]``."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.peers",
         description="agentloop side by side with the agent frameworks users would otherwise "
