@@ -85,6 +85,7 @@ from ._common import (
     first_text,
     kind_from_status,
     output_system,
+    retry_after,
     sendable,
 )
 
@@ -348,10 +349,10 @@ class _OpenBlock:
 class _Usage:
     """The usage reported so far (kept outside ``_replies`` for an error mid-stream)."""
 
-    __slots__ = ("cache_read", "cache_write", "input", "output", "reported")
+    __slots__ = ("cache_read", "cache_write", "input", "output", "reasoning", "reported")
 
     def __init__(self) -> None:
-        self.input = self.output = self.cache_read = self.cache_write = 0
+        self.input = self.output = self.cache_read = self.cache_write = self.reasoning = 0
         self.reported = False
 
     def update(self, usage: Any) -> None:
@@ -360,6 +361,10 @@ class _Usage:
             self.cache_read = usage.cache_read_input_tokens or 0
             self.input = usage.input_tokens + self.cache_write + self.cache_read
         self.output = usage.output_tokens
+        # (cumulative, like output_tokens: the thinking part of them)
+        details = getattr(usage, "output_tokens_details", None)
+        if details is not None:
+            self.reasoning = details.thinking_tokens or 0
         self.reported = True
 
     def value(self) -> Usage | None:
@@ -370,6 +375,7 @@ class _Usage:
             self.output,
             cache_read_tokens=self.cache_read,
             cache_write_tokens=self.cache_write,
+            reasoning_tokens=self.reasoning,
         )
 
 
@@ -499,8 +505,10 @@ def _tool_call(block: _OpenBlock, where: str, *, truncated: bool) -> ToolCall:
 def _model_error(
     exc: anthropic.AnthropicError | httpx2.TransportError, usage: Usage | None = None
 ) -> ModelError:
-    """Classify an SDK or transport exception; keep the provider's own message."""
+    """Classify an SDK or transport exception; keep the provider's own message and
+    the wait it asked for (``retry-after``)."""
     status: int | None = None
+    retry = None
     if isinstance(exc, (anthropic.APIConnectionError, httpx2.TransportError)):
         kind = "connection"
         timeout = isinstance(exc, (anthropic.APITimeoutError, httpx2.TimeoutException))
@@ -515,6 +523,7 @@ def _model_error(
         detail = first_text([message]) or str(exc)
         if error_type:
             detail = f"{detail} [{error_type}]"
+        retry = retry_after(exc.response.headers)
     else:
         kind, detail = "unknown", f"{type(exc).__name__}: {exc}"
     where = f"HTTP {status}" if status is not None else kind
@@ -524,4 +533,5 @@ def _model_error(
         status_code=status,
         kind=kind,
         usage=usage,
+        retry_after=retry,
     )
