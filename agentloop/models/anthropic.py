@@ -38,7 +38,8 @@ run fails with ``MODEL_REFUSED`` and ``stop_details.explanation``); anything els
 (``pause_turn``, ...) -> ``error``, its name kept in ``stop_message``. Usage: input
 tokens are ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens``
 (what the request consumed), of which ``cache_write_tokens`` and
-``cache_read_tokens``; output tokens the final cumulative ``output_tokens``.
+``cache_read_tokens``; output tokens the final cumulative ``output_tokens``, of
+which ``output_tokens_details.thinking_tokens`` are the ``reasoning_tokens``.
 
 When the response stopped for ``max_tokens``, a tool call whose input was cut off
 is kept with empty arguments: the loop never runs the calls of a ``length``
@@ -51,8 +52,9 @@ HTTP status and a ``kind`` from the error type (``rate_limit_error`` ->
 ``rate_limit``, ``authentication_error``/``permission_error`` -> ``auth``,
 ``overloaded_error``/``api_error`` -> ``server``, ...); so does a connection dropped
 mid-stream, which the SDK lets out as the ``httpx2`` error (``connection``). The
-adapter uses a copy of your client with ``max_retries=0``; pass
-``retry=RetryPolicy(...)`` to retry, visibly, in :attr:`attempts`.
+``retry-after-ms`` or ``retry-after`` header of an error response is its
+``retry_after``. The adapter uses a copy of your client with ``max_retries=0``;
+pass ``retry=RetryPolicy(...)`` to retry, visibly, in :attr:`attempts`.
 """
 
 from __future__ import annotations
