@@ -38,7 +38,8 @@ finishes. Only choice 0 is read. ``finish_reason``: ``stop`` -> ``stop`` (or
 (``content_filter``, ...) -> ``error`` with the reason in ``stop_message``. A stream
 that ends without any ``finish_reason`` (some OpenAI-compatible servers) is
 ``tool_call`` when calls arrived, else ``stop``. Usage: ``prompt_tokens`` /
-``completion_tokens``, ``prompt_tokens_details.cached_tokens`` (cache reads) and
+``completion_tokens``, ``prompt_tokens_details.cached_tokens`` (cache reads; the
+Hugging Face router's top-level ``cached_tokens`` when there is no such detail) and
 ``completion_tokens_details.reasoning_tokens``. A chunk carrying an ``error``
 (OpenRouter reports failures inside a 200 stream that way) raises
 :class:`~agentloop.ModelError` with the usage reported so far.
@@ -76,10 +77,14 @@ re-issue them. Otherwise arguments that are not a JSON object end the stream wit
 ``ModelFailure(code="MODEL_PROTOCOL_ERROR")``.
 
 Errors: every ``openai.APIError`` becomes :class:`~agentloop.ModelError` with
-``provider="openai"``, the HTTP status and a ``kind`` (``rate_limit``, ``auth``,
-``connection``, ``server``, ``bad_request``, ``unknown``). The adapter uses a copy
-of your client with ``max_retries=0``: nothing is retried behind the loop's back;
-pass ``retry=RetryPolicy(...)`` to retry, visibly, in :attr:`attempts`.
+``provider="openai"``, the HTTP status, a ``kind`` (``rate_limit``, ``auth``,
+``connection``, ``server``, ``bad_request``, ``unknown``) and the wait the response
+asked for (``retry-after-ms``, ``retry-after``) as ``retry_after``. An OpenAI-
+compatible router's upstream reason (OpenRouter's ``error.metadata.raw`` behind
+"Provider returned error", and ``provider_name``) is kept in the message. The
+adapter uses a copy of your client with ``max_retries=0``: nothing is retried
+behind the loop's back; pass ``retry=RetryPolicy(...)`` to retry, visibly, in
+:attr:`attempts`.
 """
 
 from __future__ import annotations
