@@ -32,8 +32,12 @@ Stream: text parts are text; ``thought`` parts are thinking, sent as one
 ``thought_signature`` becomes ``ProviderBlock("gemini", "thought_signature",
 {"thought_signature": <base64>, "part": "text" | "thought" | "function_call" |
 "empty"})`` right after the block of its part, and goes back on that same kind of
-part. ``finish_reason``: ``STOP`` -> ``stop`` (or ``tool_call`` when the model
-called functions), ``MAX_TOKENS`` -> ``length``, anything else (``SAFETY``,
+part. Vertex AI's streamed function-call arguments (``stream_function_call_arguments``
+in the ``tool_config``: a part ``{name, will_continue}``, parts of ``partial_args``,
+a last part without ``will_continue``) are assembled into one ``ToolCall``, sent
+when the call ends (:class:`_StreamedCall`). ``finish_reason``: ``STOP`` -> ``stop``
+(or ``tool_call`` when the model called functions), ``MAX_TOKENS`` -> ``length``
+(calls or not), anything else (``SAFETY``,
 ``RECITATION``, ``PROHIBITED_CONTENT``, ``MALFORMED_FUNCTION_CALL``, ...) -> ``error``
 with the reason and ``finish_message`` in ``stop_message``; a blocked prompt
 (``prompt_feedback.block_reason``, no candidate) -> ``error`` likewise. A stream
@@ -46,15 +50,18 @@ reasoning tokens.
 Errors: ``google.genai.errors.APIError`` (an HTTP error, or an error object inside
 the stream) becomes :class:`~agentloop.ModelError` with ``provider="gemini"``, the
 HTTP status and a ``kind`` (``rate_limit``, ``auth``, ``server``,
-``bad_request``), with the usage reported before it; a transport error is
-``connection``. The SDK does not retry unless its client was built with
-``retry_options``; pass ``retry=RetryPolicy(...)`` to retry visibly, in
-:attr:`attempts`.
+``bad_request``), with the usage reported before it and the ``retryDelay`` of a
+``google.rpc.RetryInfo`` detail (else a ``retry-after`` header) as ``retry_after``;
+a transport error is ``connection``. The SDK does not retry unless its client was
+built with ``retry_options``; pass ``retry=RetryPolicy(...)`` to retry visibly, in
+:attr:`attempts`. Its automatic function calling is turned off (the loop runs the
+tools) unless you pass ``automatic_function_calling``.
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -473,24 +480,28 @@ def _assign(arguments: dict[str, Any], path: str, value: Any, append: bool, wher
     appended to the one already there (the rest of a string streamed in pieces)."""
     steps = _path(path, where)
     target: Any = arguments
-    for position, step in enumerate(steps):
-        if type(step) is int:
-            if type(target) is not list or step > _MAX_INDEX:
-                raise MalformedOutput(f"{where}: argument path {path!r}: no array for [{step}]")
-            target.extend([None] * (step + 1 - len(target)))
-            current = target[step]
-        else:
-            if type(target) is not dict:
-                raise MalformedOutput(f"{where}: argument path {path!r}: no object for {step!r}")
-            current = target.get(step)
-        if position == len(steps) - 1:
-            if append and isinstance(current, str) and isinstance(value, str):
-                value = current + value
-            target[step] = value
-            return
-        if current is None:
-            current = target[step] = [] if type(steps[position + 1]) is int else {}
-        target = current
+    for step, after in itertools.pairwise(steps):  # down to the last step's container
+        inner = _slot(target, step, path, where)
+        if inner is None:
+            inner = target[step] = [] if type(after) is int else {}
+        target = inner
+    last = steps[-1]
+    current = _slot(target, last, path, where)
+    if append and isinstance(current, str) and isinstance(value, str):
+        value = current + value
+    target[last] = value
+
+
+def _slot(target: Any, step: str | int, path: str, where: str) -> Any:
+    """What ``target`` holds at ``step`` (an array grown to have that index)."""
+    if type(step) is int:
+        if type(target) is not list or step > _MAX_INDEX:
+            raise MalformedOutput(f"{where}: argument path {path!r}: no array for [{step}]")
+        target.extend([None] * (step + 1 - len(target)))
+        return target[step]
+    if type(target) is not dict:
+        raise MalformedOutput(f"{where}: argument path {path!r}: no object for {step!r}")
+    return target.get(step)
 
 
 def _enum_name(value: object) -> str:
