@@ -118,10 +118,7 @@ class TestThinkingTokens:
 class TestStream:
     def test_recorded_text(self) -> None:
         server = Server(body(A_TEXT))
-        items = replies(
-            make("anthropic", server, model="claude-sonnet-4-5"),
-            request(system="Be kind.", text="Hi"),
-        )
+        items = replies(make("anthropic", server), request(system="Be kind.", text="Hi"))
         assert chunks(items) == [
             TextBlock(t)
             for t in [
@@ -138,7 +135,7 @@ class TestStream:
         assert answer.stop_reason == "stop"
         assert answer.usage == Usage(12, 30)
         assert server.body() == {
-            "model": "claude-sonnet-4-5",
+            "model": "claude-test",
             "max_tokens": 1024,
             "messages": [{"role": "user", "content": "Hi"}],
             "system": "Be kind.",
