@@ -110,6 +110,11 @@ class ModelError(AgentLoopError):
             records them in the ``ModelFailure`` so ``RunResult.usage`` counts them.
         attempts: the models tried before, when a
             :class:`~agentloop.models.FallbackModel` gave up (recorded likewise).
+        retry_after: the seconds the provider asked to wait before trying again
+            (its ``retry-after-ms`` or ``retry-after`` header, or Gemini's
+            ``google.rpc.RetryInfo``), ``None`` when it said nothing. A
+            :class:`~agentloop.models.RetryPolicy` waits that long instead of its
+            own backoff, up to its ``max_retry_after_seconds``.
     """
 
     def __init__(
@@ -121,6 +126,7 @@ class ModelError(AgentLoopError):
         kind: str = "unknown",
         usage: Usage | None = None,
         attempts: tuple[ModelAttempt, ...] = (),
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -129,3 +135,4 @@ class ModelError(AgentLoopError):
         self.kind = kind
         self.usage = usage
         self.attempts = attempts
+        self.retry_after = retry_after

@@ -2,7 +2,7 @@
 
 Usage of every response (failed ones too), refusals, ``stop_message``,
 ``ProviderBlock`` validation and ``ModelAttempt`` records, driven by small
-in-test models (the adapters' own traffic is in ``test_models_recorded.py``).
+in-test models (the adapters' own traffic is in ``tests/providers/``).
 """
 
 from __future__ import annotations

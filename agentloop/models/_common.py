@@ -42,7 +42,13 @@ Provider errors (HTTP status, connection, an error event mid-stream) are raised 
 ``ModelFailure(code="MODEL_ERROR")``. Nothing is retried unless the adapter was
 given a :class:`RetryPolicy`: then an error of a retryable kind is retried with
 backoff, but only while nothing has been yielded for the request yet (a stream that
-already produced chunks cannot be taken back). Every attempt, successful or not, is
+already produced chunks cannot be taken back). When the provider said how long to
+wait (:attr:`~agentloop.ModelError.retry_after`, read by :func:`retry_after` from
+the ``retry-after-ms``/``retry-after`` headers, or Gemini's ``RetryInfo``), that
+wait replaces the backoff; a wait longer than the policy's
+``max_retry_after_seconds`` is not retried at all (retrying sooner than asked
+would only fail again): the error is raised, its ``retry_after`` telling the caller
+when to come back. Every attempt, successful or not, is
 recorded in the adapter's ``attempts``, and each retry is logged as a WARNING on
 the ``agentloop.models`` logger (:class:`_Tries` keeps that book for both paths).
 The async path waits with an async ``sleep`` (``asyncio.sleep`` unless given one).
@@ -63,12 +69,23 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import datetime
+import email.utils
 import enum
 import inspect
 import logging
+import math
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterable, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
 
 import msgspec
@@ -99,6 +116,7 @@ __all__ = [
     "kind_from_status",
     "logger",
     "output_system",
+    "retry_after",
     "schema_name",
     "sendable",
 ]
@@ -141,16 +159,27 @@ _ATTEMPTS_KEPT: Final = 256
 class RetryPolicy(msgspec.Struct, frozen=True):
     """Retry a model call that failed before it produced anything.
 
+    Between two tries the adapter waits the backoff (``backoff_seconds``, then
+    times ``multiplier`` each time, at most ``max_backoff_seconds``), unless the
+    provider said how long to wait (:attr:`agentloop.ModelError.retry_after`): then
+    it waits exactly that. A provider that asks for more than
+    ``max_retry_after_seconds`` is not retried: the error is raised at once (with
+    its ``retry_after``), since a try before the provider's time would fail again.
+
     Attributes:
         attempts: total tries per request, the first included (``1`` = no retry).
         backoff_seconds: wait before the second try.
         multiplier: each later wait is the previous one times this.
-        max_backoff_seconds: no wait is longer than this.
+        max_backoff_seconds: no backoff is longer than this.
         retry_on: the :attr:`agentloop.ModelError.kind` values worth retrying.
+        max_retry_after_seconds: the longest wait asked by the provider that the
+            adapter sleeps through (``math.inf``: any).
 
     >>> policy = RetryPolicy(4, 0.5)
     >>> [policy.delay(n) for n in (1, 2, 3)]
     [0.5, 1.0, 2.0]
+    >>> policy.next_delay(1, retry_after=20.0), policy.next_delay(1, retry_after=600.0)
+    (20.0, None)
     """
 
     attempts: int = 3
@@ -158,24 +187,40 @@ class RetryPolicy(msgspec.Struct, frozen=True):
     multiplier: float = 2.0
     max_backoff_seconds: float = 30.0
     retry_on: frozenset[str] = DEFAULT_RETRY_ON
+    max_retry_after_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         if type(self.attempts) is not int or self.attempts < 1:
             raise ValueError(f"RetryPolicy.attempts must be an int >= 1, got {self.attempts!r}")
-        for name in ("backoff_seconds", "max_backoff_seconds"):
+        for name in ("backoff_seconds", "max_backoff_seconds", "max_retry_after_seconds"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            if not _number(value) or not value >= 0:  # (not >= 0: NaN too)
                 raise ValueError(f"RetryPolicy.{name} must be a number >= 0, got {value!r}")
         multiplier = self.multiplier
-        if not isinstance(multiplier, (int, float)) or isinstance(multiplier, bool):
-            raise ValueError(f"RetryPolicy.multiplier must be a number >= 1, got {multiplier!r}")
-        if multiplier < 1:
+        if not _number(multiplier) or not multiplier >= 1:
             raise ValueError(f"RetryPolicy.multiplier must be a number >= 1, got {multiplier!r}")
 
     def delay(self, failed_attempt: int) -> float:
-        """Seconds to wait after attempt number ``failed_attempt`` (1-based) failed."""
+        """The backoff after attempt number ``failed_attempt`` (1-based) failed."""
         wait = self.backoff_seconds * self.multiplier ** (failed_attempt - 1)
         return float(min(wait, self.max_backoff_seconds))
+
+    def next_delay(self, failed_attempt: int, retry_after: float | None = None) -> float | None:
+        """Seconds to wait after attempt number ``failed_attempt`` failed, when the
+        provider asked for ``retry_after`` seconds (``None``: it did not say).
+
+        Returns ``retry_after`` itself when it is at most ``max_retry_after_seconds``,
+        ``None`` (do not retry) when it is more, and :meth:`delay` when there is no ask.
+        """
+        if retry_after is None or not retry_after >= 0:  # (a NaN is no ask)
+            return self.delay(failed_attempt)
+        if retry_after > self.max_retry_after_seconds or not math.isfinite(retry_after):
+            return None
+        return float(retry_after)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class RetryAttempt(msgspec.Struct, frozen=True, kw_only=True):
@@ -191,6 +236,8 @@ class RetryAttempt(msgspec.Struct, frozen=True, kw_only=True):
         status_code: the error's HTTP status, when there was one.
         retried: whether another try followed.
         delay_seconds: how long the adapter slept before that next try.
+        retry_after: the wait the provider asked for, when it failed and said
+            (:attr:`agentloop.ModelError.retry_after`).
     """
 
     request_id: str
@@ -200,6 +247,7 @@ class RetryAttempt(msgspec.Struct, frozen=True, kw_only=True):
     status_code: int | None = None
     retried: bool = False
     delay_seconds: float = 0.0
+    retry_after: float | None = None
 
 
 class MalformedOutput(AgentLoopError):
@@ -441,13 +489,27 @@ class _Tries:
         """
         model, number = self.model, self.number
         policy = model.retry
-        retry = (
+        asked = error.retry_after
+        delay = None
+        if (
             policy is not None
             and not self._yielded
             and number < policy.attempts
             and error.kind in policy.retry_on
-        )
-        delay = policy.delay(number) if retry and policy is not None else 0.0
+        ):
+            delay = policy.next_delay(number, asked)
+            if delay is None:
+                logger.warning(
+                    "%r: attempt %d of %d for %s failed (%s); not retrying: the provider "
+                    "asks to wait %.3gs, more than RetryPolicy.max_retry_after_seconds=%.3g",
+                    model,
+                    number,
+                    policy.attempts,
+                    self.request.id,
+                    error.message,
+                    asked,
+                    policy.max_retry_after_seconds,
+                )
         model.attempts.append(
             RetryAttempt(
                 request_id=self.request.id,
@@ -455,20 +517,22 @@ class _Tries:
                 error=error.message,
                 kind=error.kind,
                 status_code=error.status_code,
-                retried=retry,
-                delay_seconds=delay,
+                retried=delay is not None,
+                delay_seconds=delay or 0.0,
+                retry_after=asked,
             )
         )
-        if not retry:
+        if delay is None or policy is None:
             raise error
         logger.warning(
-            "%r: attempt %d of %d for %s failed (%s); retrying in %.3gs",
+            "%r: attempt %d of %d for %s failed (%s); retrying in %.3gs%s",
             model,
             number,
-            policy.attempts if policy is not None else 1,
+            policy.attempts,
             self.request.id,
             error.message,
             delay,
+            "" if asked is None else " (as the provider asked)",
         )
         self.number += 1
         return delay
@@ -639,6 +703,48 @@ def kind_from_status(status: int | None) -> str:
     if 400 <= status < 500:
         return "bad_request"
     return "unknown"
+
+
+def retry_after(
+    headers: Mapping[str, str] | None, now: Callable[[], float] = time.time
+) -> float | None:
+    """The wait an HTTP response asks for before the next try, in seconds.
+
+    ``retry-after-ms`` (milliseconds, as OpenAI and Anthropic send it) wins over
+    ``retry-after`` (seconds, or an HTTP date: the seconds from ``now()`` until
+    then, 0 for a date past). ``None`` when neither says anything usable.
+
+    >>> retry_after({"retry-after": "20"}), retry_after({"retry-after-ms": "1500"})
+    (20.0, 1.5)
+    >>> retry_after({"retry-after": "Thu, 01 Jan 1970 00:01:00 GMT"}, now=lambda: 30.0)
+    30.0
+    """
+    if headers is None:
+        return None
+    milliseconds = _seconds(headers.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000
+    value = headers.get("retry-after")
+    seconds = _seconds(value)
+    if seconds is not None or value is None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, with no claim about the sender's zone
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, when.timestamp() - now())
+
+
+_SECONDS: Final = re.compile(r"\s*[0-9]{1,12}(?:\.[0-9]{1,9})?\s*")
+
+
+def _seconds(value: str | None) -> float | None:
+    """A non-negative decimal number of (milli)seconds; ``None`` for anything else."""
+    if value is None or not _SECONDS.fullmatch(value):
+        return None
+    return float(value)
 
 
 def output_system(system: str | None, output: OutputSpec | None) -> str | None:

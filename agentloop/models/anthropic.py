@@ -38,7 +38,8 @@ run fails with ``MODEL_REFUSED`` and ``stop_details.explanation``); anything els
 (``pause_turn``, ...) -> ``error``, its name kept in ``stop_message``. Usage: input
 tokens are ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens``
 (what the request consumed), of which ``cache_write_tokens`` and
-``cache_read_tokens``; output tokens the final cumulative ``output_tokens``.
+``cache_read_tokens``; output tokens the final cumulative ``output_tokens``, of
+which ``output_tokens_details.thinking_tokens`` are the ``reasoning_tokens``.
 
 When the response stopped for ``max_tokens``, a tool call whose input was cut off
 is kept with empty arguments: the loop never runs the calls of a ``length``
@@ -51,8 +52,9 @@ HTTP status and a ``kind`` from the error type (``rate_limit_error`` ->
 ``rate_limit``, ``authentication_error``/``permission_error`` -> ``auth``,
 ``overloaded_error``/``api_error`` -> ``server``, ...); so does a connection dropped
 mid-stream, which the SDK lets out as the ``httpx2`` error (``connection``). The
-adapter uses a copy of your client with ``max_retries=0``; pass
-``retry=RetryPolicy(...)`` to retry, visibly, in :attr:`attempts`.
+``retry-after-ms`` or ``retry-after`` header of an error response is its
+``retry_after``. The adapter uses a copy of your client with ``max_retries=0``;
+pass ``retry=RetryPolicy(...)`` to retry, visibly, in :attr:`attempts`.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ from ._common import (
     first_text,
     kind_from_status,
     output_system,
+    retry_after,
     sendable,
 )
 
@@ -348,10 +351,10 @@ class _OpenBlock:
 class _Usage:
     """The usage reported so far (kept outside ``_replies`` for an error mid-stream)."""
 
-    __slots__ = ("cache_read", "cache_write", "input", "output", "reported")
+    __slots__ = ("cache_read", "cache_write", "input", "output", "reasoning", "reported")
 
     def __init__(self) -> None:
-        self.input = self.output = self.cache_read = self.cache_write = 0
+        self.input = self.output = self.cache_read = self.cache_write = self.reasoning = 0
         self.reported = False
 
     def update(self, usage: Any) -> None:
@@ -360,6 +363,10 @@ class _Usage:
             self.cache_read = usage.cache_read_input_tokens or 0
             self.input = usage.input_tokens + self.cache_write + self.cache_read
         self.output = usage.output_tokens
+        # (cumulative, like output_tokens: the thinking part of them)
+        details = getattr(usage, "output_tokens_details", None)
+        if details is not None:
+            self.reasoning = details.thinking_tokens or 0
         self.reported = True
 
     def value(self) -> Usage | None:
@@ -370,6 +377,7 @@ class _Usage:
             self.output,
             cache_read_tokens=self.cache_read,
             cache_write_tokens=self.cache_write,
+            reasoning_tokens=self.reasoning,
         )
 
 
@@ -499,8 +507,10 @@ def _tool_call(block: _OpenBlock, where: str, *, truncated: bool) -> ToolCall:
 def _model_error(
     exc: anthropic.AnthropicError | httpx2.TransportError, usage: Usage | None = None
 ) -> ModelError:
-    """Classify an SDK or transport exception; keep the provider's own message."""
+    """Classify an SDK or transport exception; keep the provider's own message and
+    the wait it asked for (``retry-after``)."""
     status: int | None = None
+    retry = None
     if isinstance(exc, (anthropic.APIConnectionError, httpx2.TransportError)):
         kind = "connection"
         timeout = isinstance(exc, (anthropic.APITimeoutError, httpx2.TimeoutException))
@@ -515,6 +525,7 @@ def _model_error(
         detail = first_text([message]) or str(exc)
         if error_type:
             detail = f"{detail} [{error_type}]"
+        retry = retry_after(exc.response.headers)
     else:
         kind, detail = "unknown", f"{type(exc).__name__}: {exc}"
     where = f"HTTP {status}" if status is not None else kind
@@ -524,4 +535,5 @@ def _model_error(
         status_code=status,
         kind=kind,
         usage=usage,
+        retry_after=retry,
     )

@@ -32,8 +32,12 @@ Stream: text parts are text; ``thought`` parts are thinking, sent as one
 ``thought_signature`` becomes ``ProviderBlock("gemini", "thought_signature",
 {"thought_signature": <base64>, "part": "text" | "thought" | "function_call" |
 "empty"})`` right after the block of its part, and goes back on that same kind of
-part. ``finish_reason``: ``STOP`` -> ``stop`` (or ``tool_call`` when the model
-called functions), ``MAX_TOKENS`` -> ``length``, anything else (``SAFETY``,
+part. Vertex AI's streamed function-call arguments (``stream_function_call_arguments``
+in the ``tool_config``: a part ``{name, will_continue}``, parts of ``partial_args``,
+a last part without ``will_continue``) are assembled into one ``ToolCall``, sent
+when the call ends (:class:`_StreamedCall`). ``finish_reason``: ``STOP`` -> ``stop``
+(or ``tool_call`` when the model called functions), ``MAX_TOKENS`` -> ``length``
+(calls or not), anything else (``SAFETY``,
 ``RECITATION``, ``PROHIBITED_CONTENT``, ``MALFORMED_FUNCTION_CALL``, ...) -> ``error``
 with the reason and ``finish_message`` in ``stop_message``; a blocked prompt
 (``prompt_feedback.block_reason``, no candidate) -> ``error`` likewise. A stream
@@ -46,17 +50,23 @@ reasoning tokens.
 Errors: ``google.genai.errors.APIError`` (an HTTP error, or an error object inside
 the stream) becomes :class:`~agentloop.ModelError` with ``provider="gemini"``, the
 HTTP status and a ``kind`` (``rate_limit``, ``auth``, ``server``,
-``bad_request``), with the usage reported before it; a transport error is
-``connection``. The SDK does not retry unless its client was built with
-``retry_options``; pass ``retry=RetryPolicy(...)`` to retry visibly, in
-:attr:`attempts`.
+``bad_request``), with the usage reported before it and the ``retryDelay`` of a
+``google.rpc.RetryInfo`` detail (else a ``retry-after`` header) as ``retry_after``;
+a transport error is ``connection``. The SDK does not retry unless its client was
+built with ``retry_options``; pass ``retry=RetryPolicy(...)`` to retry visibly, in
+:attr:`attempts`. Its automatic function calling is turned off (the loop runs the
+tools) unless you pass ``automatic_function_calling``.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+import itertools
+import re
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from .._errors import ModelError
 from .._messages import (
@@ -71,6 +81,7 @@ from .._protocol import ModelRequest, Usage
 from ._common import (
     END,
     NEXT,
+    MalformedOutput,
     Parser,
     ProviderCall,
     RetryPolicy,
@@ -78,6 +89,7 @@ from ._common import (
     StreamingModel,
     first_text,
     kind_from_status,
+    retry_after,
     sendable,
 )
 
@@ -152,6 +164,11 @@ class GeminiModel(StreamingModel):
 
     def _call(self, request: ModelRequest) -> ProviderCall[Any]:
         config = types.GenerateContentConfig(**self.config_options)
+        if config.automatic_function_calling is None:
+            # The loop runs the tools: the SDK's automatic function calling never
+            # applies (and with stream_function_call_arguments the SDK refuses to
+            # start unless it is off).
+            config.automatic_function_calling = types.AutomaticFunctionCallingConfig(disable=True)
         if request.system is not None:
             config.system_instruction = request.system
         output = request.output
@@ -282,6 +299,7 @@ def _replies(request: ModelRequest, usage: _Usage) -> Parser[types.GenerateConte
     finish_message: str | None = None
     blocked: str | None = None
     calls = 0
+    streamed: _StreamedCall | None = None  # a call whose arguments are still arriving
     while (chunk := (yield NEXT)) is not END:
         response_id = response_id or (chunk.response_id or "")
         usage.update(chunk.usage_metadata)
@@ -295,12 +313,31 @@ def _replies(request: ModelRequest, usage: _Usage) -> Parser[types.GenerateConte
             continue
         content = candidate.content
         for part in (content.parts if content is not None else None) or ():
+            call = part.function_call
+            if streamed is not None:
+                if call is not None and not call.name:
+                    # a fragment of the open call (Vertex AI's streamed arguments)
+                    streamed.add(call, part.thought_signature)
+                    if call.will_continue:
+                        continue
+                    yield from streamed.blocks(out, truncated=False)
+                    streamed = None
+                    continue
+                if call is None and (part.text or part.thought_signature):
+                    raise MalformedOutput(f"{streamed.where}: a part of another kind came first")
+                # (the next call begins: the open one had no closing fragment)
+                yield from streamed.blocks(out, truncated=False)
+                streamed = None
             kind = "empty"
-            if part.function_call is not None:
+            if call is not None:
                 kind = "function_call"
                 calls += 1
-                call = part.function_call
                 call_id = call.id or f"{response_id or request.id}-{calls}"
+                if call.will_continue:
+                    where = f"gemini response {response_id or request.id!r}, function call {calls}"
+                    streamed = _StreamedCall(call_id, call.name or "", where)
+                    streamed.add(call, part.thought_signature)
+                    continue
                 yield from out.block(ToolCall(call_id, call.name or "", dict(call.args or {})))
             elif part.thought and part.text:
                 kind = "thought"
@@ -309,12 +346,14 @@ def _replies(request: ModelRequest, usage: _Usage) -> Parser[types.GenerateConte
                 kind = "text"
                 yield from out.text(part.text)
             if part.thought_signature:
-                signature = base64.b64encode(part.thought_signature).decode("ascii")
-                data = {"thought_signature": signature, "part": kind}
-                yield from out.block(ProviderBlock("gemini", "thought_signature", data))
+                yield from out.block(_signature(part.thought_signature, kind))
         if candidate.finish_reason is not None:
             finish = _enum_name(candidate.finish_reason)
             finish_message = candidate.finish_message or finish_message
+    if streamed is not None:
+        if _STOP.get(finish or "") != "length":
+            raise MalformedOutput(f"{streamed.where}: the stream ended before the call did")
+        yield from streamed.blocks(out, truncated=True)
     yield from out.flush()
     if finish is None and blocked is not None:
         stop, message = "error", blocked
@@ -323,9 +362,146 @@ def _replies(request: ModelRequest, usage: _Usage) -> Parser[types.GenerateConte
         message = None
         if stop == "error":
             message = f"finish_reason {finish}" + (f": {finish_message}" if finish_message else "")
-        elif calls:
-            stop = "tool_call"
+        elif stop == "stop" and calls:
+            stop = "tool_call"  # (a response cut off by MAX_TOKENS stays "length")
     yield out.response(response_id or request.id, stop, usage.value, message)
+
+
+def _signature(signature: bytes, kind: str) -> ProviderBlock:
+    data = {"thought_signature": base64.b64encode(signature).decode("ascii"), "part": kind}
+    return ProviderBlock("gemini", "thought_signature", data)
+
+
+class _StreamedCall:
+    """A function call whose arguments Vertex AI streams (``stream_function_call_
+    arguments``): a part ``{name, will_continue}``, parts of ``partial_args`` (each a
+    JSON path and a value; a string may come in pieces, ``will_continue`` on all but
+    the last), and a last part without ``will_continue``. Sent as one ``ToolCall``
+    when that last part arrives, with the signature of its first part after it."""
+
+    __slots__ = ("arguments", "continued", "id", "name", "signatures", "where")
+
+    def __init__(self, call_id: str, name: str, where: str) -> None:
+        self.id = call_id
+        self.name = name
+        self.where = f"{where} ({name!r})"
+        self.arguments: dict[str, Any] = {}
+        self.continued: set[str] = set()  # JSON paths whose string is still arriving
+        self.signatures: list[bytes] = []
+
+    def add(self, call: types.FunctionCall, signature: bytes | None) -> None:
+        if signature:
+            self.signatures.append(signature)
+        if call.args:
+            self.arguments.update(call.args)
+        for partial in call.partial_args or ():
+            path = partial.json_path or ""
+            value = _partial_value(partial)
+            if value is _NO_VALUE:
+                continue
+            _assign(self.arguments, path, value, path in self.continued, self.where)
+            if partial.will_continue:
+                self.continued.add(path)
+            else:
+                self.continued.discard(path)
+
+    def blocks(self, out: StreamAssembler, *, truncated: bool) -> list[Any]:
+        # (cut off by the token limit: kept without arguments, like every adapter's)
+        arguments = {} if truncated else self.arguments
+        ready: list[Any] = out.block(ToolCall(self.id, self.name, arguments))
+        for signature in self.signatures:
+            ready += out.block(_signature(signature, "function_call"))
+        return ready
+
+
+_NO_VALUE: Final = object()
+
+
+def _partial_value(partial: types.PartialArg) -> Any:
+    """The JSON value of one ``PartialArg`` (numbers come as doubles: whole ones are ints)."""
+    if partial.string_value is not None:
+        return partial.string_value
+    if partial.number_value is not None:
+        number = partial.number_value
+        whole = number.is_integer() and abs(number) <= 2**53
+        return int(number) if whole else number
+    if partial.bool_value is not None:
+        return partial.bool_value
+    if partial.null_value is not None:
+        return None
+    return _NO_VALUE
+
+
+#: One step of an RFC 9535 JSON path: ``.name``, ``[index]``, ``['name']``, ``["name"]``.
+_STEP: Final = re.compile(
+    r"\.([^\W\d]\w*)|\[([0-9]+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\"((?:[^\"\\]|\\.)*)\"\]", re.S
+)
+#: In a single-quoted name: an escape, or a double quote (JSON needs it escaped).
+_SINGLE: Final = re.compile(r"\\.|\"", re.S)
+#: The longest array an argument path may make (a bigger index is malformed).
+_MAX_INDEX: Final = 100_000
+
+
+def _path(path: str, where: str) -> list[str | int]:
+    """The keys and indexes of a JSON path (``$.recipe.steps[0]`` -> recipe, steps, 0)."""
+    if not path.startswith("$"):
+        raise MalformedOutput(f"{where}: the argument path {path!r} does not start with $")
+    steps: list[str | int] = []
+    at = 1
+    while at < len(path):
+        match = _STEP.match(path, at)
+        if match is None:
+            raise MalformedOutput(f"{where}: cannot read the argument path {path!r}")
+        name, index, single, double = match.groups()
+        if index is not None:
+            steps.append(int(index))
+        elif name is not None:
+            steps.append(name)
+        else:
+            steps.append(_quoted(single, double, path, where))
+        at = match.end()
+    if not steps:
+        raise MalformedOutput(f"{where}: the argument path {path!r} names no argument")
+    return steps
+
+
+def _quoted(single: str | None, double: str | None, path: str, where: str) -> str:
+    """A bracketed name, unescaped (RFC 9535 escapes are JSON's, plus ``\\'``)."""
+    if single is not None:
+        double = _SINGLE.sub(lambda m: {"\\'": "'", '"': '\\"'}.get(m[0], m[0]), single)
+    try:
+        return msgspec.json.decode(f'"{double}"'.encode(errors="surrogatepass"), type=str)
+    except msgspec.DecodeError:
+        raise MalformedOutput(f"{where}: cannot read the argument path {path!r}") from None
+
+
+def _assign(arguments: dict[str, Any], path: str, value: Any, append: bool, where: str) -> None:
+    """Set ``value`` at ``path`` in ``arguments``; with ``append``, a string is
+    appended to the one already there (the rest of a string streamed in pieces)."""
+    steps = _path(path, where)
+    target: Any = arguments
+    for step, after in itertools.pairwise(steps):  # down to the last step's container
+        inner = _slot(target, step, path, where)
+        if inner is None:
+            inner = target[step] = [] if type(after) is int else {}
+        target = inner
+    last = steps[-1]
+    current = _slot(target, last, path, where)
+    if append and isinstance(current, str) and isinstance(value, str):
+        value = current + value
+    target[last] = value
+
+
+def _slot(target: Any, step: str | int, path: str, where: str) -> Any:
+    """What ``target`` holds at ``step`` (an array grown to have that index)."""
+    if type(step) is int:
+        if type(target) is not list or step > _MAX_INDEX:
+            raise MalformedOutput(f"{where}: argument path {path!r}: no array for [{step}]")
+        target.extend([None] * (step + 1 - len(target)))
+        return target[step]
+    if type(target) is not dict:
+        raise MalformedOutput(f"{where}: argument path {path!r}: no object for {step!r}")
+    return target.get(step)
 
 
 def _enum_name(value: object) -> str:
@@ -336,7 +512,8 @@ def _enum_name(value: object) -> str:
 
 
 def _model_error(exc: errors.APIError | httpx2.TransportError, usage: Usage | None) -> ModelError:
-    """Classify an SDK or transport error; keep Google's own message and status name."""
+    """Classify an SDK or transport error; keep Google's own message and status name,
+    and the wait it asked for (``google.rpc.RetryInfo``, or a ``retry-after`` header)."""
     if isinstance(exc, httpx2.TransportError):
         detail = "request timed out" if isinstance(exc, httpx2.TimeoutException) else str(exc)
         return ModelError(
@@ -351,6 +528,32 @@ def _model_error(exc: errors.APIError | httpx2.TransportError, usage: Usage | No
     if exc.status:
         detail = f"{detail} [{exc.status}]"
     where = f"HTTP {status}" if status is not None else "stream error"
+    retry = _retry_info(exc.details)
+    if retry is None:
+        headers = getattr(exc.response, "headers", None)
+        retry = retry_after(headers if isinstance(headers, Mapping) else None)
     return ModelError(
-        f"gemini {where}: {detail}", provider="gemini", status_code=status, kind=kind, usage=usage
+        f"gemini {where}: {detail}",
+        provider="gemini",
+        status_code=status,
+        kind=kind,
+        usage=usage,
+        retry_after=retry,
     )
+
+
+_RETRY_INFO: Final = "type.googleapis.com/google.rpc.RetryInfo"
+#: A ``google.protobuf.Duration`` in JSON: seconds, a fraction, and ``s``.
+_DURATION: Final = re.compile(r"([0-9]{1,12})(\.[0-9]{1,9})?s")
+
+
+def _retry_info(body: object) -> float | None:
+    """The ``retryDelay`` of the ``google.rpc.RetryInfo`` in an error body's details."""
+    error = body.get("error", body) if isinstance(body, Mapping) else None
+    details = error.get("details") if isinstance(error, Mapping) else None
+    for detail in details if isinstance(details, list) else ():
+        if isinstance(detail, Mapping) and detail.get("@type") == _RETRY_INFO:
+            delay = detail.get("retryDelay")
+            if isinstance(delay, str) and _DURATION.fullmatch(delay):
+                return float(delay[:-1])
+    return None

@@ -38,7 +38,8 @@ finishes. Only choice 0 is read. ``finish_reason``: ``stop`` -> ``stop`` (or
 (``content_filter``, ...) -> ``error`` with the reason in ``stop_message``. A stream
 that ends without any ``finish_reason`` (some OpenAI-compatible servers) is
 ``tool_call`` when calls arrived, else ``stop``. Usage: ``prompt_tokens`` /
-``completion_tokens``, ``prompt_tokens_details.cached_tokens`` (cache reads) and
+``completion_tokens``, ``prompt_tokens_details.cached_tokens`` (cache reads; the
+Hugging Face router's top-level ``cached_tokens`` when there is no such detail) and
 ``completion_tokens_details.reasoning_tokens``. A chunk carrying an ``error``
 (OpenRouter reports failures inside a 200 stream that way) raises
 :class:`~agentloop.ModelError` with the usage reported so far.
@@ -76,16 +77,22 @@ re-issue them. Otherwise arguments that are not a JSON object end the stream wit
 ``ModelFailure(code="MODEL_PROTOCOL_ERROR")``.
 
 Errors: every ``openai.APIError`` becomes :class:`~agentloop.ModelError` with
-``provider="openai"``, the HTTP status and a ``kind`` (``rate_limit``, ``auth``,
-``connection``, ``server``, ``bad_request``, ``unknown``). The adapter uses a copy
-of your client with ``max_retries=0``: nothing is retried behind the loop's back;
-pass ``retry=RetryPolicy(...)`` to retry, visibly, in :attr:`attempts`.
+``provider="openai"``, the HTTP status, a ``kind`` (``rate_limit``, ``auth``,
+``connection``, ``server``, ``bad_request``, ``unknown``) and the wait the response
+asked for (``retry-after-ms``, ``retry-after``) as ``retry_after``. An OpenAI-
+compatible router's upstream reason (OpenRouter's ``error.metadata.raw`` behind
+"Provider returned error", and ``provider_name``) is kept in the message. The
+adapter uses a copy of your client with ``max_retries=0``: nothing is retried
+behind the loop's back; pass ``retry=RetryPolicy(...)`` to retry, visibly, in
+:attr:`attempts`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
+
+import msgspec
 
 from .._errors import ModelError
 from .._messages import (
@@ -112,6 +119,7 @@ from ._common import (
     encode_arguments,
     first_text,
     kind_from_status,
+    retry_after,
     schema_name,
     sendable,
 )
@@ -389,10 +397,14 @@ def _keep_error_chunks(stream: openai.Stream[Any] | openai.AsyncStream[Any]) -> 
 def _chat_usage(usage: CompletionUsage) -> Usage:
     prompt = usage.prompt_tokens_details
     completion = usage.completion_tokens_details
+    cached = prompt.cached_tokens if prompt is not None else None
+    # (the Hugging Face router and some servers behind it report a top-level
+    # ``cached_tokens`` instead of ``prompt_tokens_details.cached_tokens``)
+    top_level = getattr(usage, "cached_tokens", None)
     return Usage(
         usage.prompt_tokens,
         usage.completion_tokens,
-        cache_read_tokens=(prompt.cached_tokens or 0) if prompt is not None else 0,
+        cache_read_tokens=cached or (top_level if type(top_level) is int else 0),
         reasoning_tokens=(completion.reasoning_tokens or 0) if completion is not None else 0,
     )
 
@@ -470,12 +482,12 @@ def _chunk_error(error: object, usage: Usage | None) -> ModelError:
     code = error.get("code") or error.get("type")
     if type(code) is int:
         return ModelError(
-            f"openai stream error: {message} [{code}]",
+            f"openai stream error: {message} [{code}]{_upstream(error)}",
             provider="openai",
             kind=kind_from_status(code),
             usage=usage,
         )
-    return _stream_error(message, None if code is None else str(code), usage)
+    return _stream_error(message + _upstream(error), None if code is None else str(code), usage)
 
 
 def _tool_call(
@@ -701,7 +713,9 @@ _TERMINAL_EVENTS: Final = frozenset(
 
 
 def _model_error(exc: openai.OpenAIError) -> ModelError:
-    """Classify an SDK exception; keep the provider's own message."""
+    """Classify an SDK exception; keep the provider's own message (and an OpenAI-
+    compatible router's upstream reason) and the wait it asked for."""
+    retry = None
     if isinstance(exc, openai.APIConnectionError):
         kind = "connection"
         status = None
@@ -711,15 +725,43 @@ def _model_error(exc: openai.OpenAIError) -> ModelError:
     elif isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         kind = kind_from_status(status)
-        body = exc.body
-        detail = first_text([body.get("message")] if isinstance(body, Mapping) else []) or str(exc)
+        body = exc.body if isinstance(exc.body, Mapping) else {}
+        detail = first_text([body.get("message")]) or str(exc)
         code = exc.code or exc.type
         if code:
             detail = f"{detail} [{code}]"
+        detail += _upstream(body)
+        retry = retry_after(exc.response.headers)
     else:  # (error chunks and events reach the adapter as data: see _keep_error_chunks)
         status, kind, detail = None, "unknown", f"{type(exc).__name__}: {exc}"
     where = f"HTTP {status}" if status is not None else kind
-    return ModelError(f"openai {where}: {detail}", provider="openai", status_code=status, kind=kind)
+    return ModelError(
+        f"openai {where}: {detail}",
+        provider="openai",
+        status_code=status,
+        kind=kind,
+        retry_after=retry,
+    )
+
+
+def _upstream(error: Mapping[Any, Any]) -> str:
+    """What an OpenAI-compatible router says the upstream provider answered.
+
+    OpenRouter wraps the upstream failure as ``{"message": "Provider returned error",
+    "metadata": {"provider_name": ..., "raw": <the upstream's own words or body>}}``:
+    the reason is only in ``raw``. Returned as ``"; upstream <provider>: <raw>"``.
+    """
+    metadata = error.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return ""
+    raw = metadata.get("raw")
+    if raw is None or raw == "":
+        return ""
+    if not isinstance(raw, str):  # (a JSON body, parsed)
+        raw = msgspec.json.encode(raw, enc_hook=repr).decode()
+    provider = metadata.get("provider_name")
+    name = f" {provider}" if isinstance(provider, str) and provider else ""
+    return f"; upstream{name}: {raw}"
 
 
 def _stream_error(message: str, code: str | None, usage: Usage | None = None) -> ModelError:
