@@ -17,7 +17,6 @@ from agentloop import (
     UserMessage,
     arun,
     run,
-    tool,
 )
 
 pytest.importorskip("opentelemetry.sdk")
@@ -28,11 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agentloop.otel import instrument
 
-
-@tool
-def add(left: int, right: int) -> int:
-    """Add two integers."""
-    return left + right
+from .helpers import add_int as add
 
 
 def script() -> list[ScriptedResponse]:

@@ -42,13 +42,9 @@ from agentloop._driver import tools_problem
 from replay import Parked, SessionLeased, SessionNotFound, SQLiteStore, StoreConflict
 from replay._durable import _RENEWER, _Lease
 
+from .helpers import add
+
 QUESTION = [UserMessage("u1", "What is 20 + 22, then 42 + 1?")]
-
-
-@tool
-def add(left: int, right: int) -> dict[str, int]:
-    """Add two integers."""
-    return {"sum": left + right}
 
 
 @tool(requires_approval=True)

@@ -30,6 +30,7 @@ from agentloop import (
 )
 from replay import Parked, SessionLeased, SQLiteStore
 
+from .helpers import add as sync_add
 from .test_durable import APPROVE, QUESTION, answer, publishing
 
 
@@ -37,12 +38,6 @@ from .test_durable import APPROVE, QUESTION, answer, publishing
 async def add(left: int, right: int) -> dict[str, int]:
     """Add two integers."""
     await asyncio.sleep(0)
-    return {"sum": left + right}
-
-
-@tool(name="add")
-def sync_add(left: int, right: int) -> dict[str, int]:
-    """Add two integers."""
     return {"sum": left + right}
 
 
