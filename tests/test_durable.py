@@ -10,7 +10,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,12 +70,6 @@ def publishing(request: ModelRequest) -> ScriptedResponse:
 
 
 APPROVE = Resume({"approved": True})
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    with SQLiteStore(tmp_path / "sessions.db") as opened:
-        yield opened
 
 
 def plain(fn: Any = answer, tools: Any = (add,), **options: Any) -> RunResult:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,12 +43,6 @@ async def add(left: int, right: int) -> dict[str, int]:
 async def publish(text: str) -> str:
     """Publish a text (a human approves first)."""
     return f"published {text!r}"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    with SQLiteStore(tmp_path / "sessions.db") as opened:
-        yield opened
 
 
 def arun(store: SQLiteStore, session_id: str, messages: Any = None, **options: Any) -> Any:
