@@ -62,6 +62,12 @@ def add_int(left: int, right: int) -> int:
     return left + right
 
 
+@tool(name="add")
+def add_ab(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
 USER = UserMessage("u1", "What is 20 + 22?")
 ADD_CALL = ToolCall("c1", "add", {"left": 20, "right": 22})
 
@@ -163,6 +169,18 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for a child ``python`` that imports this checkout."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def quick_bench(script: str, out: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``bench/<script> --quick --json <out>`` in ``out``'s folder; stdout, stderr as text."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--quick", "--json", str(out)],
+        cwd=out.parent,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @contextlib.contextmanager
