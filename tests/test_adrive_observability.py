@@ -31,6 +31,7 @@ from .helpers import add_int as add
 
 
 def script() -> list[ScriptedResponse]:
+    """Not tests.helpers.script(): another run (1 + 2, no text, no usage)."""
     return [
         ScriptedResponse.tool_calls("r1", ToolCall("c1", "add", {"left": 1, "right": 2})),
         ScriptedResponse.text("r2", "3"),
