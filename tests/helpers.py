@@ -1,4 +1,6 @@
-"""Small helpers for driving the raw generator in tests (and killing child processes)."""
+"""Small helpers for driving the raw generator in tests (and killing child processes),
+and the scaffolding the driver tests share: the ``add`` tools, the one-call script
+(``USER``, ``ADD_CALL``, ``script()``) and a deterministic clock."""
 
 from __future__ import annotations
 
@@ -16,14 +18,21 @@ from agentloop import (
     Block,
     Effect,
     Event,
+    EventLog,
     ModelChunk,
     ModelResponse,
     Reply,
     RunResult,
+    ScriptedModel,
+    ScriptedResponse,
     TextBlock,
     ToolCall,
     ToolSpec,
     Usage,
+    UserMessage,
+    encode_event,
+    run,
+    tool,
 )
 
 ADD = ToolSpec(
@@ -36,6 +45,61 @@ ADD = ToolSpec(
     },
 )
 ECHO = ToolSpec("echo", "Echo the text.", {"type": "object"})
+
+
+# --------------------------------------------------------------------------- driver scaffolding
+
+
+@tool
+def add(left: int, right: int) -> dict[str, int]:
+    """Add two integers."""
+    return {"sum": left + right}
+
+
+@tool(name="add")
+def add_int(left: int, right: int) -> int:
+    """Add two integers."""
+    return left + right
+
+
+@tool(name="add")
+def add_ab(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+USER = UserMessage("u1", "What is 20 + 22?")
+ADD_CALL = ToolCall("c1", "add", {"left": 20, "right": 22})
+
+
+def script() -> list[ScriptedResponse]:
+    """One ``add`` call, then the answer: the run the driver tests start from."""
+    return [
+        ScriptedResponse.tool_calls("r1", ADD_CALL, text="Let me add.", usage=Usage(10, 5)),
+        ScriptedResponse.text("r2", "20 + 22 = 42", usage=Usage(20, 7)),
+    ]
+
+
+class Ticker:
+    """A deterministic clock: 100.0, 101.0, 102.0, ..."""
+
+    def __init__(self, start: float = 100.0) -> None:
+        self.now = start - 1
+
+    def __call__(self) -> float:
+        self.now += 1
+        return self.now
+
+
+def encoded(log: Iterable[Event]) -> list[bytes]:
+    return [encode_event(event) for event in log]
+
+
+def reference() -> tuple[RunResult, EventLog]:
+    """``script()`` run by ``run()`` with ``add`` and a ``Ticker``: the log to agree with."""
+    log = EventLog()
+    result = run([USER], model=ScriptedModel(script()), tools=[add], log=log, clock=Ticker())
+    return result, log
 
 
 def call(name: str, call_id: str, **arguments: Any) -> ToolCall:
@@ -105,6 +169,18 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for a child ``python`` that imports this checkout."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def quick_bench(script: str, out: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``bench/<script> --quick --json <out>`` in ``out``'s folder; stdout, stderr as text."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--quick", "--json", str(out)],
+        cwd=out.parent,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @contextlib.contextmanager

@@ -24,7 +24,6 @@ from agentloop import (
     ModelResponse,
     Pause,
     Resume,
-    RunResult,
     ScriptedModel,
     ScriptedResponse,
     TextBlock,
@@ -33,15 +32,14 @@ from agentloop import (
     ToolCallEvent,
     ToolResultMessage,
     Usage,
-    UserMessage,
     adrive,
     agent_loop,
     arun,
     arun_stream,
-    encode_event,
-    run,
     tool,
 )
+
+from .helpers import ADD_CALL, USER, Ticker, add, encoded, reference, script
 
 T = TypeVar("T")
 
@@ -50,47 +48,11 @@ def go(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coroutine)
 
 
-@tool
-def add(left: int, right: int) -> dict[str, int]:
-    """Add two integers."""
-    return {"sum": left + right}
-
-
 @tool(name="add")
 async def async_add(left: int, right: int) -> dict[str, int]:
     """Add two integers."""
     await asyncio.sleep(0)
     return {"sum": left + right}
-
-
-USER = UserMessage("u1", "What is 20 + 22?")
-ADD_CALL = ToolCall("c1", "add", {"left": 20, "right": 22})
-
-
-def script() -> list[ScriptedResponse]:
-    return [
-        ScriptedResponse.tool_calls("r1", ADD_CALL, text="Let me add.", usage=Usage(10, 5)),
-        ScriptedResponse.text("r2", "20 + 22 = 42", usage=Usage(20, 7)),
-    ]
-
-
-class Ticker:
-    def __init__(self, start: float = 100.0) -> None:
-        self.now = start - 1
-
-    def __call__(self) -> float:
-        self.now += 1
-        return self.now
-
-
-def encoded(log: Any) -> list[bytes]:
-    return [encode_event(event) for event in log]
-
-
-def reference() -> tuple[RunResult, EventLog]:
-    log = EventLog()
-    result = run([USER], model=ScriptedModel(script()), tools=[add], log=log, clock=Ticker())
-    return result, log
 
 
 def answer(request: ModelRequest) -> ScriptedResponse:

@@ -17,7 +17,6 @@ from agentloop import (
     UserMessage,
     arun,
     run,
-    tool,
 )
 
 pytest.importorskip("opentelemetry.sdk")
@@ -28,14 +27,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agentloop.otel import instrument
 
-
-@tool
-def add(left: int, right: int) -> int:
-    """Add two integers."""
-    return left + right
+from .helpers import add_int as add
 
 
 def script() -> list[ScriptedResponse]:
+    """Not tests.helpers.script(): another run (1 + 2, no text, no usage)."""
     return [
         ScriptedResponse.tool_calls("r1", ToolCall("c1", "add", {"left": 1, "right": 2})),
         ScriptedResponse.text("r2", "3"),

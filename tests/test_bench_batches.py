@@ -6,23 +6,14 @@ No timing assertions (timing is not a test).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers import quick_bench
 
 
 def test_quick_run_prints_and_writes_every_number(tmp_path: Path) -> None:
     out = tmp_path / "batches.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "batches.py"), "--quick", "--json", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = quick_bench("batches.py", out, timeout=120)
     assert done.returncode == 0, done.stderr
     for needle in (
         "B1 5 tool calls of 50 ms each, wall time of run()",

@@ -4,23 +4,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers import quick_bench
 
 
 def test_quick_run_prints_and_writes_every_number(tmp_path: Path) -> None:
     out = tmp_path / "drivers.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "drivers.py"), "--quick", "--json", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = quick_bench("drivers.py", out, timeout=300)
     assert done.returncode == 0, done.stderr
     for needle in (
         "A1 per step",

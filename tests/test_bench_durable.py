@@ -7,23 +7,13 @@ timed, so they are checked: group commit gives exactly 2 per step here.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers import quick_bench
 
 
 def test_quick_run_prints_and_writes_every_number(tmp_path):
     out = tmp_path / "durable.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "durable.py"), "--quick", "--json", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = quick_bench("durable.py", out, timeout=300)
     assert done.returncode == 0, done.stderr
     for needle in ("D1 per step", "D2 20 short durable sessions", "D3 bytes per step", "D4 resume"):
         assert needle in done.stdout, done.stdout

@@ -24,7 +24,6 @@ from agentloop import (
     Pause,
     PlanDraftEvent,
     Resume,
-    RunResult,
     ScriptedModel,
     ScriptedResponse,
     SessionPauseEvent,
@@ -36,8 +35,6 @@ from agentloop import (
     ToolResult,
     ToolResultMessage,
     ToolSpec,
-    Usage,
-    UserMessage,
     agent_loop,
     drive,
     encode_event,
@@ -47,33 +44,7 @@ from agentloop import (
 )
 from agentloop._driver import execute_tool
 
-
-@tool
-def add(left: int, right: int) -> dict[str, int]:
-    """Add two integers."""
-    return {"sum": left + right}
-
-
-USER = UserMessage("u1", "What is 20 + 22?")
-ADD_CALL = ToolCall("c1", "add", {"left": 20, "right": 22})
-
-
-def script() -> list[ScriptedResponse]:
-    return [
-        ScriptedResponse.tool_calls("r1", ADD_CALL, text="Let me add.", usage=Usage(10, 5)),
-        ScriptedResponse.text("r2", "20 + 22 = 42", usage=Usage(20, 7)),
-    ]
-
-
-class Ticker:
-    """A deterministic clock: 100.0, 101.0, 102.0, ..."""
-
-    def __init__(self, start: float = 100.0) -> None:
-        self.now = start - 1
-
-    def __call__(self) -> float:
-        self.now += 1
-        return self.now
+from .helpers import ADD_CALL, USER, Ticker, add, encoded, reference, script
 
 
 def answer_from_transcript(request: ModelRequest) -> ScriptedResponse:
@@ -82,16 +53,6 @@ def answer_from_transcript(request: ModelRequest) -> ScriptedResponse:
     if type(last) is ToolResultMessage:
         return ScriptedResponse.text(f"r-{request.id}", f"The sum is {last.content}.")
     return ScriptedResponse.tool_calls(f"r-{request.id}", ADD_CALL)
-
-
-def encoded(log: EventLog) -> list[bytes]:
-    return [encode_event(event) for event in log]
-
-
-def reference() -> tuple[RunResult, EventLog]:
-    log = EventLog()
-    result = run([USER], model=ScriptedModel(script()), tools=[add], log=log, clock=Ticker())
-    return result, log
 
 
 # --------------------------------------------------------------------------- any loop

@@ -32,35 +32,13 @@ from agentloop import (
     ToolResultMessage,
     ToolSpec,
     Usage,
-    UserMessage,
     run,
     tool,
 )
 
+from .helpers import ADD_CALL, USER, Ticker, add, script
 
-@tool
-def add(left: int, right: int) -> dict[str, int]:
-    """Add two integers."""
-    return {"sum": left + right}
-
-
-USER = UserMessage("u1", "What is 20 + 22?")
-ADD_CALL = ToolCall("c1", "add", {"left": 20, "right": 22})
-S1 = [
-    ScriptedResponse.tool_calls("r1", ADD_CALL, text="Let me add.", usage=Usage(10, 5)),
-    ScriptedResponse.text("r2", "20 + 22 = 42", usage=Usage(20, 7)),
-]
-
-
-class Ticker:
-    """A deterministic clock: 100.0, 101.0, 102.0, ..."""
-
-    def __init__(self, start: float = 100.0) -> None:
-        self.now = start - 1
-
-    def __call__(self) -> float:
-        self.now += 1
-        return self.now
+S1 = script()
 
 
 class GeneratorModel:

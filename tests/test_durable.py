@@ -10,7 +10,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,13 +41,9 @@ from agentloop._driver import tools_problem
 from replay import Parked, SessionLeased, SessionNotFound, SQLiteStore, StoreConflict
 from replay._durable import _RENEWER, _Lease
 
+from .helpers import add
+
 QUESTION = [UserMessage("u1", "What is 20 + 22, then 42 + 1?")]
-
-
-@tool
-def add(left: int, right: int) -> dict[str, int]:
-    """Add two integers."""
-    return {"sum": left + right}
 
 
 @tool(requires_approval=True)
@@ -75,12 +70,6 @@ def publishing(request: ModelRequest) -> ScriptedResponse:
 
 
 APPROVE = Resume({"approved": True})
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    with SQLiteStore(tmp_path / "sessions.db") as opened:
-        yield opened
 
 
 def plain(fn: Any = answer, tools: Any = (add,), **options: Any) -> RunResult:

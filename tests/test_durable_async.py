@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +28,7 @@ from agentloop import (
 )
 from replay import Parked, SessionLeased, SQLiteStore
 
+from .helpers import add as sync_add
 from .test_durable import APPROVE, QUESTION, answer, publishing
 
 
@@ -40,22 +39,10 @@ async def add(left: int, right: int) -> dict[str, int]:
     return {"sum": left + right}
 
 
-@tool(name="add")
-def sync_add(left: int, right: int) -> dict[str, int]:
-    """Add two integers."""
-    return {"sum": left + right}
-
-
 @tool(requires_approval=True)
 async def publish(text: str) -> str:
     """Publish a text (a human approves first)."""
     return f"published {text!r}"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    with SQLiteStore(tmp_path / "sessions.db") as opened:
-        yield opened
 
 
 def arun(store: SQLiteStore, session_id: str, messages: Any = None, **options: Any) -> Any:

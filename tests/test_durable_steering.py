@@ -9,8 +9,6 @@ answered, before the answer. Its row goes in the commit that records it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -50,12 +48,6 @@ def publishing(request: ModelRequest) -> ScriptedResponse:
     if request.step == 1:
         return ScriptedResponse.tool_calls("r1", ToolCall("c1", "publish", {"text": "hello"}))
     return ScriptedResponse.text(f"r{request.step}", "Done.")
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    with SQLiteStore(tmp_path / "sessions.db") as opened:
-        yield opened
 
 
 def types(store: SQLiteStore, session_id: str) -> list[str]:

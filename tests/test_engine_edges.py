@@ -255,7 +255,7 @@ def test_a_call_whose_result_id_is_taken_is_a_protocol_error() -> None:
 
 # --------------------------------------------------------------------------- chunks vs final
 
-ADD_CALL = call("add", "c1", left=1, right=2)
+ADD_CALL = call("add", "c1", left=1, right=2)  # not tests.helpers.ADD_CALL: other arguments
 # The streamed chunks and the final response must tell the same story once adjacent
 # text is merged; the first difference is named.
 MISMATCHES = {

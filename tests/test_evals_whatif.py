@@ -32,6 +32,7 @@ from agentloop.evals import EvalError, WhatIf, what_if, what_if_logs
 from agentloop.evals._cli import main
 
 
+# Not tests.helpers.add_int: the description ("Add.") differs, so the recorded spec does.
 @tool
 def add(left: int, right: int) -> int:
     """Add."""

@@ -20,15 +20,10 @@ from agentloop import (
     Usage,
     UserMessage,
     run,
-    tool,
 )
 from agentloop._function_model import FunctionModel
 
-
-@tool
-def add(left: int, right: int) -> int:
-    """Add two integers."""
-    return left + right
+from .helpers import add_int as add
 
 
 def _request(request_id: str = "request-001") -> ModelRequest:

@@ -43,15 +43,10 @@ from agentloop import (
     tool,
     validate_transcript,
 )
+from tests.helpers import add_int as add
 from tests.helpers import check_log, drive, response
 
 USER = UserMessage("u1", "Add some numbers.")
-
-
-@tool
-def add(left: int, right: int) -> int:
-    """Add two integers."""
-    return left + right
 
 
 @tool

@@ -29,13 +29,9 @@ from agentloop import (
     tool,
 )
 
+from .helpers import add_int as add
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-
-
-@tool
-def add(left: int, right: int) -> int:
-    """Add two integers."""
-    return left + right
 
 
 def scripted() -> ScriptedModel:

@@ -68,6 +68,7 @@ from agentloop import (
     tool,
 )
 from replay import read_log
+from tests.helpers import add_ab as add
 from tests.helpers import nested
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,12 +144,6 @@ def shape(spans: Sequence[ReadableSpan]) -> list[tuple[Any, ...]]:
         )
         for s in spans
     ]
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def calculator_run(log: EventLog, **options: Any) -> None:

@@ -23,13 +23,8 @@ from agentloop import (
 from replay import LogWriter, SQLiteStore
 from replay.__main__ import main
 
+from .helpers import add
 from .test_replay_cli import cli
-
-
-@tool
-def add(left: int, right: int) -> dict[str, int]:
-    """Add two integers."""
-    return {"sum": left + right}
 
 
 @tool(requires_approval=True)

@@ -1059,12 +1059,9 @@ def test_one_store_object_serves_several_threads(tmp_path):
 
 def _finished_session(store: SQLiteStore, session_id: str = "s") -> int:
     """A session run to its end by run_durable (a tool call, then text); its event count."""
-    from agentloop import ScriptedResponse, ToolCall, tool
+    from agentloop import ScriptedResponse, ToolCall
 
-    @tool
-    def add(left: int, right: int) -> dict[str, int]:
-        """Add two integers."""
-        return {"sum": left + right}
+    from .helpers import add
 
     def model_fn(request: Any) -> Any:
         if request.step == 1:

@@ -35,6 +35,8 @@ from agentloop import (
 from replay import read_log, replay
 from replay.syrupy import DEFAULT_MASK, SERIALIZER_VERSION, EventLogExtension, to_text
 
+from .helpers import add_ab as add
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 LOGS = sorted(FIXTURES.glob("*.jsonl"))
 
@@ -50,12 +52,6 @@ def snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
 @pytest.mark.parametrize("path", LOGS, ids=[p.stem for p in LOGS])
 def test_fixture_logs(path: Path, snapshot: SnapshotAssertion) -> None:
     assert read_log(path) == snapshot
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def test_run_result(snapshot: SnapshotAssertion) -> None:

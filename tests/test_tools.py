@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from agentloop import Tool, ToolCall, ToolRegistry, ToolSpec, tool
 
 
+# Not tests.helpers.add: the spec tests read this docstring's second paragraph.
 @tool
 def add(left: int, right: int) -> dict[str, int]:
     """Add two integers.

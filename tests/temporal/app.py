@@ -40,6 +40,8 @@ from agentloop.temporal import AgentLoopWorkflow
 NOTES_DIR = "AGENTLOOP_TEST_NOTES"
 
 
+# tests.helpers.add again, kept here: the workflow sandbox re-imports this module, and
+# tests.helpers would bring subprocess, signal and the driver scaffolding in with it.
 @tool
 def add(left: int, right: int) -> dict[str, int]:
     """Add two integers."""
