@@ -16,6 +16,7 @@ from agentloop.evals import (
     Contains,
     Custom,
     Equals,
+    Evaluator,
     Exact,
     ExpectedCall,
     JsonSchema,
@@ -465,3 +466,11 @@ def test_edges_of_the_helpers() -> None:
     assert _json(object()).startswith("<object object")
     assert _json_equal({1}, {1}) and not _json_equal({1}, {2})
     assert JsonSchema(schema={"properties": {"a": True}}).evaluate(outcome('{"a": 1}')).passed
+
+
+def test_the_base_evaluator_evaluates_nothing() -> None:
+    # Evaluator is the union's base: a dataset never holds it, and calling it says so.
+    with pytest.raises(NotImplementedError, match="does not describe itself"):
+        Evaluator().describe()
+    with pytest.raises(NotImplementedError, match="does not evaluate"):
+        Evaluator().evaluate(None)  # type: ignore[arg-type]

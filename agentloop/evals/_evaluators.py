@@ -117,10 +117,10 @@ class Evaluator(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     """Base of the evaluators (don't subclass it: write a :class:`Custom` function)."""
 
     def describe(self) -> str:
-        raise NotImplementedError  # pragma: no cover - every evaluator overrides it
+        raise NotImplementedError(f"{type(self).__name__} does not describe itself")
 
     def evaluate(self, outcome: Outcome) -> Score:
-        raise NotImplementedError  # pragma: no cover - every evaluator overrides it
+        raise NotImplementedError(f"{type(self).__name__} does not evaluate")
 
 
 class Exact(Evaluator, frozen=True, kw_only=True, tag="exact"):
