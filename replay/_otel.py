@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from agentloop import AgentLoopError, Event
 
@@ -82,18 +83,18 @@ def command(args: argparse.Namespace, events: Sequence[Event]) -> int:
         from agentloop.otel import otlp_json, send_otlp
     except ImportError as exc:
         raise OTelCommandError(str(exc)) from None
+    # What the spans say, the same whether they are sent or written.
+    options: dict[str, Any] = {
+        "service_name": args.service_name,
+        "capture_content": args.capture_content,
+        "agent_name": args.agent_name,
+        "provider_name": args.provider,
+        "request_model": args.model,
+        "conversation_id": args.conversation_id,
+    }
     if args.endpoint is not None:
         try:
-            sent = send_otlp(
-                events,
-                args.endpoint,
-                service_name=args.service_name,
-                capture_content=args.capture_content,
-                agent_name=args.agent_name,
-                provider_name=args.provider,
-                request_model=args.model,
-                conversation_id=args.conversation_id,
-            )
+            sent = send_otlp(events, args.endpoint, **options)
         except ImportError as exc:  # the exporter: the otel extra, older than this
             raise OTelCommandError(
                 f"{exc}: sending needs the OTLP/HTTP exporter: pip install 'agentloop-replay[otel]'"
@@ -102,15 +103,7 @@ def command(args: argparse.Namespace, events: Sequence[Event]) -> int:
             raise OTelCommandError(str(exc)) from None
         print(f"sent {sent} spans to {args.endpoint}")
         return 0
-    text = otlp_json(
-        events,
-        service_name=args.service_name,
-        capture_content=args.capture_content,
-        agent_name=args.agent_name,
-        provider_name=args.provider,
-        request_model=args.model,
-        conversation_id=args.conversation_id,
-    )
+    text = otlp_json(events, **options)
     if args.output is None:
         sys.stdout.write(text + "\n")
         return 0
