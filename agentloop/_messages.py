@@ -17,8 +17,14 @@ import msgspec
 
 __all__ = [
     "AssistantMessage",
+    "AudioBlock",
     "Block",
+    "Content",
+    "DocumentBlock",
+    "ImageBlock",
+    "MediaBlock",
     "Message",
+    "Part",
     "ProviderBlock",
     "TextBlock",
     "ThinkingBlock",
@@ -26,6 +32,7 @@ __all__ = [
     "ToolResultMessage",
     "UserMessage",
     "close_dangling_calls",
+    "content_text",
     "text_from_assistant",
     "transcript_ids",
     "validate_transcript",
@@ -76,20 +83,71 @@ class ProviderBlock(
     data: dict[str, Any]
 
 
-Block: TypeAlias = TextBlock | ThinkingBlock | ToolCall | ProviderBlock
+class ImageBlock(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="image"):
+    """An image: inline bytes (``data`` and ``media_type``) or a reference (``url``).
+
+    Exactly one of ``data`` and ``url`` is set (the loop checks it, with the limits
+    of :class:`~agentloop.Limits`: ``blob_bytes``, ``blobs_per_step``). ``media_type``
+    says what the bytes are (``"image/png"``); the loop never decodes them. A log
+    stores inline bytes once, by their SHA-256 (log format v3), however many
+    messages refer to them. ``name`` is an optional label (a file name).
+    """
+
+    media_type: str
+    data: bytes | None = None
+    url: str | None = None
+    name: str | None = None
+
+
+class AudioBlock(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="audio"):
+    """A sound recording (``"audio/wav"``, ``"audio/mpeg"``): as :class:`ImageBlock`."""
+
+    media_type: str
+    data: bytes | None = None
+    url: str | None = None
+    name: str | None = None
+
+
+class DocumentBlock(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="document"
+):
+    """A document (``"application/pdf"``, ``"text/plain"``, ...): as :class:`ImageBlock`."""
+
+    media_type: str
+    data: bytes | None = None
+    url: str | None = None
+    name: str | None = None
+
+
+#: The blocks that carry bytes (inline or by URL).
+MediaBlock: TypeAlias = ImageBlock | AudioBlock | DocumentBlock
+
+#: What a user message or a tool result may hold besides a plain ``str``.
+Part: TypeAlias = TextBlock | ImageBlock | AudioBlock | DocumentBlock
+
+#: A user message's or a tool result's content: a plain ``str`` (the common case),
+#: or a tuple of :data:`Part` values in order.
+Content: TypeAlias = str | tuple[Part, ...]
+
+Block: TypeAlias = TextBlock | ThinkingBlock | ToolCall | ProviderBlock | ImageBlock
 
 
 class UserMessage(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="role", tag="user"):
-    """A message from the user (or the application speaking for them)."""
+    """A message from the user (or the application speaking for them).
+
+    ``content`` is a plain ``str``, or a tuple of :data:`Part` values (text, images,
+    audio, documents) in order.
+    """
 
     id: str
-    content: str
+    content: Content
 
 
 class AssistantMessage(
     msgspec.Struct, frozen=True, omit_defaults=True, tag_field="role", tag="assistant"
 ):
-    """A complete assistant message: text, thinking, tool-call and provider blocks, in order."""
+    """A complete assistant message: text, thinking, tool-call, provider and image blocks,
+    in order."""
 
     id: str
     content: tuple[Block, ...]
@@ -98,12 +156,16 @@ class AssistantMessage(
 class ToolResultMessage(
     msgspec.Struct, frozen=True, omit_defaults=True, tag_field="role", tag="tool_result"
 ):
-    """The result of one tool call; ``is_error`` marks a recoverable error."""
+    """The result of one tool call; ``is_error`` marks a recoverable error.
+
+    ``content`` is a plain ``str`` (a tool's JSON or text result), or a tuple of
+    :data:`Part` values when the tool returned blocks (a chart, a page of a PDF).
+    """
 
     id: str
     tool_call_id: str
     tool_name: str
-    content: str
+    content: Content
     is_error: bool = False
 
 
@@ -117,6 +179,39 @@ def text_from_assistant(message: AssistantMessage) -> str:
     'Hello, world'
     """
     return "".join(b.text for b in message.content if type(b) is TextBlock)
+
+
+def content_text(content: Content) -> str:
+    """The text of a user message's or tool result's ``content``.
+
+    A ``str`` is returned as it is; in a tuple of parts, text blocks are joined and
+    each media block stands as a short placeholder naming it, e.g.
+    ``[image image/png, 108 bytes]`` or ``[document application/pdf: https://...]``.
+
+    >>> content_text((TextBlock("see "), ImageBlock("image/png", data=b"x" * 108)))
+    'see [image image/png, 108 bytes]'
+    """
+    if type(content) is str:
+        return content
+    return "".join(
+        part.text if type(part) is TextBlock else media_placeholder(part)  # type: ignore[arg-type]
+        for part in content
+    )
+
+
+def media_placeholder(block: MediaBlock) -> str:
+    """``[image image/png, 108 bytes]``: a media block named in one line of text."""
+    kind = _MEDIA_KINDS[type(block)]
+    if block.data is not None:
+        return f"[{kind} {block.media_type}, {len(block.data)} bytes]"
+    return f"[{kind} {block.media_type}: {block.url}]"
+
+
+_MEDIA_KINDS: dict[type, str] = {
+    ImageBlock: "image",
+    AudioBlock: "audio",
+    DocumentBlock: "document",
+}
 
 
 def validate_transcript(messages: Iterable[Message]) -> None:

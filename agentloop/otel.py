@@ -92,6 +92,7 @@ from ._messages import (
     ThinkingBlock,
     ToolCall,
     UserMessage,
+    content_text,
 )
 from ._protocol import ModelFailure, Usage
 from ._version import __version__
@@ -563,9 +564,11 @@ class SpanRecorder:
             span.set_attribute("agentloop.tool.loop_made", True)
         if type(event) is ToolErrorEvent:
             error_type = "tool_error" if event.reply is not None else "loop_error"
-            _set_error(span, error_type, message.content if self.capture_content else None)
+            _set_error(
+                span, error_type, content_text(message.content) if self.capture_content else None
+            )
         elif self.capture_content:
-            span.set_attribute(_TOOL_RESULT, message.content)
+            span.set_attribute(_TOOL_RESULT, content_text(message.content))
         self._end(tool, at)
 
     def _budget_warn(self, event: BudgetWarnEvent, at: int | None) -> None:

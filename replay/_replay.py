@@ -101,6 +101,7 @@ from agentloop import (
     Usage,
     UserMessage,
     agent_loop,
+    content_text,
     encode_event,
 )
 from agentloop._spi import RecordedOutput, follow
@@ -646,7 +647,7 @@ def _output(start: SessionStartEvent, events: Sequence[Event], output: Any) -> A
         if cls is MessageAcceptedEvent:
             message = event.message  # type: ignore[union-attr]
             if type(message) is UserMessage and message.id.startswith("output-retry-"):
-                verdicts.append(message.content)
+                verdicts.append(content_text(message.content))
         elif cls is RunFinishedEvent:
             error = event.error  # type: ignore[union-attr]
             if error is not None and error.code == OUTPUT_INVALID:

@@ -29,6 +29,7 @@ from agentloop import (
     adrive,
     agent_loop,
     arun,
+    content_text,
     drive,
     encode_event,
     run,
@@ -53,7 +54,9 @@ def script(*names: str) -> ScriptedModel:
 
 def results(messages: Any) -> list[tuple[str, str, bool]]:
     return [
-        (m.tool_call_id, m.content, m.is_error) for m in messages if type(m) is ToolResultMessage
+        (m.tool_call_id, content_text(m.content), m.is_error)
+        for m in messages
+        if type(m) is ToolResultMessage
     ]
 
 

@@ -31,6 +31,7 @@ from agentloop import (
     UserMessage,
     arun,
     arun_stream,
+    content_text,
     run,
     run_stream,
     tool,
@@ -79,7 +80,7 @@ def _calling_model() -> ScriptedModel:
 
 def _tool_content(result: Any) -> tuple[str, bool]:
     (message,) = (m for m in result.messages if isinstance(m, ToolResultMessage))
-    return message.content, message.is_error
+    return content_text(message.content), message.is_error
 
 
 @pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])

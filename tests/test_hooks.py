@@ -39,6 +39,7 @@ from agentloop import (
     UserMessage,
     agent_loop,
     close_dangling_calls,
+    content_text,
     run,
     tool,
     validate_transcript,
@@ -141,7 +142,7 @@ def raise_(exc: BaseException) -> Callable[..., object]:
 
 def tool_results(result: RunResult) -> list[tuple[str, str, bool]]:
     return [
-        (m.tool_call_id, m.content, m.is_error)
+        (m.tool_call_id, content_text(m.content), m.is_error)
         for m in result.messages
         if type(m) is ToolResultMessage
     ]

@@ -153,3 +153,29 @@ def test_run_result_last_assistant_is_the_latest_assistant_message() -> None:
     assert result(USER, first, _answer("c1"), last).last_assistant is last
     assert result(USER, first, _answer("c1")).last_assistant is first
     assert result(USER).last_assistant is None
+
+
+def test_content_text_names_each_media_block_in_one_line() -> None:
+    from agentloop import AudioBlock, DocumentBlock, ImageBlock, content_text
+
+    assert content_text("plain") == "plain"
+    parts = (
+        TextBlock("see "),
+        ImageBlock("image/png", data=b"x" * 108),
+        AudioBlock("audio/wav", url="https://example.com/a.wav"),
+        DocumentBlock("application/pdf", data=b""),
+    )
+    assert content_text(parts) == (
+        "see [image image/png, 108 bytes][audio audio/wav: https://example.com/a.wav]"
+        "[document application/pdf, 0 bytes]"
+    )
+
+
+def test_text_only_adapters_refuse_a_media_block_before_sending() -> None:
+    from agentloop import ImageBlock, ModelError
+    from agentloop.models._common import text_content
+
+    assert text_content((TextBlock("a"), TextBlock("b")), "openai") == "ab"
+    with pytest.raises(ModelError, match=r"content\[1\] \(ImageBlock\)") as caught:
+        text_content((TextBlock("a"), ImageBlock("image/png", data=b"1")), "openai")
+    assert caught.value.kind == "bad_request"

@@ -93,7 +93,7 @@ import msgspec
 from .._deep import parse as parse_deep
 from .._errors import MODEL_PROTOCOL_ERROR, AgentLoopError, ModelError
 from .._limits import MAX_CHUNKS_PER_STEP
-from .._messages import Block, ProviderBlock, TextBlock, ThinkingBlock, ToolCall
+from .._messages import Block, Content, ProviderBlock, TextBlock, ThinkingBlock, ToolCall
 from .._output import OutputSpec
 from .._protocol import ModelChunk, ModelFailure, ModelRequest, ModelResponse, Usage
 
@@ -119,6 +119,7 @@ __all__ = [
     "retry_after",
     "schema_name",
     "sendable",
+    "text_content",
 ]
 
 #: Where adapters log: WARNING for retries and fallbacks, DEBUG for dropped blocks.
@@ -657,6 +658,26 @@ def sendable(block: Block, provider: str, kinds: Iterable[str]) -> bool:
         "%s adapter: not sending a %r block of provider %r", provider, block.kind, block.provider
     )
     return False
+
+
+def text_content(content: Content, provider: str) -> str:
+    """A user message's or tool result's content as the text an adapter sends.
+
+    Raises:
+        ModelError: (``kind="bad_request"``, before anything is sent) when the
+            content holds an image, audio or document block this adapter cannot send.
+    """
+    if type(content) is str:
+        return content
+    for index, part in enumerate(content):
+        if type(part) is not TextBlock:
+            raise ModelError(
+                f"content[{index}] ({type(part).__name__}): the {provider} adapter cannot "
+                "send this block yet",
+                provider=provider,
+                kind="bad_request",
+            )
+    return "".join(part.text for part in content)  # type: ignore[union-attr]
 
 
 def decode_arguments(raw: str, where: str) -> dict[str, Any]:

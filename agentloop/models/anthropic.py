@@ -89,6 +89,7 @@ from ._common import (
     output_system,
     retry_after,
     sendable,
+    text_content,
 )
 
 try:
@@ -269,7 +270,7 @@ def _messages(request: ModelRequest) -> list[MessageParam]:
             results = []
         match message:
             case UserMessage():
-                out.append({"role": "user", "content": message.content})
+                out.append({"role": "user", "content": text_content(message.content, "anthropic")})
             case AssistantMessage():
                 blocks: list[ContentBlockParam] = []
                 content = [b for b in message.content if sendable(b, "anthropic", _OWN_KINDS)]
@@ -305,7 +306,7 @@ def _messages(request: ModelRequest) -> list[MessageParam]:
                     {
                         "type": "tool_result",
                         "tool_use_id": message.tool_call_id,
-                        "content": message.content,
+                        "content": text_content(message.content, "anthropic"),
                         "is_error": message.is_error,
                     }
                 )

@@ -91,6 +91,7 @@ from ._common import (
     kind_from_status,
     retry_after,
     sendable,
+    text_content,
 )
 
 try:
@@ -213,7 +214,12 @@ def _contents(request: ModelRequest) -> list[types.Content]:
             results = []
         match message:
             case UserMessage():
-                out.append(types.Content(role="user", parts=[types.Part(text=message.content)]))
+                out.append(
+                    types.Content(
+                        role="user",
+                        parts=[types.Part(text=text_content(message.content, "gemini"))],
+                    )
+                )
             case AssistantMessage():
                 parts = _model_parts(message)
                 if parts:

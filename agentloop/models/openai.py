@@ -122,6 +122,7 @@ from ._common import (
     retry_after,
     schema_name,
     sendable,
+    text_content,
 )
 
 try:
@@ -319,7 +320,7 @@ def _chat_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
     for message in request.messages:
         match message:
             case UserMessage():
-                out.append({"role": "user", "content": message.content})
+                out.append({"role": "user", "content": text_content(message.content, "openai")})
             case AssistantMessage():
                 for block in message.content:
                     sendable(block, "openai-chat", ())  # logs provider blocks it cannot send
@@ -350,7 +351,7 @@ def _chat_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
                     {
                         "role": "tool",
                         "tool_call_id": message.tool_call_id,
-                        "content": message.content,
+                        "content": text_content(message.content, "openai"),
                     }
                 )
     return out
@@ -520,7 +521,13 @@ def _responses_input(request: ModelRequest) -> list[ResponseInputItemParam]:
     for message in request.messages:
         match message:
             case UserMessage():
-                out.append({"type": "message", "role": "user", "content": message.content})
+                out.append(
+                    {
+                        "type": "message",
+                        "role": "user",
+                        "content": text_content(message.content, "openai"),
+                    }
+                )
             case AssistantMessage():
                 text: list[str] = []
                 for block in message.content:
@@ -554,7 +561,7 @@ def _responses_input(request: ModelRequest) -> list[ResponseInputItemParam]:
                     {
                         "type": "function_call_output",
                         "call_id": message.tool_call_id,
-                        "output": message.content,
+                        "output": text_content(message.content, "openai"),
                     }
                 )
     return out
