@@ -133,7 +133,7 @@ class ToolCalls:
 
     def _emit_call(self, call: ToolCall, step: int) -> None:
         log = self._log
-        log.append(ToolCallEvent(sequence=len(log), at=self._run.now, step=step, call=call))
+        log.append(ToolCallEvent(sequence=log.next_sequence(), at=self._run.now, step=step, call=call))
 
     def _result_message(
         self, call: ToolCall, step: int, content: str, is_error: bool, reply: ToolResult | None
@@ -151,7 +151,7 @@ class ToolCalls:
         event_type = ToolErrorEvent if message.is_error else ToolResultEvent
         log = self._log
         log.append(
-            event_type(sequence=len(log), at=self._run.now, step=step, message=message, reply=reply)
+            event_type(sequence=log.next_sequence(), at=self._run.now, step=step, message=message, reply=reply)
         )
 
     # ------------------------------------------------------------------ parallel tool batches

@@ -579,7 +579,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             )
         )
         for message in run.transcript:
-            log.append(MessageAcceptedEvent(sequence=len(log), at=run.now, message=message))
+            log.append(MessageAcceptedEvent(sequence=log.next_sequence(), at=run.now, message=message))
 
     # ------------------------------------------------------------------ finish
     #
@@ -650,7 +650,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             interrupt = exc  # finish the log first, then let it go on
         step = run.step
         log = self._log
-        sequence = len(log)
+        sequence = log.next_sequence()
         # The reply that ended the run (when no earlier event recorded it) goes in
         # session.complete, so a crash that loses run.finished does not lose it
         # (rules 0 and 1: in run.finished).
@@ -741,7 +741,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             run.set(Input.START_STEP)
             request_id = f"request-{self._rss + step:03d}"
             log.append(
-                StepStartEvent(sequence=len(log), at=run.now, step=step, request_id=request_id)
+                StepStartEvent(sequence=log.next_sequence(), at=run.now, step=step, request_id=request_id)
             )
             request = self._make_request(request_id, step)
             response = yield from self._plan(request)
@@ -758,7 +758,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     run.call_ids.add(block.id)
             if self._rules < USAGE_WHEN_RECORDED and response.usage is not None:
                 run.usage = run.usage + response.usage  # (rules 0: counted when committed)
-            log.append(PlanCommitEvent(sequence=len(log), at=run.now, step=step, message=message))
+            log.append(PlanCommitEvent(sequence=log.next_sequence(), at=run.now, step=step, message=message))
             if not calls:  # stop, or a text-only length response
                 self._end_step(step)
                 final_text = text_from_assistant(message)
@@ -812,12 +812,12 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         run.transcript.append(message)
         run.message_ids.add(message_id)
         log = self._log
-        log.append(MessageAcceptedEvent(sequence=len(log), at=run.now, step=step, message=message))
+        log.append(MessageAcceptedEvent(sequence=log.next_sequence(), at=run.now, step=step, message=message))
         return False
 
     def _end_step(self, step: int) -> None:
         log = self._log
-        log.append(StepEndEvent(sequence=len(log), at=self._run.now, step=step))
+        log.append(StepEndEvent(sequence=log.next_sequence(), at=self._run.now, step=step))
         if "after_step" in self._hooks:
             observe(self._hooks, "after_step", {"step": step})
 
@@ -907,9 +907,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 if text_points > max_text:
                     problem = chunk_limit_problem(step, chunks, limits, "step_text_code_points")
                     raise failed(MODEL_PROTOCOL_ERROR, problem, reply)
-                log.append(ModelChunkEvent(sequence=len(log), at=run.now, step=step, chunk=reply))
+                log.append(ModelChunkEvent(sequence=log.next_sequence(), at=run.now, step=step, chunk=reply))
             elif type(reply) is ModelResponse or type(reply) is ModelFailure:
-                log.append(PlanDraftEvent(sequence=len(log), at=run.now, step=step, reply=reply))
+                log.append(PlanDraftEvent(sequence=log.next_sequence(), at=run.now, step=step, reply=reply))
                 if self._rules >= USAGE_WHEN_RECORDED:
                     for attempt in reply.attempts:  # models a FallbackModel tried first
                         if attempt.usage is not None:

@@ -291,11 +291,16 @@ class EventLog:
     0
     """
 
-    __slots__ = ("_events", "_subscribers")
+    __slots__ = ("_events", "_subscribers", "next_sequence")
 
     def __init__(self) -> None:
         self._events: list[Event] = []
         self._subscribers: list[Callable[[Event], object]] = []
+        #: ``next_sequence()``: the sequence number the next event gets (the number
+        #: of events so far, as ``len(log)``). The engine numbers every event with
+        #: it: the list's own C-level ``__len__``, bound once, so numbering an
+        #: event costs no Python-level call.
+        self.next_sequence: Callable[[], int] = self._events.__len__
 
     def subscribe(self, fn: Callable[[Event], object]) -> Callable[[], None]:
         """Call ``fn(event)`` for each later event; returns a function that unsubscribes."""

@@ -120,7 +120,7 @@ class Pauses:
         log = self._log
         log.append(
             BudgetWarnEvent(
-                sequence=len(log),
+                sequence=log.next_sequence(),
                 at=run.now,
                 step=run.step,
                 limit=limit,
@@ -147,7 +147,7 @@ class Pauses:
         run, log = self._run, self._log
         log.append(
             SessionPauseEvent(
-                sequence=len(log),
+                sequence=log.next_sequence(),
                 at=run.now,
                 step=run.step,
                 reason=reason,
@@ -176,5 +176,5 @@ class Pauses:
             run.usage_mark = run.usage
             run.wall_start = run.now
         run.set(RESUME_INPUT[resume_to])
-        log.append(SessionResumeEvent(sequence=len(log), at=run.now, step=run.step, reply=reply))
+        log.append(SessionResumeEvent(sequence=log.next_sequence(), at=run.now, step=run.step, reply=reply))
         return reply

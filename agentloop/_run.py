@@ -168,7 +168,7 @@ class Run:
         self.steering = self.steering or steer
         log.append(
             MessageQueuedEvent(
-                sequence=len(log),
+                sequence=log.next_sequence(),
                 at=self.now,
                 step=self.step,
                 mode="steer" if steer else "follow_up",
@@ -186,7 +186,7 @@ class Run:
                 self.transcript.append(reply.message)
                 log.append(
                     MessageAcceptedEvent(
-                        sequence=len(log), at=self.now, step=self.step, message=reply.message
+                        sequence=log.next_sequence(), at=self.now, step=self.step, message=reply.message
                     )
                 )
                 delivered = True

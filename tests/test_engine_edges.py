@@ -180,7 +180,7 @@ REFUSED = {
     ),
     "dict with bytes content": (
         [{"role": "user", "id": "u1", "content": b"hi"}],
-        "messages[0]: Expected `str`, got `bytes` - at `$.content`",
+        "messages[0]: Expected `str | array`, got `bytes` - at `$.content`",
     ),
     "dict with a str Enum content": (
         [{"role": "user", "id": "u1", "content": Word.HELLO}],
