@@ -69,10 +69,6 @@ TASK_MESSAGE_ID = "task"
 _NO_USAGE = Usage()
 
 
-def _task(task: str) -> str:  # the signature the model is shown
-    return task
-
-
 class AgentTool(Tool):
     """A tool that runs a child agent loop per call (make one with :func:`agent_tool`).
 
@@ -100,7 +96,7 @@ class AgentTool(Tool):
         sequential: bool = False,
     ) -> None:
         super().__init__(
-            _task,
+            self._direct,
             name=name,
             description=description,
             requires_approval=requires_approval,
@@ -113,6 +109,12 @@ class AgentTool(Tool):
 
     def __repr__(self) -> str:
         return f"<AgentTool {self.name!r}>"
+
+    def _direct(self, task: str) -> str:
+        """Calling the tool (``searcher("find cats")``) runs a child for ``task`` outside
+        any driver, as a root session's child of call ``direct``, and returns its
+        answer (or the error result's text)."""
+        return self.execute(ToolCall("direct", self.name, {"task": task}))[0]
 
     @property
     def is_async(self) -> bool:
