@@ -254,7 +254,7 @@ def test_a_grandchilds_pause_names_both_children() -> None:
         TASK,
         model=parent_model(ask(name="middle")),
         tools=[middle],
-        on_pause=lambda pause: seen.append(pause.path) or Resume({"approved": True}),
+        on_pause=lambda pause: (seen.append(pause.path), Resume({"approved": True}))[1],
     )
     assert seen == [("root/c1", "root/c1/d1")]
     assert result.status == "completed"
@@ -314,7 +314,7 @@ def test_the_childs_tool_calls_count_in_the_parents_tool_budget() -> None:
         model=model,
         tools=[searcher(), search],
         budget=al.Budget(max_tool_calls=2),
-        on_pause=lambda pause: pauses.append(pause.reason) or Resume(),
+        on_pause=lambda pause: (pauses.append(pause.reason), Resume())[1],
     )
     # c1 and the child's k1: two calls, so c2 waits for a budget pause.
     assert pauses == ["budget_exceeded:tool_calls"]
