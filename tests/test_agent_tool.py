@@ -7,6 +7,7 @@ result carries the child's answer and its usage, so both logs replay alone.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -205,6 +206,16 @@ def test_the_depth_bound_is_the_calling_runs_limit() -> None:
 # --------------------------------------------------------------------------- pauses
 
 
+def recording(into: list[Any], what: Callable[[Pause], Any]) -> Callable[[Pause], Resume]:
+    """An ``on_pause`` that approves every pause and keeps ``what(pause)``."""
+
+    def on_pause(pause: Pause) -> Resume:
+        into.append(what(pause))
+        return Resume({"approved": True})
+
+    return on_pause
+
+
 @al.tool(requires_approval=True)
 def publish(text: str) -> str:
     """Publish the text."""
@@ -254,7 +265,7 @@ def test_a_grandchilds_pause_names_both_children() -> None:
         TASK,
         model=parent_model(ask(name="middle")),
         tools=[middle],
-        on_pause=lambda pause: (seen.append(pause.path), Resume({"approved": True}))[1],
+        on_pause=recording(seen, lambda pause: pause.path),
     )
     assert seen == [("root/c1", "root/c1/d1")]
     assert result.status == "completed"
@@ -314,7 +325,7 @@ def test_the_childs_tool_calls_count_in_the_parents_tool_budget() -> None:
         model=model,
         tools=[searcher(), search],
         budget=al.Budget(max_tool_calls=2),
-        on_pause=lambda pause: (pauses.append(pause.reason), Resume())[1],
+        on_pause=recording(pauses, lambda pause: pause.reason),
     )
     # c1 and the child's k1: two calls, so c2 waits for a budget pause.
     assert pauses == ["budget_exceeded:tool_calls"]
