@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentloop as al
 import replay
@@ -503,3 +505,104 @@ def test_old_logs_hold_no_tree_fields() -> None:
     )
     lines = b"".join(encode_event(e) for e in log)
     assert b"parent" not in lines and b"child" not in lines
+
+
+# --------------------------------------------------------------------------- property: trees
+
+
+class Node(msgspec.Struct, frozen=True):
+    """One agent of a random tree: its tokens per response, its children, and what
+    its own tool does (nothing, ask approval, or cancel the whole tree)."""
+
+    tokens: int
+    children: tuple[Node, ...]
+    action: str
+
+
+nodes = st.recursive(
+    st.builds(
+        Node, st.integers(0, 50), st.just(()), st.sampled_from(["none", "approval", "cancel"])
+    ),
+    lambda kids: st.builds(
+        Node,
+        st.integers(0, 50),
+        st.lists(kids, max_size=2).map(tuple),
+        st.sampled_from(["none", "approval", "cancel"]),
+    ),
+    max_leaves=6,
+)
+
+
+def build(node: Node, signal: CancelToken, tools_made: list[al.AgentTool]) -> tuple[Any, list[Any]]:
+    """The model and tools of the agent ``node`` describes."""
+
+    @al.tool(name="work", requires_approval=node.action == "approval")
+    def work(what: str) -> str:
+        if node.action == "cancel":
+            signal.cancel("stopped in the tree")
+        return f"did {what}"
+
+    tools: list[Any] = [work]
+    calls = [ToolCall("w", "work", {"what": "x"})]
+    for index, kid in enumerate(node.children):
+        model, kid_tools = build(kid, signal, tools_made)
+        agent = al.agent_tool(f"agent{index}", "A child.", model=model, tools=kid_tools)
+        tools_made.append(agent)
+        tools.append(agent)
+        calls.append(ToolCall(f"c{index}", f"agent{index}", {"task": "go"}))
+    usage = Usage(node.tokens, node.tokens + 1)
+
+    def answer(request: ModelRequest) -> Any:
+        if request.step == 1:
+            return R.tool_calls("r1", *calls, usage=usage)
+        return R.text("r2", f"done at {request.step}", usage=usage)
+
+    return FunctionModel(answer), tools
+
+
+def drafted(log: EventLog) -> Usage:
+    total = Usage()
+    for event in log:
+        if type(event) is al.PlanDraftEvent and event.reply.usage is not None:
+            total = total + event.reply.usage
+    return total
+
+
+@settings(max_examples=60)
+@given(tree=nodes, approve=st.booleans(), asynchronous=st.booleans())
+def test_random_trees_replay_and_roll_up_exactly(
+    tree: Node, approve: bool, asynchronous: bool
+) -> None:
+    signal = CancelToken()
+    made: list[al.AgentTool] = []
+    model, tools = build(tree, signal, made)
+    log = EventLog()
+    options: dict[str, Any] = {
+        "model": model,
+        "tools": tools,
+        "log": log,
+        "signal": signal,
+        "clock": Ticker(),
+        "on_pause": lambda pause: Resume({"approved": approve}),
+    }
+    if asynchronous:
+        result = asyncio.run(al.arun(TASK, **options))
+    else:
+        result = al.run(TASK, **options)
+    logs = [log] + [child for agent in made for child in agent.logs.values()]
+    total = Usage()
+    for each in logs:
+        replays(each)
+        total = total + drafted(each)
+    # Every token any agent of the tree was billed counts in the root, once.
+    assert result.usage == total
+    # And each child's recorded roll-up is what its own log says.
+    children = {session: child for agent in made for session, child in agent.logs.items()}
+    for each in logs:
+        for event in each:
+            reply = getattr(event, "reply", None)
+            if type(reply) is ToolResult and reply.child is not None:
+                record = reply.child
+                finished = children[record.session][-1]
+                assert (record.usage or Usage()) == finished.usage  # type: ignore[union-attr]
+                assert record.tool_calls == subtree_tool_calls(children[record.session])
