@@ -585,10 +585,7 @@ def test_random_trees_replay_and_roll_up_exactly(
         "clock": Ticker(),
         "on_pause": lambda pause: Resume({"approved": approve}),
     }
-    if asynchronous:
-        result = asyncio.run(al.arun(TASK, **options))
-    else:
-        result = al.run(TASK, **options)
+    result = asyncio.run(al.arun(TASK, **options)) if asynchronous else al.run(TASK, **options)
     logs = [log] + [child for agent in made for child in agent.logs.values()]
     total = Usage()
     for each in logs:
