@@ -603,3 +603,31 @@ def test_random_trees_replay_and_roll_up_exactly(
                 finished = children[record.session][-1]
                 assert (record.usage or Usage()) == finished.usage  # type: ignore[union-attr]
                 assert record.tool_calls == subtree_tool_calls(children[record.session])
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_replay_show_and_check_name_the_tree(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from replay.__main__ import main
+
+    tool = al.agent_tool(
+        "empty", "Answers nothing.", model=ScriptedModel([R.text("e1", "")]), tools=[]
+    )
+    log = EventLog()
+    al.run(
+        TASK, model=parent_model(ask(), ask("c2", name="empty")), tools=[searcher(), tool], log=log
+    )
+    parent, child = tmp_path / "parent.jsonl", tmp_path / "child.jsonl"
+    replay.write_log(parent, log)
+    replay.write_log(child, tool.logs["root/c2"])
+    assert main(["show", str(parent)]) == 0
+    shown = capsys.readouterr().out
+    assert "c1 searcher (child 'root/c1' completed, usage=8/3, tool_calls=1): 'cats purr'" in shown
+    assert "c2 empty (child 'root/c2' completed, usage=0/0, tool_calls=0): ''" in shown
+    assert main(["show", str(child)]) == 0
+    assert "child of 'root' call 'c2' (depth 1)" in capsys.readouterr().out
+    assert main(["check", str(child)]) == 0
+    assert main(["check", str(parent)]) == 0
