@@ -248,10 +248,10 @@ def summarize(event: Event) -> str:
         who = "" if event.reply is not None else " (made by the loop)"
         child = None if event.reply is None else event.reply.child
         if child is not None:  # the call ran a child session (DESIGN §26)
-            usage = child.usage or Usage()
+            tokens = child.usage or Usage()
             who = (
                 f" (child {short(child.session, 40)} {child.status}, "
-                f"usage={usage.input_tokens}/{usage.output_tokens}, "
+                f"usage={tokens.input_tokens}/{tokens.output_tokens}, "
                 f"tool_calls={child.tool_calls})"
             )
         text = f"{event.message.tool_call_id} {event.message.tool_name}{who}: " + short(
