@@ -11,7 +11,9 @@ depth, cancel token, ``on_pause`` and clock). From there:
 
 - The child is its own session, with its own :class:`~agentloop.EventLog` (kept in
   :attr:`AgentTool.logs` by session id). Its id is ``"<parent session>/<call id>"``
-  (a root session without an id of its own is ``"root"``), and its
+  (a root session is named by :func:`~agentloop.idempotency_session`, as
+  ``replay.run_durable`` names it, else ``"root"``; when it is named, each child's
+  tools get idempotency keys of the child's own session), and its
   ``session.start`` records a :class:`~agentloop.ParentLink` (the parent's session,
   the call, the depth), so ``replay.replay(child_events)`` rebuilds the child
   alone, in its place in the tree.
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import msgspec
@@ -54,6 +57,7 @@ from ._caller import ROOT_SESSION, Caller, current
 from ._engine import AgentLoop, agent_loop
 from ._events import EventLog, RunFinishedEvent, ToolCallEvent, ToolErrorEvent, ToolResultEvent
 from ._hooks import HookRegistry
+from ._idempotency import idempotency_session
 from ._limits import DEFAULT_LIMITS, Limits
 from ._messages import ToolCall, UserMessage
 from ._protocol import ChildRun, Pause, RunResult, Usage
@@ -131,14 +135,16 @@ class AgentTool(Tool):
             return started, True
         caller, link, loop = started
         on_pause = caller.on_pause
-        result = drive(
-            loop,
-            model=self.model,
-            tools=self.tools,
-            clock=caller.clock,
-            signal=caller.signal,
-            on_pause=None if on_pause is None else _relay(on_pause, child_session_id(link)),
-        )
+        session = child_session_id(link)
+        with _keys(caller, session):
+            result = drive(
+                loop,
+                model=self.model,
+                tools=self.tools,
+                clock=caller.clock,
+                signal=caller.signal,
+                on_pause=None if on_pause is None else _relay(on_pause, session),
+            )
         return self._answer(caller, call, link, result)
 
     async def aexecute(self, call: ToolCall) -> tuple[str, bool]:
@@ -150,14 +156,16 @@ class AgentTool(Tool):
             return started, True
         caller, link, loop = started
         on_pause = caller.on_pause
-        result = await adrive(
-            loop,
-            model=self.model,
-            tools=self.tools,
-            clock=caller.clock,
-            signal=caller.signal,
-            on_pause=None if on_pause is None else _arelay(on_pause, child_session_id(link)),
-        )
+        session = child_session_id(link)
+        with _keys(caller, session):
+            result = await adrive(
+                loop,
+                model=self.model,
+                tools=self.tools,
+                clock=caller.clock,
+                signal=caller.signal,
+                on_pause=None if on_pause is None else _arelay(on_pause, session),
+            )
         return self._answer(caller, call, link, result)
 
     def _start(self, call: ToolCall) -> str | tuple[Caller, ParentLink, AgentLoop]:
@@ -215,6 +223,12 @@ class AgentTool(Tool):
         else:
             why = result.reason or result.status
         return f"agent {self.name!r} (session {session!r}) ended {result.status}: {why}", True
+
+
+def _keys(caller: Caller, session: str) -> AbstractContextManager[None]:
+    """The child's tools' idempotency keys: its own session's, when its parent's
+    session is named (else none, as for the parent)."""
+    return idempotency_session(session) if caller.named else nullcontext()
 
 
 def subtree_tool_calls(log: Iterable[Any]) -> int:

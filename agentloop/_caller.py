@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
+from ._idempotency import named_session
 from ._limits import DEFAULT_LIMITS
 from ._protocol import ChildRun
 from ._tree import child_session_id
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ROOT_SESSION", "Caller", "current", "lent", "make_caller"]
 
-#: The session id of a root session that has none of its own (an in-memory ``run``).
+#: The session id of a root session that has none of its own: an in-memory ``run``
+#: outside :func:`~agentloop.idempotency_session` (``run_durable`` names it).
 ROOT_SESSION: Final = "root"
 
 
@@ -45,6 +47,9 @@ class Caller:
         signal, on_pause, clock: the parent driver's.
         asynchronous: whether the parent's driver is async (its ``on_pause`` may
             then return an awaitable).
+        named: whether the parent's session is named for idempotency keys (then
+            each child's is too, with its own id: a child's call ``c1`` never shares
+            a key with its parent's call ``c1``).
         children: the finished children by call id, until the driver takes them.
     """
 
@@ -54,6 +59,7 @@ class Caller:
         "children",
         "clock",
         "depth",
+        "named",
         "on_pause",
         "session",
         "signal",
@@ -68,6 +74,7 @@ class Caller:
         on_pause: Callable[[Any], Any] | None,
         clock: Callable[[], float],
         asynchronous: bool,
+        named: bool = False,
     ) -> None:
         self.session = session
         self.depth = depth
@@ -76,6 +83,7 @@ class Caller:
         self.on_pause = on_pause
         self.clock = clock
         self.asynchronous = asynchronous
+        self.named = named
         self.children: dict[str, ChildRun] = {}
 
     def take(self, call_id: str) -> ChildRun | None:
@@ -100,11 +108,12 @@ def make_caller(
         return None
     link = None if loop is None else loop.parent
     limits = DEFAULT_LIMITS if loop is None else loop.limits
-    if link is None:
-        session, depth = ROOT_SESSION, 0
+    if link is None:  # a root: named by run_durable, a Temporal worker or the caller
+        session, depth = named_session() or ROOT_SESSION, 0
     else:
         session, depth = child_session_id(link), link.depth
-    return Caller(session, depth, limits.agent_depth, signal, on_pause, clock, asynchronous)
+    named = named_session() is not None
+    return Caller(session, depth, limits.agent_depth, signal, on_pause, clock, asynchronous, named)
 
 
 @contextlib.contextmanager

@@ -631,3 +631,65 @@ def test_replay_show_and_check_name_the_tree(
     assert "child of 'root' call 'c2' (depth 1)" in capsys.readouterr().out
     assert main(["check", str(child)]) == 0
     assert main(["check", str(parent)]) == 0
+
+
+# --------------------------------------------------------------------------- named sessions
+
+
+def test_a_named_root_names_its_children_and_their_keys() -> None:
+    keys: list[str | None] = []
+
+    @al.tool(name="search")
+    def keyed_search(query: str) -> str:
+        keys.append(al.idempotency_key())
+        return "found"
+
+    child = al.agent_tool(
+        "searcher",
+        "Searches.",
+        model=ScriptedModel(
+            [R.tool_calls("s1", ToolCall("c1", "search", {"query": "q"})), R.text("s2", "ok")]
+        ),
+        tools=[keyed_search],
+    )
+    with al.idempotency_session("ticket:42"):
+        result = al.run(TASK, model=parent_model(ask("c1")), tools=[child])
+    assert result.status == "completed"
+    assert list(child.logs) == ["ticket:42/c1"]
+    # The child's call c1 has its own key, never its parent's call c1's.
+    assert keys == ["ticket\\:42/c1:c1"]
+
+
+def test_an_unnamed_root_gives_its_childrens_tools_no_keys() -> None:
+    keys: list[str | None] = []
+
+    @al.tool(name="search")
+    def keyed_search(query: str) -> str:
+        keys.append(al.idempotency_key())
+        return "found"
+
+    child = al.agent_tool(
+        "searcher",
+        "Searches.",
+        model=ScriptedModel(
+            [R.tool_calls("s1", ToolCall("k1", "search", {"query": "q"})), R.text("s2", "ok")]
+        ),
+        tools=[keyed_search],
+    )
+    asyncio.run(al.arun(TASK, model=parent_model(ask("c1")), tools=[child]))
+    assert keys == [None]
+
+
+def test_run_durable_names_the_children_after_the_stored_session(tmp_path: Any) -> None:
+    tool = searcher()
+    with replay.SQLiteStore(tmp_path / "s.db") as store:
+        result = replay.run_durable(
+            store, "research-7", TASK, model=parent_model(ask()), tools=[tool]
+        )
+        assert isinstance(result, al.RunResult) and result.status == "completed"
+        stored = store.events("research-7")
+    assert list(tool.logs) == ["research-7/c1"]
+    assert tool.logs["research-7/c1"][0].parent.session == "research-7"  # type: ignore[union-attr]
+    assert [encode_event(e) for e in replay.replay(list(stored)).events] == [
+        encode_event(e) for e in stored
+    ]
