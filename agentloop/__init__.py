@@ -10,6 +10,7 @@ batteries-included sync driver.
 """
 
 from ._adriver import AsyncModel, adrive, arun, arun_stream
+from ._agent_tool import AgentTool, agent_tool
 from ._budget import BUDGET_LIMITS, Budget, BudgetUsage
 from ._codec import decode_event, encode_event
 from ._driver import ANYTIME_REPLIES, CancelToken, Inbox, Model, drive, run, run_stream
@@ -54,6 +55,7 @@ from ._hooks import HOOK_TOPICS, SKIP, HookAbort, HookRegistry, PauseRequest
 from ._idempotency import idempotency_key, idempotency_session
 from ._limits import (
     LIMITS_HARD_CAPS,
+    MAX_AGENT_DEPTH,
     MAX_AGENT_STEPS,
     MAX_ARGUMENT_DEPTH,
     MAX_ARGUMENT_ENTRIES,
@@ -91,6 +93,7 @@ from ._protocol import (
     STATUSES,
     STOP_REASONS,
     Cancel,
+    ChildRun,
     Effect,
     FollowUp,
     ModelAttempt,
@@ -115,6 +118,7 @@ from ._scripted import ScriptedModel, ScriptedResponse
 from ._state import IllegalTransition, State
 from ._tools import Tool, ToolRegistry, tool
 from ._toolspec import ToolSpec
+from ._tree import ParentLink
 from ._version import __version__
 
 __all__ = [
@@ -128,6 +132,7 @@ __all__ = [
     "HOOK_TOPICS",
     "INVALID_TRANSCRIPT",
     "LIMITS_HARD_CAPS",
+    "MAX_AGENT_DEPTH",
     "MAX_AGENT_STEPS",
     "MAX_ARGUMENT_DEPTH",
     "MAX_ARGUMENT_ENTRIES",
@@ -147,6 +152,7 @@ __all__ = [
     "STOP_REASONS",
     "AgentLoop",
     "AgentLoopError",
+    "AgentTool",
     "AssistantMessage",
     "AsyncModel",
     "AudioBlock",
@@ -157,6 +163,7 @@ __all__ = [
     "CallerProtocolError",
     "Cancel",
     "CancelToken",
+    "ChildRun",
     "Content",
     "DocumentBlock",
     "Effect",
@@ -183,6 +190,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OutputSpec",
+    "ParentLink",
     "Part",
     "Pause",
     "PauseRequest",
@@ -224,6 +232,7 @@ __all__ = [
     "__version__",
     "adrive",
     "agent_loop",
+    "agent_tool",
     "arun",
     "arun_stream",
     "close_dangling_calls",

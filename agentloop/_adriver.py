@@ -30,6 +30,7 @@ programs.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -37,6 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 from typing_extensions import Unpack
 
 from ._batch import TaskBatches
+from ._caller import Caller, lent
 from ._driver import (
     _new_loop,
     _result,
@@ -49,6 +51,7 @@ from ._driver import (
 from ._engine import AgentLoop
 from ._events import Event
 from ._keywords import DRIVE_KEYS, AsyncDriveOptions, AsyncRunOptions, unexpected
+from ._messages import ToolCall
 from ._protocol import (
     Cancel,
     Effect,
@@ -235,7 +238,7 @@ class _AsyncDriver(_Rules):
             cancel = self._cancel()
             if cancel is not None:
                 return cancel
-            outcome = await self._registry.aexecute(effect.call)  # type: ignore[union-attr]
+            outcome = await aexecute_tool(self._registry, effect.call, self._caller)  # type: ignore[union-attr]
             return self._tool_result(effect, outcome)  # type: ignore[arg-type]
         if kind is ToolBatch:
             return await self._batch_reply(effect)  # type: ignore[arg-type]
@@ -293,8 +296,14 @@ class _AsyncDriver(_Rules):
         the first batch's first reply)."""
         batches = getattr(self, "_batches", None)
         if batches is None:
+            registry, caller = self._registry, self._caller
+            execute = (
+                registry.aexecute
+                if caller is None
+                else functools.partial(aexecute_tool, registry, caller=caller)
+            )
             batches = self._batches = TaskBatches(
-                self._registry.aexecute, self._signal, self._tool_workers, self._log
+                execute, self._signal, self._tool_workers, self._log
             )
         return self._batched(await batches.next_result(batch))
 
@@ -309,3 +318,13 @@ class _AsyncDriver(_Rules):
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+async def aexecute_tool(
+    registry: ToolRegistry, call: ToolCall, caller: Caller | None = None
+) -> tuple[str, bool]:
+    """Run one tool call for an async driver (see :func:`~agentloop._driver.execute_tool`)."""
+    if caller is None:
+        return await registry.aexecute(call)
+    with lent(caller):
+        return await registry.aexecute(call)

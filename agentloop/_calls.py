@@ -34,6 +34,7 @@ from ._run import Run, _Misuse, failed, misuse, observe, run_hooks
 from ._state import Input
 from ._text import abort_reason, call_ids
 from ._toolspec import ToolSpec
+from ._tree import roll_up
 from ._validation import arguments_problems, json_problem
 
 __all__ = ["ToolCalls"]
@@ -150,6 +151,9 @@ class ToolCalls:
     def _emit_result(self, message: ToolResultMessage, step: int, reply: ToolResult | None) -> None:
         event_type = ToolErrorEvent if message.is_error else ToolResultEvent
         log = self._log
+        if reply is not None and reply.child is not None:
+            run = self._run
+            run.usage, run.tool_calls = roll_up(run.usage, run.tool_calls, reply.child)
         log.append(
             event_type(sequence=log.next_sequence(), at=self._run.now, step=step, message=message, reply=reply)
         )

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 import msgspec
 from typing_extensions import Self, Unpack
 
+from ._caller import Caller, lent, make_caller
 from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import Event, EventLog, ModelChunkEvent
@@ -491,14 +492,20 @@ def _check_not_mid_stream(loop: AgentLoop) -> None:
         )
 
 
-def execute_tool(registry: ToolRegistry, call: Any) -> tuple[str, bool]:
+def execute_tool(
+    registry: ToolRegistry, call: Any, caller: Caller | None = None
+) -> tuple[str, bool]:
     """Run one tool call for a sync driver: ``(content, is_error)``.
 
     The one place :func:`run`/:func:`drive` execute a tool (see
     :meth:`ToolRegistry.execute`); a driver that runs several at once calls it
-    from its workers.
+    from its workers. ``caller``: what the driver lends its agent tools (see
+    ``agentloop/_caller.py``), when it has any.
     """
-    return registry.execute(call)
+    if caller is None:
+        return registry.execute(call)
+    with lent(caller):
+        return registry.execute(call)
 
 
 def _read_clock(clock: Clock) -> float:
@@ -528,6 +535,7 @@ class _Rules:
 
     __slots__ = (
         "_begun",
+        "_caller",
         "_clock",
         "_event_error",
         "_inbox",
@@ -574,6 +582,7 @@ class _Rules:
         self._log: EventLog | None = None  # the driven loop's (watch)
         self.before_effect = before_effect
         self._begun: ToolBatch | None = None  # the batch before_effect let start
+        self._caller = make_caller(loop, registry, signal, on_pause, clock, self.asynchronous)
 
     @classmethod
     def checked(
@@ -771,7 +780,11 @@ class _Rules:
     def _result(self, call_id: str, content: str, is_error: bool) -> ToolResult:
         """The reply for a tool's outcome: its content with lone surrogates escaped (a
         tool may return ``os.listdir`` names), stamped."""
-        reply = ToolResult(call_id, escape_surrogates(content), is_error, at=self.now())
+        caller = self._caller
+        child = None if caller is None else caller.take(call_id)
+        reply = ToolResult(
+            call_id, escape_surrogates(content), is_error, at=self.now(), child=child
+        )
         if type(is_error) is bool and self._loop is not None:  # nothing left to check in it
             self._loop.checked_by_driver(reply, True)
         return reply
@@ -863,7 +876,8 @@ class _Driver(_Rules):
             cancel = self._cancel()
             if cancel is not None:
                 return cancel
-            return self._tool_result(effect, execute_tool(self._registry, effect.call))  # type: ignore[arg-type, union-attr]
+            outcome = execute_tool(self._registry, effect.call, self._caller)  # type: ignore[union-attr]
+            return self._tool_result(effect, outcome)  # type: ignore[arg-type]
         if kind is ToolBatch:
             return self._batch_reply(effect)  # type: ignore[arg-type]
         if kind is Pause:
@@ -903,11 +917,11 @@ class _Driver(_Rules):
         (started on the first batch)."""
         batches = getattr(self, "_batches", None)
         if batches is None:
-            registry = self._registry
+            registry, caller = self._registry, self._caller
             from ._batch import ThreadPoolBatches  # on the first batch: threads cost an import
 
             batches = self._batches = ThreadPoolBatches(
-                lambda call: execute_tool(registry, call),
+                lambda call: execute_tool(registry, call, caller),
                 self._signal,
                 self._tool_workers,
                 self._log,

@@ -137,6 +137,7 @@ from ._stream import stream_mismatch
 from ._text import exception_text
 from ._toolspec import ToolSpec
 from ._transcript import TranscriptView, snapshot_transcript
+from ._tree import ParentLink, parent_problem
 from ._validation import (
     FAILING_STOPS,
     accept,
@@ -173,6 +174,7 @@ def agent_loop(
     limits: Limits | None = None,
     output: Any = None,
     output_retries: int = 2,
+    parent: ParentLink | None = None,
 ) -> AgentLoop:
     """Create the agent loop for one run.
 
@@ -204,6 +206,8 @@ def agent_loop(
             model. ``RunResult.output`` holds the value.
         output_retries: how many times an answer that does not decode goes back to
             the model (as a user message) before the run fails ``OUTPUT_INVALID``.
+        parent: where this run sits in a session tree when it is a child session
+            (:func:`agentloop.agent_tool` sets it; recorded in ``session.start``).
 
     Returns:
         An :class:`AgentLoop`; prime it with ``next()``.
@@ -225,6 +229,9 @@ def agent_loop(
     if type(parallel_tools) is not bool:
         raise TypeError(f"parallel_tools must be a bool, got {parallel_tools!r}")
     checked_output = output_check(output, output_retries)
+    problem = parent_problem(parent)
+    if problem is not None:
+        raise TypeError(problem) if type(parent) is not ParentLink else ValueError(problem)
     specs = tool_specs(tools)
     snapshot = snapshot_transcript(messages, checked_limits)
     return AgentLoop(
@@ -244,6 +251,7 @@ def agent_loop(
         parallel_tools=parallel_tools,
         limits=checked_limits,
         output=checked_output,
+        parent=parent,
     )
 
 
@@ -279,6 +287,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         parallel_tools: bool = False,
         limits: Limits = DEFAULT_LIMITS,
         output: OutputCheck | None = None,
+        parent: ParentLink | None = None,
     ) -> None:
         # The configuration: fixed for the run.
         self._limits = limits
@@ -292,6 +301,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._log = log
         self._rules = rules
         self._parallel = parallel_tools
+        self._parent = parent
         # What replies change, in one object; and the delegates that share it.
         self._run = run = Run(transcript, message_ids, call_ids, budget, started_at)
         self._pauses = Pauses(run, log, hooks, self._ask)
@@ -350,6 +360,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
     def limits(self) -> Limits:
         """The ceilings the run follows (:class:`Limits`)."""
         return self._limits
+
+    @property
+    def parent(self) -> ParentLink | None:
+        """Where this run sits in a session tree (``None``: a root session)."""
+        return self._parent
 
     @property
     def tools(self) -> tuple[ToolSpec, ...]:
@@ -576,6 +591,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 parallel_tools=self._parallel,
                 limits=None if self._limits is DEFAULT_LIMITS else self._limits,
                 output=None if self._output is None else self._output.spec,
+                parent=self._parent,
             )
         )
         for message in run.transcript:

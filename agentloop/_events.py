@@ -52,6 +52,7 @@ from ._protocol import (
     Usage,
 )
 from ._toolspec import ToolSpec
+from ._tree import ParentLink
 
 __all__ = [
     "EVENT_TYPES",
@@ -97,6 +98,8 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     ``limits`` are the run's ceilings when they are not the defaults (``None``, left
     out: the ``MAX_*`` defaults, as for every log written before there were limits).
     ``output`` describes the structured output the run checks (``output=``).
+    ``parent`` places a child session in its tree (an agent tool's run, DESIGN §26;
+    ``None``, left out, for a root session).
     """
 
     type: ClassVar[str] = "session.start"
@@ -109,6 +112,7 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     parallel_tools: bool = False
     limits: Limits | None = None
     output: OutputSpec | None = None
+    parent: ParentLink | None = None
 
 
 class MessageAcceptedEvent(_Event, frozen=True, kw_only=True, tag="message.accepted"):

@@ -24,6 +24,7 @@ from typing import Final
 __all__ = ["idempotency_key", "idempotency_session"]
 
 _SESSION: Final[ContextVar[str | None]] = ContextVar("agentloop_session", default=None)
+_SESSION_ID: Final[ContextVar[str | None]] = ContextVar("agentloop_session_id", default=None)
 _KEY: Final[ContextVar[str | None]] = ContextVar("agentloop_idempotency_key", default=None)
 
 
@@ -62,10 +63,18 @@ def idempotency_session(session_id: str) -> Iterator[None]:
     if type(session_id) is not str or not session_id:
         raise ValueError(f"session_id must be a non-empty str, got {session_id!r}")
     token = _SESSION.set(_key(session_id, ""))  # the keys' common prefix
+    named = _SESSION_ID.set(session_id)
     try:
         yield
     finally:
+        _SESSION_ID.reset(named)
         _SESSION.reset(token)
+
+
+def named_session() -> str | None:
+    """The session id :func:`idempotency_session` names now, if any (an agent tool's
+    children are named after it, DESIGN §26)."""
+    return _SESSION_ID.get()
 
 
 def _keyed(call_id: str) -> AbstractContextManager[None]:

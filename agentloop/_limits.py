@@ -17,6 +17,7 @@ from ._json import MAX_RECORDED_VALUES
 __all__ = [
     "DEFAULT_LIMITS",
     "LIMITS_HARD_CAPS",
+    "MAX_AGENT_DEPTH",
     "MAX_AGENT_STEPS",
     "MAX_ARGUMENT_DEPTH",
     "MAX_ARGUMENT_ENTRIES",
@@ -47,6 +48,8 @@ MAX_ARGUMENT_VALUES: Final = 257
 MAX_ARGUMENT_ENTRIES: Final = 256
 #: Most code points over all keys and string values of tool arguments.
 MAX_ARGUMENT_STRING_CODE_POINTS: Final = 4096
+#: Deepest nesting of agent tools (a root session's child is at depth 1).
+MAX_AGENT_DEPTH: Final = 4
 
 _INT_CAP: Final = 2**31 - 1
 #: The highest value each :class:`Limits` field accepts. ``argument_depth`` is capped
@@ -64,6 +67,7 @@ LIMITS_HARD_CAPS: Final[dict[str, int]] = {
     "argument_values": MAX_RECORDED_VALUES - 1,
     "argument_entries": MAX_RECORDED_VALUES - 2,
     "argument_string_code_points": _INT_CAP,
+    "agent_depth": 64,
 }
 
 
@@ -81,9 +85,12 @@ class Limits(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
         argument_entries: most object fields plus array elements in tool arguments.
         argument_string_code_points: most code points over the keys and strings of
             tool arguments.
+        agent_depth: deepest nesting of child sessions (agent tools, DESIGN §26) under
+            this run's root: a call that would start a child deeper is a tool error.
 
     Each field is an int from 1 to its hard cap (:data:`LIMITS_HARD_CAPS`: 2**31-1,
-    ``argument_depth`` 256); anything else raises ``ValueError`` naming the field.
+    ``argument_depth`` 256, ``agent_depth`` 64); anything else raises ``ValueError``
+    naming the field.
 
     >>> Limits(agent_steps=300).agent_steps
     300
@@ -102,6 +109,7 @@ class Limits(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     argument_values: int = MAX_ARGUMENT_VALUES
     argument_entries: int = MAX_ARGUMENT_ENTRIES
     argument_string_code_points: int = MAX_ARGUMENT_STRING_CODE_POINTS
+    agent_depth: int = MAX_AGENT_DEPTH
 
     def __post_init__(self) -> None:
         for name, cap in LIMITS_HARD_CAPS.items():

@@ -25,6 +25,7 @@ __all__ = [
     "STATUSES",
     "STOP_REASONS",
     "Cancel",
+    "ChildRun",
     "Effect",
     "FollowUp",
     "ModelAttempt",
@@ -158,10 +159,14 @@ class Pause(msgspec.Struct, frozen=True):
 
     ``reason`` is ``"budget_exceeded:<turns|tool_calls|wall_clock>"``, ``"approval"``
     (a tool that requires approval) or whatever a hook's ``PauseRequest`` said.
+    ``path`` is empty for the run's own pauses; a pause of a child session (an agent
+    tool, DESIGN §26) reaches its parent's ``on_pause`` with the session ids of the
+    children it came through, outermost first.
     """
 
     reason: str
     payload: Any = None
+    path: tuple[str, ...] = ()
 
 
 Effect: TypeAlias = ModelRequest | ToolRequest | ToolBatch | Pause
@@ -226,15 +231,36 @@ class ModelFailure(
             msgspec.structs.force_setattr(self, "code", _MODEL_ERROR)
 
 
+class ChildRun(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    """A finished child session, as its parent's ``ToolResult.child`` records it.
+
+    Attributes:
+        session: the child's session id (``"<parent session>/<call id>"``).
+        status: how the child ended (a ``RunResult.status``).
+        usage: the tokens the child and its own children used (``None``: none).
+        tool_calls: the tool calls the child and its own children made.
+    """
+
+    session: str
+    status: str
+    usage: Usage | None = None
+    tool_calls: int = 0
+
+
 class ToolResult(
     msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="tool_result"
 ):
-    """The outcome of a tool call; ``is_error`` marks a recoverable error."""
+    """The outcome of a tool call; ``is_error`` marks a recoverable error.
+
+    ``child`` is set when the call ran a child session (an agent tool, DESIGN §26):
+    the loop adds its usage and tool calls to the run's.
+    """
 
     call_id: str
     content: str
     is_error: bool = False
     at: float | None = None
+    child: ChildRun | None = None
 
 
 class Resume(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="resume"):

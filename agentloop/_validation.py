@@ -65,6 +65,7 @@ from ._protocol import (
     UnrecognizedReply,
     Usage,
 )
+from ._tree import child_problem
 
 __all__ = [
     "FAILING_STOPS",
@@ -384,6 +385,8 @@ def reply_problem(reply: object) -> str | None:
         problem = _str_fields(reply, "call_id", "content")
         if problem is None and type(reply.is_error) is not bool:  # type: ignore[attr-defined]
             problem = "ToolResult.is_error must be a bool"
+        if problem is None:
+            problem = child_problem(reply.child)  # type: ignore[attr-defined]
     elif kind is Resume:
         problem = json_problem(reply.payload, "Resume.payload")  # type: ignore[attr-defined]
         budget = reply.budget  # type: ignore[attr-defined]
@@ -443,6 +446,7 @@ def accept(reply: object, limits: Limits) -> tuple[Any, str | None, bool]:
             and (content.isascii() or clean_text(content))
             and type(reply.is_error) is bool  # type: ignore[attr-defined]
             and _plain_at(reply.at)  # type: ignore[attr-defined]
+            and reply.child is None  # type: ignore[attr-defined]
         ):
             return reply, None, True
     elif kind is ModelChunk:

@@ -43,6 +43,7 @@ from agentloop import (
     ToolResultEvent,
     ToolResultMessage,
     UnrecognizedReply,
+    Usage,
     UserMessage,
 )
 
@@ -214,6 +215,12 @@ def summarize(event: Event) -> str:
             parts.append(f"budget={_render(event.budget, sys.maxsize)}")
         if event.system is not None:
             parts.append(f"system={short(event.system, 40)}")
+        if event.parent is not None:  # a child session (DESIGN §26)
+            link = event.parent
+            parts.append(
+                f"child of {short(link.session, 40)} call {short(link.call_id, 30)} "
+                f"(depth {link.depth})"
+            )
         return "  ".join(parts)
     if isinstance(event, MessageQueuedEvent):
         queued = event.reply.message
@@ -239,9 +246,18 @@ def summarize(event: Event) -> str:
         return _block(event.call)
     if isinstance(event, (ToolResultEvent, ToolErrorEvent)):
         who = "" if event.reply is not None else " (made by the loop)"
-        return f"{event.message.tool_call_id} {event.message.tool_name}{who}: " + short(
+        child = None if event.reply is None else event.reply.child
+        if child is not None:  # the call ran a child session (DESIGN §26)
+            tokens = child.usage or Usage()
+            who = (
+                f" (child {short(child.session, 40)} {child.status}, "
+                f"usage={tokens.input_tokens}/{tokens.output_tokens}, "
+                f"tool_calls={child.tool_calls})"
+            )
+        text = f"{event.message.tool_call_id} {event.message.tool_name}{who}: " + short(
             event.message.content, 50
         )
+        return text
     if isinstance(event, BudgetWarnEvent):
         usage = event.usage
         return (

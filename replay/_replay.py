@@ -411,6 +411,7 @@ class _Session:
                 limits=start.limits,
                 output=_output(start, events, output),
                 output_retries=start.output.retries if start.output is not None else 2,
+                parent=start.parent,
             )
         except (ValueError, TypeError) as exc:
             raise ReplayDivergence(

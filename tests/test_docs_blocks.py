@@ -44,7 +44,7 @@ FENCE = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 COMMENT = re.compile(r"^<!-- (.*?) -->$")
 #: The pages whose ``print(...)  # TEXT`` comments are the output (elsewhere they
 #: may be prose: ``# as they completed``).
-CHECKED = {"README.md", "docs/durable.md"}
+CHECKED = {"README.md", "docs/agents.md", "docs/durable.md"}
 PRINTED = re.compile(r"^\s*print\(.*\)  # (.+)$", re.MULTILINE)
 #: Environment variables a block never sees: keys would let it reach a provider.
 SECRET = re.compile(r".*(_API_KEY|_TOKEN)$|TEMPORAL_ADDRESS$")

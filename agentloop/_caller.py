@@ -1,0 +1,131 @@
+"""What a driver lends the agent tools it runs (DESIGN §26).
+
+An agent tool (:func:`agentloop.agent_tool`) runs a child session inside one tool
+call of its parent. The child needs a few things only the parent's *driver* has:
+the parent's session id and depth (for the child's id and the depth bound), its
+:class:`~agentloop.CancelToken` (cancelling the parent cancels the child), its
+``on_pause`` (a pause in the child is a pause of the parent's call) and its clock.
+A driver whose tools include an agent tool makes one :class:`Caller` and lends it
+to each tool call it runs (:func:`lent`, a context variable: it follows the call
+into a batch's worker thread or task); the agent tool reads it with
+:func:`current` and leaves the finished child's :class:`~agentloop.ChildRun` in
+``Caller.children`` for the driver to put in the call's ``ToolResult``.
+
+A driver without agent tools makes no Caller, and its tool calls cost nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Final
+
+from ._idempotency import named_session
+from ._limits import DEFAULT_LIMITS
+from ._protocol import ChildRun
+from ._tree import child_session_id
+
+if TYPE_CHECKING:
+    from ._engine import AgentLoop
+    from ._signals import CancelToken
+
+__all__ = ["ROOT_SESSION", "Caller", "current", "lent", "make_caller"]
+
+#: The session id of a root session that has none of its own: an in-memory ``run``
+#: outside :func:`~agentloop.idempotency_session` (``run_durable`` names it).
+ROOT_SESSION: Final = "root"
+
+
+class Caller:
+    """The parent's side of its agent tools' calls (one per driver).
+
+    Attributes:
+        session: the parent's session id.
+        depth: the parent's depth (0: a root session).
+        bound: the deepest a child may be (the parent's ``Limits.agent_depth``).
+        signal, on_pause, clock: the parent driver's.
+        asynchronous: whether the parent's driver is async (its ``on_pause`` may
+            then return an awaitable).
+        named: whether the parent's session is named for idempotency keys (then
+            each child's is too, with its own id: a child's call ``c1`` never shares
+            a key with its parent's call ``c1``).
+        children: the finished children by call id, until the driver takes them.
+    """
+
+    __slots__ = (
+        "asynchronous",
+        "bound",
+        "children",
+        "clock",
+        "depth",
+        "named",
+        "on_pause",
+        "session",
+        "signal",
+    )
+
+    def __init__(
+        self,
+        session: str,
+        depth: int,
+        bound: int,
+        signal: CancelToken | None,
+        on_pause: Callable[[Any], Any] | None,
+        clock: Callable[[], float],
+        asynchronous: bool,
+        named: bool = False,
+    ) -> None:
+        self.session = session
+        self.depth = depth
+        self.bound = bound
+        self.signal = signal
+        self.on_pause = on_pause
+        self.clock = clock
+        self.asynchronous = asynchronous
+        self.named = named
+        self.children: dict[str, ChildRun] = {}
+
+    def take(self, call_id: str) -> ChildRun | None:
+        """The child that call ``call_id`` ran, if any (once)."""
+        return self.children.pop(call_id, None)
+
+
+_CALLER: Final[ContextVar[Caller | None]] = ContextVar("agentloop_caller", default=None)
+
+
+def make_caller(
+    loop: AgentLoop | None,
+    tools: Iterable[object],
+    signal: CancelToken | None,
+    on_pause: Callable[[Any], Any] | None,
+    clock: Callable[[], float],
+    asynchronous: bool,
+) -> Caller | None:
+    """The :class:`Caller` a driver of ``loop`` lends its tool calls, or ``None``
+    when none of ``tools`` runs a child session."""
+    if not any(getattr(entry, "runs_agent", False) for entry in tools):
+        return None
+    link = None if loop is None else loop.parent
+    limits = DEFAULT_LIMITS if loop is None else loop.limits
+    if link is None:  # a root: named by run_durable, a Temporal worker or the caller
+        session, depth = named_session() or ROOT_SESSION, 0
+    else:
+        session, depth = child_session_id(link), link.depth
+    named = named_session() is not None
+    return Caller(session, depth, limits.agent_depth, signal, on_pause, clock, asynchronous, named)
+
+
+@contextlib.contextmanager
+def lent(caller: Caller) -> Iterator[None]:
+    """Lend ``caller`` to the tool call run inside the block."""
+    token = _CALLER.set(caller)
+    try:
+        yield
+    finally:
+        _CALLER.reset(token)
+
+
+def current() -> Caller | None:
+    """The :class:`Caller` lent to the tool call running now, if any."""
+    return _CALLER.get()
