@@ -113,18 +113,27 @@ class ActivityOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             machines than the workflows (see docs/durable.md).
         start_to_close_seconds: the longest one attempt may take.
         heartbeat_seconds: the activity heartbeats while the model streams or the
-            tool runs; a worker that dies is noticed after this long (``None``: no
-            heartbeats, a dead worker is noticed after ``start_to_close_seconds``).
+            tool runs; a worker that dies is noticed this long after its last
+            heartbeat reached the server (``None``: no heartbeats, a dead worker is
+            noticed after ``start_to_close_seconds``).
         max_attempts: attempts before the call fails for good (``0``: unlimited).
         initial_interval_seconds, backoff_coefficient, max_interval_seconds:
             the delay before each retry.
+
+    The defaults are chosen for recovery (see docs/durable.md, "When a worker
+    dies"): with :func:`~agentloop.temporal.worker`'s own defaults, a session
+    whose worker was SIGKILLed in the middle of a call goes on on another worker
+    within 5 s: the call's last heartbeat is at most 1 s old (``worker()``
+    throttles heartbeats to one a second), the server notices the silence 2 s
+    later, retries after 0.5 s, and the session's next workflow task leaves the
+    dead worker's sticky queue after 1 s.
     """
 
     task_queue: str | None = None
     start_to_close_seconds: float = 600.0
-    heartbeat_seconds: float | None = 30.0
+    heartbeat_seconds: float | None = 2.0
     max_attempts: int = 3
-    initial_interval_seconds: float = 1.0
+    initial_interval_seconds: float = 0.5
     backoff_coefficient: float = 2.0
     max_interval_seconds: float = 60.0
 
@@ -149,9 +158,11 @@ def _positive(options: ActivityOptions, name: str, value: float) -> None:
     msgspec.structs.force_setattr(options, name, float(value))
 
 
-#: The model activity's defaults: five minutes per attempt, three attempts.
+#: The model activity's defaults: five minutes per attempt, three attempts, a 2 s
+#: heartbeat timeout.
 DEFAULT_MODEL_ACTIVITY: Final = ActivityOptions(start_to_close_seconds=300.0)
-#: The tool activity's defaults: ten minutes per attempt, three attempts.
+#: The tool activity's defaults: ten minutes per attempt, three attempts, a 2 s
+#: heartbeat timeout.
 DEFAULT_TOOL_ACTIVITY: Final = ActivityOptions()
 
 

@@ -2,7 +2,8 @@
 
     python -m tests.temporal.worker_process TARGET TASK_QUEUE
 
-It serves the app's model and tools (and the workflows) on ``TASK_QUEUE``, prints
+It serves the app's model and tools (and the workflows) on ``TASK_QUEUE`` with
+``worker()``'s defaults, prints
 ``ready`` once it polls, and stops cleanly when its standard input closes.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from datetime import timedelta
 
 from temporalio.client import Client
 
@@ -25,9 +25,7 @@ async def main(target: str, task_queue: str) -> None:
         client,
         task_queue=task_queue,
         model=MODEL,
-        tools=TOOLS,
-        # A workflow task meant for a dead worker moves on after a second.
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        tools=TOOLS,  # and the library's defaults, as documented
     ):
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.read)
