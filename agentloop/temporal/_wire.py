@@ -48,6 +48,7 @@ __all__ = [
     "ModelCall",
     "ModelConfig",
     "ModelOutput",
+    "PendingBatch",
     "PendingModel",
     "PendingPause",
     "PendingTool",
@@ -174,8 +175,9 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     the message IR), so a transcript the loop refuses ends the run with
     ``INVALID_TRANSCRIPT`` exactly as it would in process. ``started_at``
     defaults to the workflow's start time (``workflow.now()``). ``limits`` and
-    ``output_retries`` are :func:`agentloop.agent_loop`'s (the output type itself
-    comes from the workflow class: :meth:`AgentLoopWorkflow.output`).
+    ``output_retries`` and ``parallel_tools`` are :func:`agentloop.agent_loop`'s
+    (the output type itself comes from the workflow class:
+    :meth:`AgentLoopWorkflow.output`).
     """
 
     messages: tuple[Any, ...]
@@ -188,6 +190,7 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     tool_activity: ActivityOptions = DEFAULT_TOOL_ACTIVITY
     limits: Limits | None = None
     output_retries: int = 2
+    parallel_tools: bool = False
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -281,6 +284,13 @@ class PendingTool(msgspec.Struct, frozen=True, tag_field="effect", tag="tool_req
     step: int
 
 
+class PendingBatch(msgspec.Struct, frozen=True, tag_field="effect", tag="tool_batch"):
+    """A ``ToolBatch`` as the ``pending`` query returns it (``parallel_tools``)."""
+
+    calls: tuple[ToolCall, ...]
+    step: int
+
+
 class PendingPause(msgspec.Struct, frozen=True, tag_field="effect", tag="pause"):
     """A ``Pause`` as the ``pending`` query returns it."""
 
@@ -301,11 +311,10 @@ def chain_digest(digest: str, message: Message) -> str:
     return hashlib.blake2b(digest.encode() + _encode(message), digest_size=16).hexdigest()
 
 
-_pending_decoder: msgspec.json.Decoder[PendingModel | PendingTool | PendingPause | None] = (
-    msgspec.json.Decoder(PendingModel | PendingTool | PendingPause | None)
-)
+Pending = PendingModel | PendingTool | PendingBatch | PendingPause | None
+_pending_decoder: msgspec.json.Decoder[Pending] = msgspec.json.Decoder(Pending)
 
 
-def decode_pending(value: RawValue) -> PendingModel | PendingTool | PendingPause | None:
+def decode_pending(value: RawValue) -> Pending:
     """Decode the ``pending`` query's result."""
     return _pending_decoder.decode(value.payload.data)

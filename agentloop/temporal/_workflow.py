@@ -20,6 +20,12 @@ Each effect becomes something Temporal records:
   since the previous request (``_wire.ModelCall``): history grows linearly.
 - ``ToolRequest`` -> one ``agentloop.tool`` activity (idempotency key
   ``<workflow id>:<call id>``, see :func:`agentloop.idempotency_key`).
+- ``ToolBatch`` (the session's ``parallel_tools``) -> one ``agentloop.tool``
+  activity per call, all scheduled in the same workflow task, so they run at
+  once on whichever workers take them. Each result goes to the loop as its
+  activity completes; results that arrive in the same workflow task go in the
+  order of the batch. Temporal's history records the order, so a replay sends
+  them in the same order.
 - ``Pause`` -> wait for the ``resume`` update (or signal).
 
 Steering: the ``steer`` and ``follow_up`` updates (and signals) send ``Steer`` /
@@ -88,6 +94,7 @@ from agentloop import (
     Resume,
     RunResult,
     Steer,
+    ToolBatch,
     ToolCall,
     ToolRequest,
     ToolResult,
@@ -102,6 +109,7 @@ from ._wire import (
     ModelCall,
     ModelConfig,
     ModelOutput,
+    PendingBatch,
     PendingModel,
     PendingPause,
     PendingTool,
@@ -308,6 +316,42 @@ class _AsyncTools(Protocol):
     async def aexecute(self, call: ToolCall) -> tuple[str, bool]: ...
 
 
+class _Batch:
+    """The calls of a ``ToolBatch``, each one task (one tool activity).
+
+    The loop yields the same batch again after each result, until the last:
+    calls already answered are skipped (their ids stay in ``_answered``; call ids
+    are unique in a run).
+    """
+
+    def __init__(self, tools: _AsyncTools) -> None:
+        self._tools = tools
+        self._tasks: dict[str, asyncio.Task[tuple[str, bool]]] = {}
+        self._answered: set[str] = set()
+
+    async def next_result(self, batch: ToolBatch) -> ToolResult:
+        """The result of the batch's next call to complete; its calls not yet
+        running are started first (all of them, the first time)."""
+        tasks = self._tasks
+        waiting = [r for r in batch.requests if r.call.id not in self._answered]
+        for request in waiting:
+            call = request.call
+            if call.id not in tasks:
+                tasks[call.id] = asyncio.ensure_future(self._tools.aexecute(call))
+        await asyncio.wait([tasks[r.call.id] for r in waiting], return_when=asyncio.FIRST_COMPLETED)
+        # Of those done, the first in the batch's order: deterministic on replay.
+        call_id = next(r.call.id for r in waiting if tasks[r.call.id].done())
+        content, is_error = tasks.pop(call_id).result()
+        self._answered.add(call_id)
+        return ToolResult(call_id, content, is_error)
+
+    def cancel(self) -> None:
+        """Cancel the calls still running (their activities get Temporal's cancel)."""
+        for task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
+
+
 async def _adrive(
     loop: AgentLoop,
     *,
@@ -324,6 +368,7 @@ async def _adrive(
     the loop receives ``Cancel`` (the log is finished), then the error goes on.
     """
     stream: AsyncIterator[ModelReply] | None = None
+    batch = _Batch(tools)
     try:
         effect = next(loop)
         while True:
@@ -343,10 +388,12 @@ async def _adrive(
                 elif isinstance(effect, ToolRequest):
                     content, is_error = await tools.aexecute(effect.call)
                     reply = ToolResult(effect.call.id, content, is_error)
+                elif isinstance(effect, ToolBatch):
+                    reply = await batch.next_result(effect)
                 else:
-                    assert isinstance(effect, Pause)  # the workflow never sets parallel_tools
                     reply = await on_pause(effect)
             except asyncio.CancelledError:
+                batch.cancel()
                 reason = cancelled()
                 with contextlib.suppress(StopIteration):
                     loop.send(Cancel(_WORKFLOW_CANCELLED if reason is None else reason, clock()))
@@ -468,6 +515,7 @@ class AgentLoopWorkflow:
                 limits=spec.limits,
                 output=self.output(),
                 output_retries=spec.output_retries,
+                parallel_tools=spec.parallel_tools,
             )
         except ApplicationError as exc:
             problem = exc
@@ -686,6 +734,8 @@ class AgentLoopWorkflow:
             )
         elif type(effect) is ToolRequest:
             value = PendingTool(effect.call, effect.step)
+        elif type(effect) is ToolBatch:
+            value = PendingBatch(tuple(r.call for r in effect.requests), effect.step)
         elif type(effect) is Pause:
             value = PendingPause(effect.reason, effect.payload)
         return raw(encode(value))

@@ -5,7 +5,8 @@ answer is a function of the request (:class:`agentloop.FunctionModel`), so a
 worker started after another one was killed answers the same way.
 
 The model reads its script from the system prompt: ``"add N"`` asks for ``add``
-N times (one call per step) then answers; ``"note"`` asks for ``slow_note`` once;
+N times (one call per step) then answers; ``"pair N"`` asks for ``add`` twice in
+each of N steps (two calls in one response) then answers; ``"note"`` asks for ``slow_note`` once;
 ``"approve"`` asks for ``guarded`` (a tool that requires approval); ``"json"``
 answers ``{"total": <messages so far>}`` (for :class:`OutputWorkflow`) after a
 first answer that is not JSON.
@@ -84,6 +85,11 @@ def answer(request: ModelRequest) -> ScriptedResponse:
         call = ToolCall(f"call-{count}", "add", {"left": calls, "right": 40 + calls})
         text = f"Step {calls + 1}."
         return ScriptedResponse.tool_calls(f"r{count}", call, text=text, usage=usage)
+    if script[0] == "pair" and calls < 2 * int(script[1]):
+        pair = [
+            ToolCall(f"call-{count}-{i}", "add", {"left": calls + i, "right": 40}) for i in (0, 1)
+        ]
+        return ScriptedResponse.tool_calls(f"r{count}", *pair, usage=usage)
     if script[0] == "note" and type(last) is UserMessage:
         call = ToolCall(f"call-{count}", "slow_note", {"text": last.content})
         return ScriptedResponse.tool_calls(f"r{count}", call, usage=usage)
