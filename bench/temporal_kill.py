@@ -119,7 +119,17 @@ def answer(request: ModelRequest) -> ScriptedResponse:
     return ScriptedResponse.tool_calls(f"r{count}", ToolCall("call-1", "slow_step", {"what": "x"}))
 
 
-MODEL = FunctionModel(answer)
+class ThreadedModel:
+    """``FunctionModel(answer)`` with ``stream`` only: the model activity reads it
+    in a worker thread, so the slow first answer does not block the worker's event
+    loop (``FunctionModel.astream`` would call ``answer`` on it, and the activity
+    could not heartbeat)."""
+
+    def stream(self, request: ModelRequest) -> Any:
+        return FunctionModel(answer).stream(request)
+
+
+MODEL = ThreadedModel()
 
 
 async def serve(target: str, task_queue: str, old: bool) -> None:

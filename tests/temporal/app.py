@@ -7,7 +7,8 @@ worker started after another one was killed answers the same way.
 The model reads its script from the system prompt: ``"add N"`` asks for ``add``
 N times (one call per step) then answers; ``"pair N"`` asks for ``add`` twice in
 each of N steps (two calls in one response) then answers; ``"note"`` asks for ``slow_note`` once;
-``"approve"`` asks for ``guarded`` (a tool that requires approval); ``"json"``
+``"slow-model"`` answers at once, except the first time, when it writes a mark
+and takes a long time (the kill test kills its worker then); ``"approve"`` asks for ``guarded`` (a tool that requires approval); ``"json"``
 answers ``{"total": <messages so far>}`` (for :class:`OutputWorkflow`) after a
 first answer that is not JSON.
 """
@@ -93,6 +94,12 @@ def answer(request: ModelRequest) -> ScriptedResponse:
     if script[0] == "note" and type(last) is UserMessage:
         call = ToolCall(f"call-{count}", "slow_note", {"text": last.content})
         return ScriptedResponse.tool_calls(f"r{count}", call, usage=usage)
+    if script[0] == "slow-model":
+        first = Path(os.environ[NOTES_DIR]) / "started"
+        if not first.exists():
+            first.write_text("model")
+            time.sleep(float(os.environ.get("AGENTLOOP_TEST_NOTE_SECONDS", "0")))
+        return ScriptedResponse.text(f"r{count}", "Done: answered", usage=usage)
     if script[0] == "json":
         text = "forty-two" if count == 1 else f'{{"total": {count}}}'
         return ScriptedResponse.text(f"r{count}", text, usage=usage)
