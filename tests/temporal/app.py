@@ -6,9 +6,10 @@ worker started after another one was killed answers the same way.
 
 The model reads its script from the system prompt: ``"add N"`` asks for ``add``
 N times (one call per step) then answers; ``"pair N"`` asks for ``add`` twice in
-each of N steps (two calls in one response) then answers; ``"note"`` asks for ``slow_note`` once;
-``"slow-model"`` answers at once, except the first time, when it writes a mark
-and takes a long time (the kill test kills its worker then); ``"approve"`` asks for ``guarded`` (a tool that requires approval); ``"json"``
+each of N steps (two calls in one response) then answers; ``"note"`` asks for
+``slow_note`` once; ``"slow-model"`` answers at once, except the first time, when
+it writes a mark and takes a long time (the kill test kills its worker then);
+``"approve"`` asks for ``guarded`` (a tool that requires approval); ``"json"``
 answers ``{"total": <messages so far>}`` (for :class:`OutputWorkflow`) after a
 first answer that is not JSON.
 """

@@ -12,8 +12,9 @@ takes is measured by ``bench/temporal_kill.py``, not asserted here.
 
 The second test kills a worker during a model call, with the second worker already
 up (a fleet). The retried call lands on a worker that does not hold the session's
-transcript, so it asks the workflow (query ``pending``) before it calls the model. The final log is the one the
-loop makes from its recorded replies, and it replays.
+transcript, so it asks the workflow (query ``pending``) before it calls the model.
+In both, the final log is the one the loop makes from its recorded replies, and it
+replays.
 """
 
 from __future__ import annotations
