@@ -180,6 +180,7 @@ async def start_session(
     limits: Limits | None = None,
     output_retries: int = 2,
     parallel_tools: bool = False,
+    steps_per_run: int | None = None,
     model_activity: ActivityOptions | None = None,
     tool_activity: ActivityOptions | None = None,
     workflow: str = WORKFLOW_NAME,
@@ -199,6 +200,9 @@ async def start_session(
             :func:`agentloop.agent_loop` (the structured-output type comes from
             the workflow class: :meth:`AgentLoopWorkflow.output`).
         started_at: the session's start time (default: the workflow's start).
+        steps_per_run: continue as new after this many model requests in one
+            workflow run (default: when Temporal suggests it); the log carries
+            over byte for byte (see :class:`SessionInput`).
         parallel_tools: run the calls of a step that may run together as
             concurrent tool activities (as :func:`agentloop.agent_loop`'s option
             of that name; each result is recorded as its activity completes).
@@ -211,6 +215,7 @@ async def start_session(
 
     Raises:
         TypeError: a message or tool cannot be encoded as JSON.
+        ValueError: ``steps_per_run`` is not an int >= 1 (or ``None``).
     """
     session = SessionInput(
         messages=tuple(messages),
@@ -222,6 +227,7 @@ async def start_session(
         limits=limits,
         output_retries=output_retries,
         parallel_tools=parallel_tools,
+        steps_per_run=steps_per_run,
         model_activity=DEFAULT_MODEL_ACTIVITY if model_activity is None else model_activity,
         tool_activity=DEFAULT_TOOL_ACTIVITY if tool_activity is None else tool_activity,
     )
@@ -233,4 +239,14 @@ async def start_session(
         result_type=RawValue,
         **options,
     )
-    return AgentSession(handle)
+    # Queries, updates and signals go to the session's latest run (it continues
+    # as new when it is long), never past this start's chain of runs.
+    return AgentSession(
+        WorkflowHandle(
+            client,
+            handle.id,
+            result_run_id=handle.result_run_id,
+            first_execution_run_id=handle.first_execution_run_id,
+            result_type=RawValue,
+        )
+    )

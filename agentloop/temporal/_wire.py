@@ -30,12 +30,16 @@ from temporalio.exceptions import ApplicationError
 from agentloop import (
     MAX_CHUNKS_PER_STEP,
     Budget,
+    FollowUp,
     Limits,
     Message,
     ModelChunk,
     ModelFailure,
     ModelResponse,
+    Resume,
+    Steer,
     ToolCall,
+    ToolResult,
     ToolSpec,
     UserMessage,
 )
@@ -167,6 +171,10 @@ DEFAULT_MODEL_ACTIVITY: Final = ActivityOptions(start_to_close_seconds=300.0)
 DEFAULT_TOOL_ACTIVITY: Final = ActivityOptions()
 
 
+#: A reply the workflow sent its loop, carried into the next run (continue-as-new).
+CarriedReply = ModelChunk | ModelResponse | ModelFailure | ToolResult | Resume | Steer | FollowUp
+
+
 class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The workflow's input: what ``agent_loop(...)`` is built from, and how to
     run its activities.
@@ -178,6 +186,13 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     ``output_retries`` and ``parallel_tools`` are :func:`agentloop.agent_loop`'s
     (the output type itself comes from the workflow class:
     :meth:`AgentLoopWorkflow.output`).
+
+    ``steps_per_run``: after this many model requests in one workflow run, the
+    workflow continues as new (Temporal's continue-as-new) at the next step's
+    start; ``None``: when Temporal suggests it (its history grew past the
+    server's limits). ``replies``: set by the workflow itself when it continues
+    as new: every reply it sent its loop so far, stamped; the next run feeds
+    them to a fresh loop, which rebuilds the log byte for byte.
     """
 
     messages: tuple[Any, ...]
@@ -191,6 +206,13 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     limits: Limits | None = None
     output_retries: int = 2
     parallel_tools: bool = False
+    steps_per_run: int | None = None
+    replies: tuple[CarriedReply, ...] = ()
+
+    def __post_init__(self) -> None:
+        steps = self.steps_per_run
+        if steps is not None and (type(steps) is not int or steps < 1):
+            raise ValueError(f"steps_per_run must be an int >= 1 or None, got {steps!r}")
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
