@@ -19,11 +19,21 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 import replay
+from agentloop import MessageQueuedEvent, Pause, SessionResumeEvent, UserMessage
 from agentloop.temporal import AgentLoopWorkflow, sandbox_runner, start_session
+from agentloop.temporal._wire import UserInput, encode, raw
 
 from .app import MODEL, TOOLS
 from .conftest import Temporal
-from .helpers import QUESTION, drive_by_hand, encoded, run_in_process, serving, session_id
+from .helpers import (
+    QUESTION,
+    drive_by_hand,
+    encoded,
+    run_in_process,
+    serving,
+    session_id,
+    wait_for,
+)
 
 CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 
@@ -80,3 +90,34 @@ def test_steps_per_run_is_checked() -> None:
             asyncio.run(
                 start_session(client, session_id(), QUESTION, task_queue="q", steps_per_run=bad)
             )
+
+
+def test_steering_and_answers_are_carried_into_the_next_runs(temporal: Temporal) -> None:
+    """A follow-up sent with the start and an approval's answer are replies too:
+    the runs after the one that got them are fed them, and the log stays whole."""
+    more = UserMessage("u-more", "One more thing.")
+
+    async def scenario() -> Any:
+        async with serving(temporal) as start:
+            followed = await start(
+                system="add 2",
+                steps_per_run=1,
+                start_signal="follow_up",
+                start_signal_args=[raw(encode(UserInput(message=more)))],
+            )
+            approved = await start(system="approve", steps_per_run=1)
+            await wait_for(approved, Pause)
+            await approved.resume({"approved": True})
+            sessions = (followed, approved)
+            return [(await s.result(), await s.log()) for s in sessions]
+
+    sessions = temporal.run(scenario())
+    for result, log in sessions:
+        assert result.status == "completed", result.error
+        assert drive_by_hand(log) == encoded(log)
+        assert replay.replay(log).result == result
+    (followed, followed_log), (approved, approved_log) = sessions
+    assert "u-more" in [m.id for m in followed.messages]
+    assert any(type(e) is MessageQueuedEvent for e in followed_log)
+    assert any(type(e) is SessionResumeEvent for e in approved_log)
+    assert approved.final_text == "Done: done to prod"
