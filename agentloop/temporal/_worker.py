@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any, Final
 
 from temporalio.client import Client
@@ -36,10 +37,12 @@ PASSTHROUGH_MODULES = ("agentloop", "msgspec")
 #:   server at least this often (Temporal sends at most one per 0.8 heartbeat
 #:   timeouts, and never more often than this): the last heartbeat of a worker
 #:   that dies is at most this old.
-RECOVERY_OPTIONS: Final[dict[str, Any]] = {
-    "sticky_queue_schedule_to_start_timeout": timedelta(seconds=1),
-    "max_heartbeat_throttle_interval": timedelta(seconds=1),
-}
+RECOVERY_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
+    {
+        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=1),
+        "max_heartbeat_throttle_interval": timedelta(seconds=1),
+    }
+)
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
