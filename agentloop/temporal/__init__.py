@@ -32,7 +32,7 @@ from ._wire import (
     ActivityOptions,
     SessionInput,
 )
-from ._worker import PASSTHROUGH_MODULES, sandbox_runner, worker
+from ._worker import PASSTHROUGH_MODULES, RECOVERY_OPTIONS, sandbox_runner, worker
 from ._workflow import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_NAME, AgentLoopWorkflow
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_TOOL_ACTIVITY",
     "MODEL_ACTIVITY",
     "PASSTHROUGH_MODULES",
+    "RECOVERY_OPTIONS",
     "RETRIED_KINDS",
     "TOOL_ACTIVITY",
     "WORKFLOW_NAME",

@@ -9,7 +9,8 @@ sessions it served last (a small LRU, ``transcript_cache`` sessions); when it
 holds that exact prefix (same length, same digest) it appends the new messages.
 When it does not -- another worker served the previous request, the worker
 restarted, the workflow was reset -- it asks the workflow for the whole request
-(query ``pending``; queries are not recorded in the history). Either way the model
+(query ``pending``; queries are not recorded in the history; the activity
+heartbeats while it waits for the answer). Either way the model
 gets exactly the request the loop made, and the history holds each message about
 twice (once as a result, once as the next input), never the transcript per step.
 
@@ -264,7 +265,10 @@ class SessionActivities:
     async def model(self, call: RawValue) -> RawValue:
         """Answer one model request: every chunk, then the response or a failure."""
         value = decode(call, ModelCall, "model call")
-        request = await self._request(value)
+        # Asking the workflow for the transcript can take a while (when the
+        # session's worker died, the query waits for another one to take the
+        # session over): heartbeat meanwhile, or the attempt times out.
+        request = await _heartbeating(self._request(value))
         collector = _Collector(request.id, value.chunks_per_step)
         model = self._model
         try:

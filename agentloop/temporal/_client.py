@@ -18,6 +18,7 @@ from agentloop import (
     Pause,
     RunResult,
     Tool,
+    ToolBatch,
     ToolRegistry,
     ToolRequest,
     ToolSpec,
@@ -31,6 +32,7 @@ from ._wire import (
     DEFAULT_TOOL_ACTIVITY,
     ActivityOptions,
     Answer,
+    PendingBatch,
     PendingModel,
     PendingTool,
     SessionInput,
@@ -98,6 +100,8 @@ class AgentSession:
             return ModelRequest(value.id, value.step, value.messages, value.tools, value.system)
         if isinstance(value, PendingTool):
             return ToolRequest(value.call, value.step)
+        if isinstance(value, PendingBatch):
+            return ToolBatch(tuple(ToolRequest(c, value.step) for c in value.calls), value.step)
         return Pause(value.reason, value.payload)
 
     async def log(self, since: int = 0) -> list[Event]:
@@ -175,6 +179,8 @@ async def start_session(
     started_at: float | None = None,
     limits: Limits | None = None,
     output_retries: int = 2,
+    parallel_tools: bool = False,
+    steps_per_run: int | None = None,
     model_activity: ActivityOptions | None = None,
     tool_activity: ActivityOptions | None = None,
     workflow: str = WORKFLOW_NAME,
@@ -194,6 +200,12 @@ async def start_session(
             :func:`agentloop.agent_loop` (the structured-output type comes from
             the workflow class: :meth:`AgentLoopWorkflow.output`).
         started_at: the session's start time (default: the workflow's start).
+        steps_per_run: continue as new after this many model requests in one
+            workflow run (default: when Temporal suggests it); the log carries
+            over byte for byte (see :class:`SessionInput`).
+        parallel_tools: run the calls of a step that may run together as
+            concurrent tool activities (as :func:`agentloop.agent_loop`'s option
+            of that name; each result is recorded as its activity completes).
         model_activity, tool_activity: timeouts, retries and task queues of the
             model and tool activities (defaults: see :class:`ActivityOptions`).
         workflow: the workflow type to start (a subclass registered under another
@@ -203,6 +215,7 @@ async def start_session(
 
     Raises:
         TypeError: a message or tool cannot be encoded as JSON.
+        ValueError: ``steps_per_run`` is not an int >= 1 (or ``None``).
     """
     session = SessionInput(
         messages=tuple(messages),
@@ -213,6 +226,8 @@ async def start_session(
         started_at=started_at,
         limits=limits,
         output_retries=output_retries,
+        parallel_tools=parallel_tools,
+        steps_per_run=steps_per_run,
         model_activity=DEFAULT_MODEL_ACTIVITY if model_activity is None else model_activity,
         tool_activity=DEFAULT_TOOL_ACTIVITY if tool_activity is None else tool_activity,
     )
@@ -224,4 +239,14 @@ async def start_session(
         result_type=RawValue,
         **options,
     )
-    return AgentSession(handle)
+    # Queries, updates and signals go to the session's latest run (it continues
+    # as new when it is long), never past this start's chain of runs.
+    return AgentSession(
+        WorkflowHandle(
+            client,
+            handle.id,
+            result_run_id=handle.result_run_id,
+            first_execution_run_id=handle.first_execution_run_id,
+            result_type=RawValue,
+        )
+    )

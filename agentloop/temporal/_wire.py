@@ -30,12 +30,16 @@ from temporalio.exceptions import ApplicationError
 from agentloop import (
     MAX_CHUNKS_PER_STEP,
     Budget,
+    FollowUp,
     Limits,
     Message,
     ModelChunk,
     ModelFailure,
     ModelResponse,
+    Resume,
+    Steer,
     ToolCall,
+    ToolResult,
     ToolSpec,
     UserMessage,
 )
@@ -48,6 +52,7 @@ __all__ = [
     "ModelCall",
     "ModelConfig",
     "ModelOutput",
+    "PendingBatch",
     "PendingModel",
     "PendingPause",
     "PendingTool",
@@ -113,18 +118,27 @@ class ActivityOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             machines than the workflows (see docs/durable.md).
         start_to_close_seconds: the longest one attempt may take.
         heartbeat_seconds: the activity heartbeats while the model streams or the
-            tool runs; a worker that dies is noticed after this long (``None``: no
-            heartbeats, a dead worker is noticed after ``start_to_close_seconds``).
+            tool runs; a worker that dies is noticed this long after its last
+            heartbeat reached the server (``None``: no heartbeats, a dead worker is
+            noticed after ``start_to_close_seconds``).
         max_attempts: attempts before the call fails for good (``0``: unlimited).
         initial_interval_seconds, backoff_coefficient, max_interval_seconds:
             the delay before each retry.
+
+    The defaults are chosen for recovery (see docs/durable.md, "When a worker
+    dies"): with :func:`~agentloop.temporal.worker`'s own defaults, a session
+    whose worker was SIGKILLed in the middle of a call goes on on another worker
+    within 5 s: the call's last heartbeat is at most 1 s old (``worker()``
+    throttles heartbeats to one a second), the server notices the silence 2 s
+    later, retries after 0.5 s, and the session's next workflow task leaves the
+    dead worker's sticky queue after 1 s.
     """
 
     task_queue: str | None = None
     start_to_close_seconds: float = 600.0
-    heartbeat_seconds: float | None = 30.0
+    heartbeat_seconds: float | None = 2.0
     max_attempts: int = 3
-    initial_interval_seconds: float = 1.0
+    initial_interval_seconds: float = 0.5
     backoff_coefficient: float = 2.0
     max_interval_seconds: float = 60.0
 
@@ -149,10 +163,16 @@ def _positive(options: ActivityOptions, name: str, value: float) -> None:
     msgspec.structs.force_setattr(options, name, float(value))
 
 
-#: The model activity's defaults: five minutes per attempt, three attempts.
+#: The model activity's defaults: five minutes per attempt, three attempts, a 2 s
+#: heartbeat timeout.
 DEFAULT_MODEL_ACTIVITY: Final = ActivityOptions(start_to_close_seconds=300.0)
-#: The tool activity's defaults: ten minutes per attempt, three attempts.
+#: The tool activity's defaults: ten minutes per attempt, three attempts, a 2 s
+#: heartbeat timeout.
 DEFAULT_TOOL_ACTIVITY: Final = ActivityOptions()
+
+
+#: A reply the workflow sent its loop, carried into the next run (continue-as-new).
+CarriedReply = ModelChunk | ModelResponse | ModelFailure | ToolResult | Resume | Steer | FollowUp
 
 
 class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -163,8 +183,16 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     the message IR), so a transcript the loop refuses ends the run with
     ``INVALID_TRANSCRIPT`` exactly as it would in process. ``started_at``
     defaults to the workflow's start time (``workflow.now()``). ``limits`` and
-    ``output_retries`` are :func:`agentloop.agent_loop`'s (the output type itself
-    comes from the workflow class: :meth:`AgentLoopWorkflow.output`).
+    ``output_retries`` and ``parallel_tools`` are :func:`agentloop.agent_loop`'s
+    (the output type itself comes from the workflow class:
+    :meth:`AgentLoopWorkflow.output`).
+
+    ``steps_per_run``: after this many model requests in one workflow run, the
+    workflow continues as new (Temporal's continue-as-new) at the next step's
+    start; ``None``: when Temporal suggests it (its history grew past the
+    server's limits). ``replies``: set by the workflow itself when it continues
+    as new: every reply it sent its loop so far, stamped; the next run feeds
+    them to a fresh loop, which rebuilds the log byte for byte.
     """
 
     messages: tuple[Any, ...]
@@ -177,6 +205,14 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     tool_activity: ActivityOptions = DEFAULT_TOOL_ACTIVITY
     limits: Limits | None = None
     output_retries: int = 2
+    parallel_tools: bool = False
+    steps_per_run: int | None = None
+    replies: tuple[CarriedReply, ...] = ()
+
+    def __post_init__(self) -> None:
+        steps = self.steps_per_run
+        if steps is not None and (type(steps) is not int or steps < 1):
+            raise ValueError(f"steps_per_run must be an int >= 1 or None, got {steps!r}")
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -270,6 +306,13 @@ class PendingTool(msgspec.Struct, frozen=True, tag_field="effect", tag="tool_req
     step: int
 
 
+class PendingBatch(msgspec.Struct, frozen=True, tag_field="effect", tag="tool_batch"):
+    """A ``ToolBatch`` as the ``pending`` query returns it (``parallel_tools``)."""
+
+    calls: tuple[ToolCall, ...]
+    step: int
+
+
 class PendingPause(msgspec.Struct, frozen=True, tag_field="effect", tag="pause"):
     """A ``Pause`` as the ``pending`` query returns it."""
 
@@ -290,11 +333,10 @@ def chain_digest(digest: str, message: Message) -> str:
     return hashlib.blake2b(digest.encode() + _encode(message), digest_size=16).hexdigest()
 
 
-_pending_decoder: msgspec.json.Decoder[PendingModel | PendingTool | PendingPause | None] = (
-    msgspec.json.Decoder(PendingModel | PendingTool | PendingPause | None)
-)
+Pending = PendingModel | PendingTool | PendingBatch | PendingPause | None
+_pending_decoder: msgspec.json.Decoder[Pending] = msgspec.json.Decoder(Pending)
 
 
-def decode_pending(value: RawValue) -> PendingModel | PendingTool | PendingPause | None:
+def decode_pending(value: RawValue) -> Pending:
     """Decode the ``pending`` query's result."""
     return _pending_decoder.decode(value.payload.data)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any, Final
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -14,12 +16,33 @@ from agentloop import Tool, ToolRegistry, ToolSpec
 from ._activities import SessionActivities
 from ._workflow import AgentLoopWorkflow
 
-__all__ = ["PASSTHROUGH_MODULES", "sandbox_runner", "worker"]
+__all__ = ["PASSTHROUGH_MODULES", "RECOVERY_OPTIONS", "sandbox_runner", "worker"]
 
 #: Modules the workflow sandbox must share with the worker instead of re-importing
 #: them: the loop dispatches on exact types (``type(reply) is ModelChunk``), so the
 #: workflow and the activities' results must use the very same classes.
 PASSTHROUGH_MODULES = ("agentloop", "msgspec")
+
+
+#: What :func:`worker` passes to :class:`temporalio.worker.Worker` unless told
+#: otherwise, so that a session whose worker died goes on elsewhere within seconds
+#: (Temporal's own defaults are 10 s and 60 s; see docs/durable.md, "When a worker
+#: dies"):
+#:
+#: - ``sticky_queue_schedule_to_start_timeout``: a workflow task waits this long on
+#:   the queue of the worker that ran the session last (which has the session in
+#:   its cache) before any worker may take it. After a crash, every session of the
+#:   dead worker waits this long once.
+#: - ``max_heartbeat_throttle_interval``: a running activity's heartbeats reach the
+#:   server at least this often (Temporal sends at most one per 0.8 heartbeat
+#:   timeouts, and never more often than this): the last heartbeat of a worker
+#:   that dies is at most this old.
+RECOVERY_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
+    {
+        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=1),
+        "max_heartbeat_throttle_interval": timedelta(seconds=1),
+    }
+)
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
@@ -61,7 +84,8 @@ def worker(
             each request only carries its new messages.
         options: passed to :class:`temporalio.worker.Worker` (``max_concurrent_activities``,
             ``workflow_runner``, ...). By default workflows run in Temporal's
-            sandbox with :data:`PASSTHROUGH_MODULES` passed through.
+            sandbox with :data:`PASSTHROUGH_MODULES` passed through, and
+            :data:`RECOVERY_OPTIONS` apply.
 
     Returns:
         The worker; run it with ``async with`` or ``await worker.run()``.
@@ -74,6 +98,8 @@ def worker(
         raise ValueError("worker() needs workflows, a model or tools: it would run nothing")
     activities = SessionActivities(model=model, tools=tools, transcript_cache=transcript_cache)
     options.setdefault("workflow_runner", sandbox_runner())
+    for name, value in RECOVERY_OPTIONS.items():
+        options.setdefault(name, value)
     return Worker(
         client,
         task_queue=task_queue,

@@ -20,6 +20,12 @@ Each effect becomes something Temporal records:
   since the previous request (``_wire.ModelCall``): history grows linearly.
 - ``ToolRequest`` -> one ``agentloop.tool`` activity (idempotency key
   ``<workflow id>:<call id>``, see :func:`agentloop.idempotency_key`).
+- ``ToolBatch`` (the session's ``parallel_tools``) -> one ``agentloop.tool``
+  activity per call, all scheduled in the same workflow task, so they run at
+  once on whichever workers take them. Each result goes to the loop as its
+  activity completes; results that arrive in the same workflow task go in the
+  order of the batch. Temporal's history records the order, so a replay sends
+  them in the same order.
 - ``Pause`` -> wait for the ``resume`` update (or signal).
 
 Steering: the ``steer`` and ``follow_up`` updates (and signals) send ``Steer`` /
@@ -88,6 +94,7 @@ from agentloop import (
     Resume,
     RunResult,
     Steer,
+    ToolBatch,
     ToolCall,
     ToolRequest,
     ToolResult,
@@ -102,6 +109,7 @@ from ._wire import (
     ModelCall,
     ModelConfig,
     ModelOutput,
+    PendingBatch,
     PendingModel,
     PendingPause,
     PendingTool,
@@ -308,6 +316,46 @@ class _AsyncTools(Protocol):
     async def aexecute(self, call: ToolCall) -> tuple[str, bool]: ...
 
 
+class _ContinueAsNew(Exception):
+    """The driver stopped at a step's start: the workflow continues as new."""
+
+
+class _Batch:
+    """The calls of a ``ToolBatch``, each one task (one tool activity).
+
+    The loop yields the same batch again after each result, until the last:
+    calls already answered are skipped (their ids stay in ``_answered``; call ids
+    are unique in a run).
+    """
+
+    def __init__(self, tools: _AsyncTools) -> None:
+        self._tools = tools
+        self._tasks: dict[str, asyncio.Task[tuple[str, bool]]] = {}
+        self._answered: set[str] = set()
+
+    async def next_result(self, batch: ToolBatch) -> ToolResult:
+        """The result of the batch's next call to complete; its calls not yet
+        running are started first (all of them, the first time)."""
+        tasks = self._tasks
+        waiting = [r for r in batch.requests if r.call.id not in self._answered]
+        for request in waiting:
+            call = request.call
+            if call.id not in tasks:
+                tasks[call.id] = asyncio.ensure_future(self._tools.aexecute(call))
+        await asyncio.wait([tasks[r.call.id] for r in waiting], return_when=asyncio.FIRST_COMPLETED)
+        # Of those done, the first in the batch's order: deterministic on replay.
+        call_id = next(r.call.id for r in waiting if tasks[r.call.id].done())
+        content, is_error = tasks.pop(call_id).result()
+        self._answered.add(call_id)
+        return ToolResult(call_id, content, is_error)
+
+    def cancel(self) -> None:
+        """Cancel the calls still running (their activities get Temporal's cancel)."""
+        for task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
+
+
 async def _adrive(
     loop: AgentLoop,
     *,
@@ -316,16 +364,24 @@ async def _adrive(
     on_pause: Callable[[Pause], Awaitable[Resume]],
     clock: Callable[[], float],
     cancelled: Callable[[], str | None],
+    record: Callable[[Any], None] = lambda reply: None,
+    continue_as_new: Callable[[int], bool] = lambda started: False,
 ) -> RunResult:
     """Drive ``loop`` to the end; a stand-in for agentloop's async driver.
 
     ``cancelled()`` returns the reason of a cancel asked for before the driver got
     to await anything; a cancel while it awaits arrives as ``CancelledError``:
     the loop receives ``Cancel`` (the log is finished), then the error goes on.
+    Every stamped reply sent goes to ``record``. Before each model request,
+    ``continue_as_new(requests started so far)`` may stop the driver with
+    :class:`_ContinueAsNew` (the loop waits at that request). A loop already
+    primed (fed the replies of earlier runs) starts at its pending effect.
     """
     stream: AsyncIterator[ModelReply] | None = None
+    batch = _Batch(tools)
+    started = 0
     try:
-        effect = next(loop)
+        effect = next(loop) if loop.pending is None else loop.pending
         while True:
             reason = cancelled()
             reply: Any
@@ -334,6 +390,9 @@ async def _adrive(
                     reply = Cancel(reason)
                 elif isinstance(effect, ModelRequest):
                     if stream is None:
+                        if continue_as_new(started):
+                            raise _ContinueAsNew()
+                        started += 1
                         stream = model.astream(effect)
                     # The loop yields the same request after each chunk; the same
                     # stream goes on until the response or failure.
@@ -343,20 +402,28 @@ async def _adrive(
                 elif isinstance(effect, ToolRequest):
                     content, is_error = await tools.aexecute(effect.call)
                     reply = ToolResult(effect.call.id, content, is_error)
+                elif isinstance(effect, ToolBatch):
+                    reply = await batch.next_result(effect)
                 else:
-                    assert isinstance(effect, Pause)  # the workflow never sets parallel_tools
                     reply = await on_pause(effect)
             except asyncio.CancelledError:
+                batch.cancel()
                 reason = cancelled()
                 with contextlib.suppress(StopIteration):
                     loop.send(Cancel(_WORKFLOW_CANCELLED if reason is None else reason, clock()))
                 raise
-            effect = loop.send(msgspec.structs.replace(reply, at=clock()))
+            reply = msgspec.structs.replace(reply, at=clock())
+            record(reply)
+            effect = loop.send(reply)
     except StopIteration as stop:
         result: RunResult = stop.value
-        return result
-    finally:
         loop.close()
+        return result
+    except _ContinueAsNew:
+        raise  # the loop stays open: queries read it until the run continues
+    except BaseException:
+        loop.close()
+        raise
 
 
 # --------------------------------------------------------------------------- the workflow
@@ -398,7 +465,10 @@ class AgentLoopWorkflow:
     @workflow.init
     def __init__(self, session: RawValue) -> None:
         info = workflow.info()
+        #: Every stamped reply the loop got, in this run and the runs before it.
+        self._replies: list[Any] = []
         spec, self._loop, self._problem = self._start(session)
+        self._spec = spec
         self._model = ActivityModel(
             info.workflow_id,
             info.run_id,
@@ -457,6 +527,8 @@ class AgentLoopWorkflow:
         """
         try:
             spec = decode(session, SessionInput, "session input")
+            if spec.started_at is None:
+                spec = msgspec.structs.replace(spec, started_at=_now())
             loop = agent_loop(
                 spec.messages,
                 tools=spec.tools,
@@ -464,11 +536,20 @@ class AgentLoopWorkflow:
                 max_steps=spec.max_steps,
                 budget=spec.budget,
                 hooks=self.hooks(),
-                started_at=_now() if spec.started_at is None else spec.started_at,
+                started_at=spec.started_at,
                 limits=spec.limits,
                 output=self.output(),
                 output_retries=spec.output_retries,
+                parallel_tools=spec.parallel_tools,
             )
+            if spec.replies:
+                # A run continued as new: feed a fresh loop every reply of the
+                # runs before; it rebuilds the log byte for byte and waits at the
+                # step the last run stopped at.
+                next(loop)
+                for reply in spec.replies:
+                    loop.send(reply)
+                self._replies.extend(spec.replies)
         except ApplicationError as exc:
             problem = exc
         except (TypeError, ValueError) as exc:
@@ -498,6 +579,12 @@ class AgentLoopWorkflow:
         self._driver = driver = asyncio.ensure_future(self._drive())
         try:
             result = await driver
+        except _ContinueAsNew:
+            # Let the handlers finish (a steer waits for the loop's yield: it is
+            # sent and recorded now), then go on in a new run with every reply.
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            carried = msgspec.structs.replace(self._spec, replies=tuple(self._replies))
+            workflow.continue_as_new(raw(encode(carried)))
         except asyncio.CancelledError:
             if self._cancel_reason is None:
                 raise  # the workflow itself was cancelled: the log is finished
@@ -540,7 +627,19 @@ class AgentLoopWorkflow:
             on_pause=self._wait_for_answer,
             clock=_now,
             cancelled=lambda: self._cancel_reason,
+            record=self._replies.append,
+            continue_as_new=self._continue_as_new,
         )
+
+    def _continue_as_new(self, started: int) -> bool:
+        """Whether to continue as new before the next model request, this run
+        having started ``started`` of them (see ``SessionInput.steps_per_run``)."""
+        if started == 0:
+            return False  # every run takes at least one step
+        limit = self._spec.steps_per_run
+        if limit is None:
+            return workflow.info().is_continue_as_new_suggested()
+        return started >= limit
 
     async def _wait_for_answer(self, pause: Pause) -> Resume:
         await workflow.wait_condition(lambda: self._answer is not None)
@@ -657,14 +756,17 @@ class AgentLoopWorkflow:
                 ),
             )
             return
+        reply = kind(user, at=_now())
         try:
-            loop.send(kind(user, at=_now()))  # yields the pending effect again
+            loop.send(reply)  # yields the pending effect again
         except CallerProtocolError as exc:
             # The loop refused it and logged the failed run.finished: stop whatever
             # the driver awaits (its activity), so the workflow completes.
             assert self._driver is not None  # (it primed the loop)
             self._driver.cancel()
             self._refuse(update, name, ApplicationError(str(exc), type=CALLER_PROTOCOL_ERROR))
+        else:
+            self._replies.append(reply)
 
     @staticmethod
     def _refuse(update: bool, name: str, error: ApplicationError) -> None:
@@ -686,6 +788,8 @@ class AgentLoopWorkflow:
             )
         elif type(effect) is ToolRequest:
             value = PendingTool(effect.call, effect.step)
+        elif type(effect) is ToolBatch:
+            value = PendingBatch(tuple(r.call for r in effect.requests), effect.step)
         elif type(effect) is Pause:
             value = PendingPause(effect.reason, effect.payload)
         return raw(encode(value))

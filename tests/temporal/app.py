@@ -5,7 +5,10 @@ answer is a function of the request (:class:`agentloop.FunctionModel`), so a
 worker started after another one was killed answers the same way.
 
 The model reads its script from the system prompt: ``"add N"`` asks for ``add``
-N times (one call per step) then answers; ``"note"`` asks for ``slow_note`` once;
+N times (one call per step) then answers; ``"pair N"`` asks for ``add`` twice in
+each of N steps (two calls in one response) then answers; ``"note"`` asks for
+``slow_note`` once; ``"slow-model"`` answers at once, except the first time, when
+it writes a mark and takes a long time (the kill test kills its worker then);
 ``"approve"`` asks for ``guarded`` (a tool that requires approval); ``"json"``
 answers ``{"total": <messages so far>}`` (for :class:`OutputWorkflow`) after a
 first answer that is not JSON.
@@ -84,9 +87,20 @@ def answer(request: ModelRequest) -> ScriptedResponse:
         call = ToolCall(f"call-{count}", "add", {"left": calls, "right": 40 + calls})
         text = f"Step {calls + 1}."
         return ScriptedResponse.tool_calls(f"r{count}", call, text=text, usage=usage)
+    if script[0] == "pair" and calls < 2 * int(script[1]):
+        pair = [
+            ToolCall(f"call-{count}-{i}", "add", {"left": calls + i, "right": 40}) for i in (0, 1)
+        ]
+        return ScriptedResponse.tool_calls(f"r{count}", *pair, usage=usage)
     if script[0] == "note" and type(last) is UserMessage:
         call = ToolCall(f"call-{count}", "slow_note", {"text": last.content})
         return ScriptedResponse.tool_calls(f"r{count}", call, usage=usage)
+    if script[0] == "slow-model":
+        first = Path(os.environ[NOTES_DIR]) / "started"
+        if not first.exists():
+            first.write_text("model")
+            time.sleep(float(os.environ.get("AGENTLOOP_TEST_NOTE_SECONDS", "0")))
+        return ScriptedResponse.text(f"r{count}", "Done: answered", usage=usage)
     if script[0] == "json":
         text = "forty-two" if count == 1 else f'{{"total": {count}}}'
         return ScriptedResponse.text(f"r{count}", text, usage=usage)

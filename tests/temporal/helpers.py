@@ -113,6 +113,7 @@ def drive_by_hand(
         limits=start.limits,
         output=output,
         output_retries=2 if start.output is None else start.output.retries,
+        parallel_tools=start.parallel_tools,
     )
     next(loop)
     for _, reply in replay.recorded_replies(events):

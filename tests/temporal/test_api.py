@@ -138,3 +138,27 @@ def test_worker_options_are_checked() -> None:
     with pytest.raises(ValueError, match="transcript_cache must be an int >= 0"):
         SessionActivities(model=MODEL, transcript_cache=-1)
     assert SessionActivities().activities() == []
+
+
+def test_worker_defaults_are_chosen_for_recovery_and_can_be_overridden(temporal) -> None:
+    from datetime import timedelta
+
+    from agentloop.temporal import RECOVERY_OPTIONS
+
+    async def config(**options: object) -> dict[str, object]:
+        queue = f"recovery-{len(options)}"  # one worker per queue and process
+        built = worker(temporal.client, task_queue=queue, model=MODEL, workflows=(), **options)
+        return dict(built.config())
+
+    defaults = temporal.run(config())
+    for name, value in RECOVERY_OPTIONS.items():
+        assert defaults[name] == value
+    assert RECOVERY_OPTIONS["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=1)
+    slow = timedelta(seconds=10)
+    chosen = temporal.run(config(sticky_queue_schedule_to_start_timeout=slow))
+    assert chosen["sticky_queue_schedule_to_start_timeout"] == slow
+    assert chosen["max_heartbeat_throttle_interval"] == timedelta(seconds=1)
+    # Every call of a session heartbeats every 2 s and retries half a second after
+    # a lost worker, unless the session says otherwise.
+    assert ActivityOptions().heartbeat_seconds == 2.0
+    assert ActivityOptions().initial_interval_seconds == 0.5
