@@ -103,6 +103,7 @@ Evolution policy
 from __future__ import annotations
 
 import array
+import base64
 import contextlib
 import hashlib
 import itertools
@@ -116,16 +117,20 @@ from types import TracebackType
 from typing import IO, Any, Final
 
 import msgspec
+import msgspec.inspect
 
 from agentloop import (
     AgentLoopError,
     AssistantMessage,
+    AudioBlock,
     Budget,
     BudgetUsage,
     BudgetWarnEvent,
     Cancel,
+    DocumentBlock,
     Event,
     EventLog,
+    ImageBlock,
     MessageAcceptedEvent,
     ModelChunk,
     ModelChunkEvent,
@@ -178,7 +183,7 @@ __all__ = [
 #: The ``format`` field of the header line.
 LOG_FORMAT: Final = "agentloop-log"
 #: The newest log format version this library reads, and the one it writes.
-LOG_FORMAT_VERSION: Final = 2
+LOG_FORMAT_VERSION: Final = 3
 #: The longest line :func:`read_log` reads by default (bytes, line end included).
 MAX_LINE_BYTES: Final = 256 * 1024 * 1024
 
@@ -364,24 +369,113 @@ def _same_message(
     )
 
 
+# --------------------------------------------------------------------------- blobs (format 3)
+
+_BLOB_START: Final = b'{"blob":"'  # how a blob line starts
+_MEDIA: Final = frozenset((ImageBlock, AudioBlock, DocumentBlock))
+# The field names of each Struct class that may hold a media block, at any depth
+# of Structs and tuples (plain data, ``dict``/``list``/``Any``, never holds one).
+_MEDIA_FIELDS: Final[dict[type[Any], tuple[str, ...]]] = {}
+
+
+def _reaches_media(info: Any) -> bool:
+    if isinstance(info, msgspec.inspect.StructType):
+        return info.cls in _MEDIA or bool(_media_fields(info.cls))
+    if isinstance(info, msgspec.inspect.UnionType):
+        return any(_reaches_media(member) for member in info.types)
+    if isinstance(info, msgspec.inspect.VarTupleType):
+        return _reaches_media(info.item_type)
+    return False
+
+
+def _media_fields(cls: type[Any]) -> tuple[str, ...]:
+    """The fields of Struct class ``cls`` that may hold a media block (cached)."""
+    names = _MEDIA_FIELDS.get(cls)
+    if names is None:
+        _MEDIA_FIELDS[cls] = ()  # (no Struct holds itself; a guard all the same)
+        info = msgspec.inspect.type_info(cls)
+        names = tuple(
+            field.name
+            for field in info.fields  # type: ignore[attr-defined]
+            if _reaches_media(field.type)
+        )
+        _MEDIA_FIELDS[cls] = names
+    return names
+
+
+def _blob_ref(digest: str) -> bytes:
+    """What a format-3 event line's ``data`` holds for the blob ``digest``: the
+    bytes whose base64 is the 64 hex digits, so that the line reads
+    ``"data":"<sha-256 in hex>"`` and decodes as any event does."""
+    return base64.b64decode(digest)
+
+
+def _swap_media(value: Any, swap: Callable[[Any], Any]) -> Any:
+    """``value`` with every media block that holds bytes replaced by ``swap(block)``
+    (a copy of the path to it; ``value`` itself when there is none)."""
+    cls = value.__class__
+    if cls in _MEDIA:
+        return value if value.data is None else swap(value)
+    if cls is tuple:
+        items = [_swap_media(item, swap) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else tuple(items)
+    if not isinstance(value, msgspec.Struct):
+        return value
+    changes = {}
+    for name in _media_fields(cls):
+        field = getattr(value, name)
+        new = _swap_media(field, swap)
+        if new is not field:
+            changes[name] = new
+    return msgspec.structs.replace(value, **changes) if changes else value
+
+
+class _BlobLine(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A format-3 blob line: the SHA-256 (hex) of ``data``, the media type of the
+    first block that held it, its size in bytes, and the bytes (base64); ``link``
+    is the chain link member (``"#"``), read with the rest."""
+
+    blob: str
+    media_type: str
+    size: int
+    data: bytes
+    link: str = msgspec.field(default="", name="#")
+
+
+class _BlobHead(msgspec.Struct, frozen=True):
+    blob: str
+    media_type: str
+    size: int
+
+
+_blob_decoder: Final = msgspec.json.Decoder(_BlobLine)
+# Every media block a line holds writes its media type (how a line without one
+# is known at once to refer to no blob).
+_MEDIA_MARK: Final = b'"media_type":'
+
+
 class _Format2:
     """The format-2 lines of one log: the chain link so far and what the fields a
     line may leave out are rebuilt from (the last ``tool.call``, ``plan.draft``
     response and ``plan.commit`` message). Writers and readers share it, so what
     is written is exactly what is read back."""
 
-    __slots__ = ("call", "committed", "draft", "link", "request_id")
+    __slots__ = ("blobs", "call", "committed", "draft", "link", "request_id", "version")
 
-    def __init__(self, link: bytes = b"") -> None:
+    def __init__(self, link: bytes = b"", version: int = LOG_FORMAT_VERSION) -> None:
         self.link = link
+        self.version = version  # 2 or 3: format 3 stores media bytes as blobs
         self.call: ToolCall | None = None
         self.draft: ModelResponse | None = None
         self.committed: AssistantMessage | None = None
         self.request_id = ""  # the last chunk's (see _share)
+        # The blobs so far, by SHA-256 (hex): the bytes, as events in memory hold them.
+        self.blobs: dict[str, bytes] = {}
 
     def copy(self) -> _Format2:
-        other = _Format2(self.link)
+        other = _Format2(self.link, self.version)
         other.call, other.draft, other.committed = self.call, self.draft, self.committed
+        other.blobs = dict(self.blobs)
         return other
 
     def advance(self, event: Event) -> None:
@@ -432,16 +526,51 @@ class _Format2:
         return encode_event(event)[:-1]
 
     def line(self, event: Event) -> bytes:
-        """The whole line for ``event`` (line end included); advances the chain."""
+        """The lines for ``event`` (line ends included): the blob lines of the bytes
+        it holds that the log does not have yet (format 3), then its own line.
+        Advances the chain."""
+        return b"".join(body + _LINK_KEY + link + b'"}\n' for body, link, _ in self.parts(event))
+
+    def parts(self, event: Event) -> list[tuple[bytes, bytes, _BlobLine | None]]:
+        """The lines for ``event`` as ``(body, link, blob)``: ``body`` up to the link
+        member, and for a blob line the blob it holds (see :meth:`line`)."""
+        parts: list[tuple[bytes, bytes, _BlobLine | None]] = []
+        link = self.link
+        try:
+            self._parts(event, parts)
+        except BaseException:  # (an event that does not encode): nothing happened
+            self.link = link
+            for _, _, blob in parts:
+                del self.blobs[blob.blob]  # type: ignore[union-attr]
+            raise
+        return parts
+
+    def _parts(self, event: Event, parts: list[tuple[bytes, bytes, _BlobLine | None]]) -> None:
+        if self.version >= 3 and _media_fields(event.__class__):
+            blobs = self.blobs
+
+            def deflate(block: Any) -> Any:
+                data = block.data
+                digest = hashlib.sha256(data).hexdigest()
+                if digest not in blobs:
+                    blob = _BlobLine(digest, block.media_type, len(data), data)
+                    body = _encode(blob)[:-1]
+                    self.link = _link(self.link, body)
+                    parts.append((body, self.link, blob))
+                    blobs[digest] = data
+                return msgspec.structs.replace(block, data=_blob_ref(digest))
+
+            event = _swap_media(event, deflate)
         body = self.body(event)
         self.link = _link(self.link, body)
         self.advance(event)
-        return body + _LINK_KEY + self.link + b'"}\n'
+        parts.append((body, self.link, None))
 
     # -- reading
 
-    def read(self, line: bytes, end: int, where: _Where) -> Event:
-        """Check and decode one line (``line[:end]``: its line end cut off)."""
+    def read(self, line: bytes, end: int, where: _Where) -> Event | None:
+        """Check and decode one line (``line[:end]``: its line end cut off); ``None``
+        for a blob line (format 3), whose bytes the events after it refer to."""
         body_end = end - _LINK_TAIL
         if (
             body_end < 1
@@ -457,6 +586,71 @@ class _Format2:
         if link != digest.digest()[:8].hex().encode():
             self.check_link(line, end, where)
         self.link = link
+        if self.version >= 3:
+            if line.startswith(_BLOB_START):
+                self._read_blob(line, body_end, where)
+                return None
+            event = self._read_event(line, end, body_end, where)
+            if _media_fields(event.__class__) and (self.blobs or _MEDIA_MARK in line):
+                event = _swap_media(event, lambda block: self._inflate(block, where))
+            return event
+        return self._read_event(line, end, body_end, where)
+
+    def _read_blob(self, line: bytes, body_end: int, where: _Where) -> None:
+        """Check a blob line (``line[:body_end]``: up to its link) and keep its bytes."""
+        try:
+            blob = _blob_decoder.decode(line)
+        except msgspec.MsgspecError as exc:
+            raise where.error(f"not a valid blob line ({exc}){where.written_by()}") from None
+        digest, data, size = blob.blob, blob.data, blob.size
+        head = _encode(_BlobHead(digest, blob.media_type, size))[:-1] + b',"data":"'
+        tail = size % 3 or (3 if size else 0)  # the last base64 quantum
+        if (
+            size != len(data)
+            or body_end != len(head) + 4 * ((size + 2) // 3) + 1
+            or not line.startswith(head)
+            or line[body_end - 1] != 0x22
+            or (tail and line[body_end - 5 : body_end - 1] != base64.b64encode(data[-tail:]))
+        ):
+            problem = (
+                f"the blob's size is {size}, its data {len(data)} bytes"
+                if size != len(data)
+                else "not in canonical form (a blob line is "
+                '{"blob":"<sha-256>","media_type":...,"size":<bytes>,"data":"<base64>","#":...})'
+            )
+            raise where.error(f"blob {digest[:80]!r}: {problem}{where.written_by()}")
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            raise LogIntegrityError(
+                where.text(
+                    f"blob {digest[:80]!r} is damaged: its bytes hash to {actual} (SHA-256)"
+                ),
+                path=where.path,
+                line=where.number,
+            )
+        if digest in self.blobs:
+            raise where.error(f"blob {digest} again (a log holds each blob once)")
+        self.blobs[digest] = data
+
+    def _inflate(self, block: Any, where: _Where) -> Any:
+        """``block`` (as a format-3 line holds it) with its blob's bytes."""
+        ref = block.data
+        if len(ref) != 48:
+            raise where.error(
+                f"a {block.type} block holds {len(ref)} bytes inline; a format-3 event "
+                "line refers to a blob by its SHA-256 (64 hex digits)"
+            )
+        digest = base64.b64encode(ref).decode()
+        data = self.blobs.get(digest)
+        if data is None:
+            raise where.error(
+                f"refers to blob {digest}, which the log does not hold (a blob line comes "
+                "before the first event line that refers to it)"
+            )
+        return msgspec.structs.replace(block, data=data)
+
+    def _read_event(self, line: bytes, end: int, body_end: int, where: _Where) -> Event:
+        """Check and decode an event line, its link checked (as the line has it)."""
         event: Event
         body: bytes | None = None  # what the writer writes for the event, once known
         if line[body_end - 1] != 0x22:  # does not end with a string: no "=" member
@@ -935,7 +1129,7 @@ def _read_header(file: IO[bytes], where: _Where, scan: _Scan) -> None:
         )
     scan.version = version
     if version >= 2:
-        format2 = _Format2()
+        format2 = _Format2(version=version)
         end = len(line) - (2 if line.endswith(b"\r\n") else 1)
         format2.check_link(line, end, where)
         scan.start = format2.link
@@ -975,6 +1169,8 @@ def _events(file: IO[bytes], path: str, scan: _Scan, limit: int) -> Iterator[Eve
                 "session; were two files joined?)"
             )
         event = read(line, end, where)
+        if event is None:  # a blob line
+            continue
         if event.__class__ is SessionStartEvent and scan.count:
             raise where.error(
                 "a second session.start: the file holds two sessions (one file records one session)"
@@ -1204,6 +1400,8 @@ class LogWriter:
         mode = "wb" if overwrite else "ab"
         self._file: IO[bytes] | None = open(name, mode, buffering=0)  # noqa: SIM115
         self._unsynced = False
+        # The lines since the last side-effect boundary, written together there.
+        self._buffer: list[bytes] = []
         if fresh:
             self._write_line(_header_line(self._format2))
         # The header's link: where the chain of the file's events starts.
@@ -1235,19 +1433,32 @@ class LogWriter:
                 f"{self.path}: event {event.type} has sequence {event.sequence}, but the "
                 f"log continues at {self._next} (one log file records one run, in order)"
             )
-        format2 = self._format2
-        body = format2.body(event)
-        link = _link(format2.link, body)
-        self._write_line(body + _LINK_KEY + link + b'"}\n')
-        format2.link = link  # only once the line is written
-        format2.advance(event)
+        self._buffer.append(self._format2.line(event))
         self._next += 1
-        if self._fsync and event.type in _SYNC_AFTER:
-            self.sync()
+        if event.type in _SYNC_AFTER:
+            self._flush()
+            if self._fsync:
+                self.sync()
+
+    def flush(self) -> None:
+        """Write the lines buffered since the last side-effect boundary now (the
+        writer does this itself at each boundary, and when it closes)."""
+        if self._file is not None:
+            self._flush()
+
+    def _flush(self) -> None:
+        buffer = self._buffer
+        if buffer:
+            lines = buffer[0] if len(buffer) == 1 else b"".join(buffer)
+            buffer.clear()
+            self._write_line(lines)
 
     def sync(self) -> None:
-        """``os.fsync`` what was written since the last sync (with ``fsync=True``,
-        the writer does this itself at side-effect boundaries)."""
+        """Write the buffered lines and ``os.fsync`` what was written since the last
+        sync (with ``fsync=True``, the writer does this itself at side-effect
+        boundaries)."""
+        if self._file is not None:
+            self._flush()
         if self._file is not None and self._unsynced:
             os.fsync(self._file.fileno())
             self._unsynced = False
@@ -1303,10 +1514,13 @@ class LogWriter:
         for unsubscribe in subscriptions:
             unsubscribe()
         if self._file is not None:
-            if self._fsync:
-                self.sync()
-            self._file.close()
-            self._file = None
+            try:
+                self._flush()
+                if self._fsync:
+                    self.sync()
+            finally:
+                self._file.close()
+                self._file = None
 
     def __enter__(self) -> LogWriter:
         return self
