@@ -403,6 +403,10 @@ def _media_fields(cls: type[Any]) -> tuple[str, ...]:
     return names
 
 
+def _article(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
 def _blob_ref(digest: str) -> bytes:
     """What a format-3 event line's ``data`` holds for the blob ``digest``: the
     bytes whose base64 is the 64 hex digits, so that the line reads
@@ -637,7 +641,8 @@ class _Format2:
         ref = block.data
         if len(ref) != 48:
             raise where.error(
-                f"a {block.type} block holds {len(ref)} bytes inline; a format-3 event "
+                f"{_article(block.__struct_config__.tag)} block holds {len(ref)} bytes inline; a "
+                "format-3 event "
                 "line refers to a blob by its SHA-256 (64 hex digits)"
             )
         digest = base64.b64encode(ref).decode()
@@ -1392,7 +1397,8 @@ class LogWriter:
             if scan.format2 is None:
                 raise ValueError(
                     f"{name}: a format-{scan.version} log; LogWriter appends to format "
-                    f"{LOG_FORMAT_VERSION} only. Rewrite it first (same events, atomic): "
+                    f"2 and {LOG_FORMAT_VERSION} logs only. Rewrite it first (same events, "
+                    "atomic, now format 3): "
                     "replay.write_log(path, replay.read_log(path))"
                 )
             self._format2 = scan.format2
@@ -1449,9 +1455,8 @@ class LogWriter:
     def _flush(self) -> None:
         buffer = self._buffer
         if buffer:
-            lines = buffer[0] if len(buffer) == 1 else b"".join(buffer)
-            buffer.clear()
-            self._write_line(lines)
+            self._write_line(buffer[0] if len(buffer) == 1 else b"".join(buffer))
+            buffer.clear()  # (kept when the write failed: a later flush writes them)
 
     def sync(self) -> None:
         """Write the buffered lines and ``os.fsync`` what was written since the last
