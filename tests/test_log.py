@@ -425,7 +425,12 @@ def test_log_writer_writes_at_side_effect_boundaries(
     path = tmp_path / "run.jsonl"
     syncs: list[int] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (syncs.append(fd), real_fsync(fd))[1])
+
+    def fsync(fd: int) -> None:
+        syncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     writer = LogWriter(path, fsync=True)
     try:
         synced = len(syncs)

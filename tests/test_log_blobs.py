@@ -205,7 +205,7 @@ def test_a_blob_line_is_in_the_chain(tmp_path: Path) -> None:
     index = next(i for i, line in enumerate(lines) if line.startswith(b'{"blob":'))
     for edited in (
         lines[:index] + lines[index + 1 :],  # removed
-        lines[:index] + [lines[index].replace(b"AAAA", b"AAAB", 1)] + lines[index + 1 :],
+        [*lines[:index], lines[index].replace(b"AAAA", b"AAAB", 1), *lines[index + 1 :]],
     ):
         with pytest.raises(LogIntegrityError, match=f"line {index + 1}: the hash chain"):
             read_log(_write(tmp_path, b"".join(edited)))
