@@ -59,6 +59,7 @@ serialized by a lock); several processes may open the same file.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import sqlite3
@@ -1394,6 +1395,11 @@ def _read_blob_row(session_id: str, format2: _Format2, row: Any, where: _Where) 
     _, hash, media_type, data, link = row
     if type(data) is not bytes or type(hash) is not str or type(media_type) is not str:
         raise StoreError(where.text(f"blob {hash!r:.80}: the stored row is damaged (not bytes)"))
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != hash:  # (before the chain, which the rebuilt line breaks too)
+        raise StoreError(
+            where.text(f"blob {hash!r:.80} is damaged: its bytes hash to {actual} (SHA-256)")
+        )
     line = _blob_line(hash, media_type, data, link)
     try:
         format2.read(line, len(line) - 1, where)
