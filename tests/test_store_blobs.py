@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ def test_a_session_with_blobs_round_trips_and_exports_its_log(
     with SQLiteStore(path) as store:
         first = MEDIA_EVENTS[: batches[0]]
         store.create("s", first, status="running" if len(batches) > 1 else "completed", steps=0)
-        for start, end in zip(batches, batches[1:], strict=False):
+        for start, end in itertools.pairwise(batches):
             status = "completed" if end == len(MEDIA_EVENTS) else "running"
             store.append("s", MEDIA_EVENTS[start:end], expected=start, status=status, steps=1)
         assert store.events("s") == MEDIA_EVENTS
@@ -85,9 +86,8 @@ def test_a_damaged_blob_row_is_a_store_error_naming_session_and_blob(
     path = _stored(tmp_path)
     with sqlite3.connect(path) as db:
         damage(db)
-    with SQLiteStore(path) as store:
-        with pytest.raises(StoreError) as raised:
-            store.events("s")
+    with SQLiteStore(path) as store, pytest.raises(StoreError) as raised:
+        store.events("s")
     text = str(raised.value)
     assert "session 's'" in text and message in text, text
 
