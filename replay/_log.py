@@ -70,15 +70,33 @@ every interpreter reads the same lines the same way.
 ``read_log`` checks the *file*, not the *story*: missing, extra or reordered events
 that a writer wrote that way are found by :func:`replay.replay`.
 
+Format version 3
+----------------
+Format 2 plus *blob lines*: the bytes of a media block (``ImageBlock``,
+``AudioBlock``, ``DocumentBlock`` with ``data``) are stored once per log::
+
+    {"blob":"<sha-256, 64 hex>","media_type":"image/png","size":70,"data":"<base64>","#":"..."}
+
+written before the first event line that refers to them, chained like every line.
+In an event line a media block's ``data`` is the blob's SHA-256 in hex (64 hex
+digits are valid base64: the line decodes as any event, and is canonical by the
+same rule); the reader checks each blob's hash, refuses a reference to a blob no
+earlier line holds, and puts the bytes back, so the events in memory are those the
+loop recorded. Whether a line may hold media is known from its event's type
+(:func:`_media_fields`, computed once per type); a line with no
+``"media_type":`` in a log with no blob yet costs one search. A header of
+version 2 reads as format 2 (no blob lines; media bytes, if any, inline), and
+:class:`LogWriter` appends to such a file in format 2.
+
 Format version 1
 ----------------
 Version 1 (agentloop 0.1) had no chain and no ``"="``, and wrote every field, its
 defaults too. It is still read, by its own canonical form: every line must be
 byte for byte the encoding of its event with exactly the fields format 1 knew
 (:data:`_V1_FIELDS`, frozen), all of them written. Fields added since then read as
-their defaults. :func:`write_log` and :class:`LogWriter` write version 2 only;
-``write_log(path, read_log(path))`` rewrites a version-1 log as version 2
-(atomically, same events).
+their defaults. :func:`write_log` writes version 3; :class:`LogWriter` appends to
+versions 2 and 3 only; ``write_log(path, read_log(path))`` rewrites a version-1 or
+version-2 log as version 3 (atomically, same events).
 
 Evolution policy
 ----------------
@@ -1332,7 +1350,17 @@ _SYNC_AFTER: Final = frozenset({"step.start", "tool.call", "session.pause", "run
 
 
 class LogWriter:
-    """Append events to a log file as they happen: one line per event, flushed.
+    """Append events to a log file as they happen: one line per event (and a blob
+    line for media bytes the file does not hold yet), written at each side-effect
+    boundary.
+
+    The lines of the events since the last boundary are kept in memory and written
+    together (one ``write``) after the event that precedes an effect
+    (``step.start`` before a model call, ``tool.call`` before a tool call,
+    ``session.pause``) and after ``run.finished``, and by :meth:`flush`,
+    :meth:`sync` and :meth:`close`. So an effect's events are in the file before it
+    runs, and a process killed at any point leaves a valid log ending at a
+    boundary (or a torn last line, if it died inside that one ``write``).
 
     Args:
         path: the log file. A missing or empty file gets the header first; an
@@ -1351,8 +1379,8 @@ class LogWriter:
             ``run.finished``, so an effect's events are on disk before it runs and
             a reply's before the next effect; the chunks of a stream are not synced
             one by one. :meth:`sync` syncs at any other point, and :meth:`close`
-            syncs what is left. Flushing alone (every event, always) survives a
-            killed process.
+            syncs what is left. Without it, what is written at a boundary survives
+            a killed process (not a power loss).
 
     Use it as a context manager, and let it :meth:`follow` the loop's log::
 
