@@ -295,7 +295,7 @@ _DERIVED: Final = {name: b',"=":"' + name.encode() + b'"' for name in ("message"
 _SHA256: Final = hashlib.sha256()  # copied: cheaper than making a new one each time
 
 
-def _link(previous: bytes, body: bytes) -> bytes:
+def _link(previous: bytes, body: bytes | memoryview) -> bytes:
     """The chain link of a line whose bytes up to ``,"#":`` are ``body``."""
     digest = _SHA256.copy()
     digest.update(previous)
@@ -551,12 +551,15 @@ class _Format2:
         """The lines for ``event`` (line ends included): the blob lines of the bytes
         it holds that the log does not have yet (format 3), then its own line.
         Advances the chain."""
-        return b"".join(body + _LINK_KEY + link + b'"}\n' for body, link, _ in self.parts(event))
+        pieces: list[bytes | memoryview] = []
+        for body, link, _ in self.parts(event):
+            pieces += (body, _LINK_KEY, link, b'"}\n')
+        return b"".join(pieces)  # (one copy of a blob's base64, not one per step)
 
-    def parts(self, event: Event) -> list[tuple[bytes, bytes, _BlobLine | None]]:
+    def parts(self, event: Event) -> list[tuple[bytes | memoryview, bytes, _BlobLine | None]]:
         """The lines for ``event`` as ``(body, link, blob)``: ``body`` up to the link
         member, and for a blob line the blob it holds (see :meth:`line`)."""
-        parts: list[tuple[bytes, bytes, _BlobLine | None]] = []
+        parts: list[tuple[bytes | memoryview, bytes, _BlobLine | None]] = []
         link = self.link
         try:
             self._parts(event, parts)
@@ -567,7 +570,9 @@ class _Format2:
             raise
         return parts
 
-    def _parts(self, event: Event, parts: list[tuple[bytes, bytes, _BlobLine | None]]) -> None:
+    def _parts(
+        self, event: Event, parts: list[tuple[bytes | memoryview, bytes, _BlobLine | None]]
+    ) -> None:
         if self.version >= 3 and _media_fields(event.__class__):
             blobs = self.blobs
 
@@ -576,7 +581,7 @@ class _Format2:
                 digest = hashlib.sha256(data).hexdigest()
                 if digest not in blobs:
                     blob = _BlobLine(digest, block.media_type, len(data), data)
-                    body = _encode(blob)[:-1]
+                    body = memoryview(_encode(blob))[:-1]
                     self.link = _link(self.link, body)
                     parts.append((body, self.link, blob))
                     blobs[digest] = data
@@ -604,7 +609,7 @@ class _Format2:
         link = line[end - 18 : end - 2]
         digest = _SHA256.copy()
         digest.update(self.link)
-        digest.update(line[:body_end])
+        digest.update(memoryview(line)[:body_end])
         if link != digest.digest()[:8].hex().encode():
             self.check_link(line, end, where)
         self.link = link
@@ -764,7 +769,7 @@ class _Format2:
                 line=where.number,
             )
         link = line[end - 18 : end - 2]
-        if link != _link(self.link, line[:body_end]):
+        if link != _link(self.link, memoryview(line)[:body_end]):
             raise LogIntegrityError(
                 where.text(
                     "the hash chain is broken here: this line was edited, or lines were "
@@ -1068,23 +1073,35 @@ def _next_line(file: IO[bytes], line: bytes, where: _Where, limit: int) -> tuple
     """
     step = min(limit, _CHUNK) + 1
     if len(line) == step and not line.endswith(b"\n"):
+        # A long line (a blob, a big tool result): found chunk by chunk, then, from
+        # a file that can seek, read again in one piece, so that its bytes are in
+        # memory once (not as chunks and their join).
+        seekable = file.seekable()
+        start = file.tell() - step if seekable else 0
         parts = [line]
+        last = line
         size = step
         while size <= limit:
-            if _CONTROL.search(parts[-1]) is not None:
+            if _CONTROL.search(last) is not None:
                 raise where.error(
                     "holds control bytes that no log line holds (is this an agentloop log?)"
                 )
-            more = file.readline(step)
-            if not more:
+            last = file.readline(step)
+            if not last:
                 break
-            parts.append(more)
-            size += len(more)
-            if more.endswith(b"\n"):
+            if not seekable:
+                parts.append(last)
+            size += len(last)
+            if last.endswith(b"\n"):
                 break
         if size > limit:
             raise where.error(f"longer than {limit:,} bytes (max_line_bytes); not read further")
-        line = b"".join(parts)
+        if seekable:
+            del parts, last
+            file.seek(start)
+            line = file.read(size)
+        else:
+            line = b"".join(parts)
     elif len(line) > limit:
         raise where.error(f"longer than {limit:,} bytes (max_line_bytes); not read further")
     if line.endswith(b"\n"):
@@ -1483,7 +1500,15 @@ class LogWriter:
     def _flush(self) -> None:
         buffer = self._buffer
         if buffer:
-            self._write_line(buffer[0] if len(buffer) == 1 else b"".join(buffer))
+            if len(buffer) == 1 or sum(map(len, buffer)) > _CHUNK:
+                for index, lines in enumerate(buffer):  # (big lines: not copied to join)
+                    try:
+                        self._write_line(lines)
+                    except BaseException:
+                        del buffer[:index]  # the rest: for a later flush
+                        raise
+            else:
+                self._write_line(b"".join(buffer))
             buffer.clear()  # (kept when the write failed: a later flush writes them)
 
     def sync(self) -> None:

@@ -1374,7 +1374,7 @@ def _stored_rows(
         sequence = event.sequence
         for position, (body, link, blob) in enumerate(format2.parts(event)):
             if blob is None:
-                rows.append((session_id, sequence, (body + b"}").decode(), link.decode()))
+                rows.append((session_id, sequence, bytes(body).decode() + "}", link.decode()))
             else:
                 blobs.append(
                     (
