@@ -352,3 +352,57 @@ def test_random_logs_with_blobs_round_trip_and_corruptions_are_detected(
                 path.write_bytes(chain(parts))
                 with pytest.raises(LogIntegrityError, match="is damaged"):
                     read_log(path)
+
+
+def test_a_long_line_reads_from_a_pipe_too(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    big = ImageBlock("image/png", data=bytes(range(256)) * 8192)  # 2 MiB: several chunks
+    events = [
+        MEDIA_EVENTS[0],
+        MessageAcceptedEvent(sequence=1, message=UserMessage("u", (big,))),
+    ]
+    source = tmp_path / "log.jsonl"
+    write_log(source, events)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "wb") as pipe:
+            pipe.write(source.read_bytes())
+
+    thread = threading.Thread(target=feed)
+    thread.start()
+    try:
+        assert read_log(fifo) == events
+    finally:
+        thread.join()
+
+
+def test_a_boundary_writes_big_lines_one_by_one_and_keeps_what_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentloop import StepEndEvent
+
+    big = ImageBlock("image/png", data=bytes(range(256)) * 8192)
+    path = tmp_path / "log.jsonl"
+    writer = LogWriter(path)
+    writer.write(MEDIA_EVENTS[0])
+    writer.write(MessageAcceptedEvent(sequence=1, message=UserMessage("u", (big,))))
+    writer.write(StepEndEvent(sequence=2, step=1))
+    written: list[int] = []
+    real = writer._write_line
+
+    def second_fails(lines: bytes) -> None:
+        if written:
+            raise OSError(28, "No space left on device")
+        written.append(len(lines))
+        real(lines)
+
+    monkeypatch.setattr(writer, "_write_line", second_fails)
+    with pytest.raises(OSError, match="No space"):
+        writer.flush()
+    monkeypatch.setattr(writer, "_write_line", real)
+    writer.close()
+    assert [e.sequence for e in read_log(path)] == [0, 1, 2]
