@@ -1540,7 +1540,7 @@ class LogWriter:
             raise ValueError(f"{self.path}: LogWriter is closed")
         written = self._next
         if written:
-            probe = _Format2(self._start)
+            probe = _Format2(self._start, self._format2.version)
             for event in log[:written]:
                 probe.line(event)
             if len(log) < written or probe.link != self._format2.link:

@@ -20,6 +20,7 @@ from agentloop import (
     AssistantMessage,
     AudioBlock,
     DocumentBlock,
+    EventLog,
     ImageBlock,
     MessageAcceptedEvent,
     PlanCommitEvent,
@@ -248,6 +249,13 @@ def test_a_format_2_log_is_appended_to_as_format_2(tmp_path: Path) -> None:
     assert b'"version":2' in data.partition(b"\n")[0]
     assert base64.b64encode(PNG) in data and b'{"blob":' not in data  # inline, as format 2
     assert read_log(path) == [*v2, extra]
+    # Following the run again: the file's events are recognised as format 2 wrote them.
+    log = EventLog()
+    for event in [*v2, extra]:
+        log.append(event)
+    with LogWriter(path) as writer:
+        writer.follow(log)
+        assert writer.next_sequence == len(v2) + 1
     # A blob line is no format-2 line.
     parts = bodies(data)
     blob = bodies(MEDIA.read_bytes())[2]
