@@ -414,3 +414,14 @@ def test_a_boundary_writes_big_lines_one_by_one_and_keeps_what_failed(
     monkeypatch.setattr(writer, "_write_line", real)
     writer.close()
     assert [e.sequence for e in read_log(path)] == [0, 1, 2]
+
+
+def test_flush_and_sync_of_a_closed_writer_do_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    writer = LogWriter(path)
+    writer.write(MEDIA_EVENTS[0])
+    writer.close()
+    data = path.read_bytes()
+    writer.flush()
+    writer.sync()
+    assert path.read_bytes() == data and read_log(path) == MEDIA_EVENTS[:1]
