@@ -759,7 +759,7 @@ def _verify_file(
     elif not chain:
         text = (
             f"{label}: not verified: log format {scan.version} has no hash chain ({scan.count} "
-            "events, every line canonical); rewrite it as format 2 to protect it: "
+            "events, every line canonical); rewrite it as format 3 to protect it: "
             "replay.write_log(path, replay.read_log(path))"
         )
     else:

@@ -70,15 +70,33 @@ every interpreter reads the same lines the same way.
 ``read_log`` checks the *file*, not the *story*: missing, extra or reordered events
 that a writer wrote that way are found by :func:`replay.replay`.
 
+Format version 3
+----------------
+Format 2 plus *blob lines*: the bytes of a media block (``ImageBlock``,
+``AudioBlock``, ``DocumentBlock`` with ``data``) are stored once per log::
+
+    {"blob":"<sha-256, 64 hex>","media_type":"image/png","size":70,"data":"<base64>","#":"..."}
+
+written before the first event line that refers to them, chained like every line.
+In an event line a media block's ``data`` is the blob's SHA-256 in hex (64 hex
+digits are valid base64: the line decodes as any event, and is canonical by the
+same rule); the reader checks each blob's hash, refuses a reference to a blob no
+earlier line holds, and puts the bytes back, so the events in memory are those the
+loop recorded. Whether a line may hold media is known from its event's type
+(:func:`_media_fields`, computed once per type); a line with no
+``"media_type":`` in a log with no blob yet costs one search. A header of
+version 2 reads as format 2 (no blob lines; media bytes, if any, inline), and
+:class:`LogWriter` appends to such a file in format 2.
+
 Format version 1
 ----------------
 Version 1 (agentloop 0.1) had no chain and no ``"="``, and wrote every field, its
 defaults too. It is still read, by its own canonical form: every line must be
 byte for byte the encoding of its event with exactly the fields format 1 knew
 (:data:`_V1_FIELDS`, frozen), all of them written. Fields added since then read as
-their defaults. :func:`write_log` and :class:`LogWriter` write version 2 only;
-``write_log(path, read_log(path))`` rewrites a version-1 log as version 2
-(atomically, same events).
+their defaults. :func:`write_log` writes version 3; :class:`LogWriter` appends to
+versions 2 and 3 only; ``write_log(path, read_log(path))`` rewrites a version-1 or
+version-2 log as version 3 (atomically, same events).
 
 Evolution policy
 ----------------
@@ -103,6 +121,7 @@ Evolution policy
 from __future__ import annotations
 
 import array
+import base64
 import contextlib
 import hashlib
 import itertools
@@ -116,16 +135,20 @@ from types import TracebackType
 from typing import IO, Any, Final
 
 import msgspec
+import msgspec.inspect
 
 from agentloop import (
     AgentLoopError,
     AssistantMessage,
+    AudioBlock,
     Budget,
     BudgetUsage,
     BudgetWarnEvent,
     Cancel,
+    DocumentBlock,
     Event,
     EventLog,
+    ImageBlock,
     MessageAcceptedEvent,
     ModelChunk,
     ModelChunkEvent,
@@ -178,7 +201,7 @@ __all__ = [
 #: The ``format`` field of the header line.
 LOG_FORMAT: Final = "agentloop-log"
 #: The newest log format version this library reads, and the one it writes.
-LOG_FORMAT_VERSION: Final = 2
+LOG_FORMAT_VERSION: Final = 3
 #: The longest line :func:`read_log` reads by default (bytes, line end included).
 MAX_LINE_BYTES: Final = 256 * 1024 * 1024
 
@@ -272,7 +295,7 @@ _DERIVED: Final = {name: b',"=":"' + name.encode() + b'"' for name in ("message"
 _SHA256: Final = hashlib.sha256()  # copied: cheaper than making a new one each time
 
 
-def _link(previous: bytes, body: bytes) -> bytes:
+def _link(previous: bytes, body: bytes | memoryview) -> bytes:
     """The chain link of a line whose bytes up to ``,"#":`` are ``body``."""
     digest = _SHA256.copy()
     digest.update(previous)
@@ -364,24 +387,117 @@ def _same_message(
     )
 
 
+# --------------------------------------------------------------------------- blobs (format 3)
+
+_BLOB_START: Final = b'{"blob":"'  # how a blob line starts
+_MEDIA: Final = frozenset((ImageBlock, AudioBlock, DocumentBlock))
+# The field names of each Struct class that may hold a media block, at any depth
+# of Structs and tuples (plain data, ``dict``/``list``/``Any``, never holds one).
+_MEDIA_FIELDS: Final[dict[type[Any], tuple[str, ...]]] = {}
+
+
+def _reaches_media(info: Any) -> bool:
+    if isinstance(info, msgspec.inspect.StructType):
+        return info.cls in _MEDIA or bool(_media_fields(info.cls))
+    if isinstance(info, msgspec.inspect.UnionType):
+        return any(_reaches_media(member) for member in info.types)
+    if isinstance(info, msgspec.inspect.VarTupleType):
+        return _reaches_media(info.item_type)
+    return False
+
+
+def _media_fields(cls: type[Any]) -> tuple[str, ...]:
+    """The fields of Struct class ``cls`` that may hold a media block (cached)."""
+    names = _MEDIA_FIELDS.get(cls)
+    if names is None:
+        _MEDIA_FIELDS[cls] = ()  # (no Struct holds itself; a guard all the same)
+        info = msgspec.inspect.type_info(cls)
+        names = tuple(
+            field.name
+            for field in info.fields  # type: ignore[attr-defined]
+            if _reaches_media(field.type)
+        )
+        _MEDIA_FIELDS[cls] = names
+    return names
+
+
+def _article(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+def _blob_ref(digest: str) -> bytes:
+    """What a format-3 event line's ``data`` holds for the blob ``digest``: the
+    bytes whose base64 is the 64 hex digits, so that the line reads
+    ``"data":"<sha-256 in hex>"`` and decodes as any event does."""
+    return base64.b64decode(digest)
+
+
+def _swap_media(value: Any, swap: Callable[[Any], Any]) -> Any:
+    """``value`` with every media block that holds bytes replaced by ``swap(block)``
+    (a copy of the path to it; ``value`` itself when there is none)."""
+    cls = value.__class__
+    if cls in _MEDIA:
+        return value if value.data is None else swap(value)
+    if cls is tuple:
+        items = [_swap_media(item, swap) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else tuple(items)
+    if not isinstance(value, msgspec.Struct):
+        return value
+    changes = {}
+    for name in _media_fields(cls):
+        field = getattr(value, name)
+        new = _swap_media(field, swap)
+        if new is not field:
+            changes[name] = new
+    return msgspec.structs.replace(value, **changes) if changes else value
+
+
+class _BlobLine(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A format-3 blob line: the SHA-256 (hex) of ``data``, the media type of the
+    first block that held it, its size in bytes, and the bytes (base64); ``link``
+    is the chain link member (``"#"``), read with the rest."""
+
+    blob: str
+    media_type: str
+    size: int
+    data: bytes
+    link: str = msgspec.field(default="", name="#")
+
+
+class _BlobHead(msgspec.Struct, frozen=True):
+    blob: str
+    media_type: str
+    size: int
+
+
+_blob_decoder: Final = msgspec.json.Decoder(_BlobLine)
+# Every media block a line holds writes its media type (how a line without one
+# is known at once to refer to no blob).
+_MEDIA_MARK: Final = b'"media_type":'
+
+
 class _Format2:
     """The format-2 lines of one log: the chain link so far and what the fields a
     line may leave out are rebuilt from (the last ``tool.call``, ``plan.draft``
     response and ``plan.commit`` message). Writers and readers share it, so what
     is written is exactly what is read back."""
 
-    __slots__ = ("call", "committed", "draft", "link", "request_id")
+    __slots__ = ("blobs", "call", "committed", "draft", "link", "request_id", "version")
 
-    def __init__(self, link: bytes = b"") -> None:
+    def __init__(self, link: bytes = b"", version: int = LOG_FORMAT_VERSION) -> None:
         self.link = link
+        self.version = version  # 2 or 3: format 3 stores media bytes as blobs
         self.call: ToolCall | None = None
         self.draft: ModelResponse | None = None
         self.committed: AssistantMessage | None = None
         self.request_id = ""  # the last chunk's (see _share)
+        # The blobs so far, by SHA-256 (hex): the bytes, as events in memory hold them.
+        self.blobs: dict[str, bytes] = {}
 
     def copy(self) -> _Format2:
-        other = _Format2(self.link)
+        other = _Format2(self.link, self.version)
         other.call, other.draft, other.committed = self.call, self.draft, self.committed
+        other.blobs = dict(self.blobs)
         return other
 
     def advance(self, event: Event) -> None:
@@ -432,16 +548,56 @@ class _Format2:
         return encode_event(event)[:-1]
 
     def line(self, event: Event) -> bytes:
-        """The whole line for ``event`` (line end included); advances the chain."""
+        """The lines for ``event`` (line ends included): the blob lines of the bytes
+        it holds that the log does not have yet (format 3), then its own line.
+        Advances the chain."""
+        pieces: list[bytes | memoryview] = []
+        for body, link, _ in self.parts(event):
+            pieces += (body, _LINK_KEY, link, b'"}\n')
+        return b"".join(pieces)  # (one copy of a blob's base64, not one per step)
+
+    def parts(self, event: Event) -> list[tuple[bytes | memoryview, bytes, _BlobLine | None]]:
+        """The lines for ``event`` as ``(body, link, blob)``: ``body`` up to the link
+        member, and for a blob line the blob it holds (see :meth:`line`)."""
+        parts: list[tuple[bytes | memoryview, bytes, _BlobLine | None]] = []
+        link = self.link
+        try:
+            self._parts(event, parts)
+        except BaseException:  # (an event that does not encode): nothing happened
+            self.link = link
+            for _, _, blob in parts:
+                del self.blobs[blob.blob]  # type: ignore[union-attr]
+            raise
+        return parts
+
+    def _parts(
+        self, event: Event, parts: list[tuple[bytes | memoryview, bytes, _BlobLine | None]]
+    ) -> None:
+        if self.version >= 3 and _media_fields(event.__class__):
+            blobs = self.blobs
+
+            def deflate(block: Any) -> Any:
+                data = block.data
+                digest = hashlib.sha256(data).hexdigest()
+                if digest not in blobs:
+                    blob = _BlobLine(digest, block.media_type, len(data), data)
+                    body = memoryview(_encode(blob))[:-1]
+                    self.link = _link(self.link, body)
+                    parts.append((body, self.link, blob))
+                    blobs[digest] = data
+                return msgspec.structs.replace(block, data=_blob_ref(digest))
+
+            event = _swap_media(event, deflate)
         body = self.body(event)
         self.link = _link(self.link, body)
         self.advance(event)
-        return body + _LINK_KEY + self.link + b'"}\n'
+        parts.append((body, self.link, None))
 
     # -- reading
 
-    def read(self, line: bytes, end: int, where: _Where) -> Event:
-        """Check and decode one line (``line[:end]``: its line end cut off)."""
+    def read(self, line: bytes, end: int, where: _Where) -> Event | None:
+        """Check and decode one line (``line[:end]``: its line end cut off); ``None``
+        for a blob line (format 3), whose bytes the events after it refer to."""
         body_end = end - _LINK_TAIL
         if (
             body_end < 1
@@ -453,10 +609,76 @@ class _Format2:
         link = line[end - 18 : end - 2]
         digest = _SHA256.copy()
         digest.update(self.link)
-        digest.update(line[:body_end])
+        digest.update(memoryview(line)[:body_end])
         if link != digest.digest()[:8].hex().encode():
             self.check_link(line, end, where)
         self.link = link
+        if self.version >= 3:
+            if line.startswith(_BLOB_START):
+                self._read_blob(line, body_end, where)
+                return None
+            event = self._read_event(line, end, body_end, where)
+            if _media_fields(event.__class__) and (self.blobs or _MEDIA_MARK in line):
+                event = _swap_media(event, lambda block: self._inflate(block, where))
+            return event
+        return self._read_event(line, end, body_end, where)
+
+    def _read_blob(self, line: bytes, body_end: int, where: _Where) -> None:
+        """Check a blob line (``line[:body_end]``: up to its link) and keep its bytes."""
+        try:
+            blob = _blob_decoder.decode(line)
+        except msgspec.MsgspecError as exc:
+            raise where.error(f"not a valid blob line ({exc}){where.written_by()}") from None
+        digest, data, size = blob.blob, blob.data, blob.size
+        head = _encode(_BlobHead(digest, blob.media_type, size))[:-1] + b',"data":"'
+        tail = size % 3 or (3 if size else 0)  # the last base64 quantum
+        if (
+            size != len(data)
+            or body_end != len(head) + 4 * ((size + 2) // 3) + 1
+            or not line.startswith(head)
+            or line[body_end - 1] != 0x22
+            or (tail and line[body_end - 5 : body_end - 1] != base64.b64encode(data[-tail:]))
+        ):
+            problem = (
+                f"the blob's size is {size}, its data {len(data)} bytes"
+                if size != len(data)
+                else "not in canonical form (a blob line is "
+                '{"blob":"<sha-256>","media_type":...,"size":<bytes>,"data":"<base64>","#":...})'
+            )
+            raise where.error(f"blob {digest[:80]!r}: {problem}{where.written_by()}")
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            raise LogIntegrityError(
+                where.text(
+                    f"blob {digest[:80]!r} is damaged: its bytes hash to {actual} (SHA-256)"
+                ),
+                path=where.path,
+                line=where.number,
+            )
+        if digest in self.blobs:
+            raise where.error(f"blob {digest} again (a log holds each blob once)")
+        self.blobs[digest] = data
+
+    def _inflate(self, block: Any, where: _Where) -> Any:
+        """``block`` (as a format-3 line holds it) with its blob's bytes."""
+        ref = block.data
+        if len(ref) != 48:
+            raise where.error(
+                f"{_article(block.__struct_config__.tag)} block holds {len(ref)} bytes inline; a "
+                "format-3 event "
+                "line refers to a blob by its SHA-256 (64 hex digits)"
+            )
+        digest = base64.b64encode(ref).decode()
+        data = self.blobs.get(digest)
+        if data is None:
+            raise where.error(
+                f"refers to blob {digest}, which the log does not hold (a blob line comes "
+                "before the first event line that refers to it)"
+            )
+        return msgspec.structs.replace(block, data=data)
+
+    def _read_event(self, line: bytes, end: int, body_end: int, where: _Where) -> Event:
+        """Check and decode an event line, its link checked (as the line has it)."""
         event: Event
         body: bytes | None = None  # what the writer writes for the event, once known
         if line[body_end - 1] != 0x22:  # does not end with a string: no "=" member
@@ -547,7 +769,7 @@ class _Format2:
                 line=where.number,
             )
         link = line[end - 18 : end - 2]
-        if link != _link(self.link, line[:body_end]):
+        if link != _link(self.link, memoryview(line)[:body_end]):
             raise LogIntegrityError(
                 where.text(
                     "the hash chain is broken here: this line was edited, or lines were "
@@ -851,23 +1073,35 @@ def _next_line(file: IO[bytes], line: bytes, where: _Where, limit: int) -> tuple
     """
     step = min(limit, _CHUNK) + 1
     if len(line) == step and not line.endswith(b"\n"):
+        # A long line (a blob, a big tool result): found chunk by chunk, then, from
+        # a file that can seek, read again in one piece, so that its bytes are in
+        # memory once (not as chunks and their join).
+        seekable = file.seekable()
+        start = file.tell() - step if seekable else 0
         parts = [line]
+        last = line
         size = step
         while size <= limit:
-            if _CONTROL.search(parts[-1]) is not None:
+            if _CONTROL.search(last) is not None:
                 raise where.error(
                     "holds control bytes that no log line holds (is this an agentloop log?)"
                 )
-            more = file.readline(step)
-            if not more:
+            last = file.readline(step)
+            if not last:
                 break
-            parts.append(more)
-            size += len(more)
-            if more.endswith(b"\n"):
+            if not seekable:
+                parts.append(last)
+            size += len(last)
+            if last.endswith(b"\n"):
                 break
         if size > limit:
             raise where.error(f"longer than {limit:,} bytes (max_line_bytes); not read further")
-        line = b"".join(parts)
+        if seekable:
+            del parts, last
+            file.seek(start)
+            line = file.read(size)
+        else:
+            line = b"".join(parts)
     elif len(line) > limit:
         raise where.error(f"longer than {limit:,} bytes (max_line_bytes); not read further")
     if line.endswith(b"\n"):
@@ -935,7 +1169,7 @@ def _read_header(file: IO[bytes], where: _Where, scan: _Scan) -> None:
         )
     scan.version = version
     if version >= 2:
-        format2 = _Format2()
+        format2 = _Format2(version=version)
         end = len(line) - (2 if line.endswith(b"\r\n") else 1)
         format2.check_link(line, end, where)
         scan.start = format2.link
@@ -975,6 +1209,8 @@ def _events(file: IO[bytes], path: str, scan: _Scan, limit: int) -> Iterator[Eve
                 "session; were two files joined?)"
             )
         event = read(line, end, where)
+        if event is None:  # a blob line
+            continue
         if event.__class__ is SessionStartEvent and scan.count:
             raise where.error(
                 "a second session.start: the file holds two sessions (one file records one session)"
@@ -1131,7 +1367,17 @@ _SYNC_AFTER: Final = frozenset({"step.start", "tool.call", "session.pause", "run
 
 
 class LogWriter:
-    """Append events to a log file as they happen: one line per event, flushed.
+    """Append events to a log file as they happen: one line per event (and a blob
+    line for media bytes the file does not hold yet), written at each side-effect
+    boundary.
+
+    The lines of the events since the last boundary are kept in memory and written
+    together (one ``write``) after the event that precedes an effect
+    (``step.start`` before a model call, ``tool.call`` before a tool call,
+    ``session.pause``) and after ``run.finished``, and by :meth:`flush`,
+    :meth:`sync` and :meth:`close`. So an effect's events are in the file before it
+    runs, and a process killed at any point leaves a valid log ending at a
+    boundary (or a torn last line, if it died inside that one ``write``).
 
     Args:
         path: the log file. A missing or empty file gets the header first; an
@@ -1150,8 +1396,8 @@ class LogWriter:
             ``run.finished``, so an effect's events are on disk before it runs and
             a reply's before the next effect; the chunks of a stream are not synced
             one by one. :meth:`sync` syncs at any other point, and :meth:`close`
-            syncs what is left. Flushing alone (every event, always) survives a
-            killed process.
+            syncs what is left. Without it, what is written at a boundary survives
+            a killed process (not a power loss).
 
     Use it as a context manager, and let it :meth:`follow` the loop's log::
 
@@ -1196,7 +1442,8 @@ class LogWriter:
             if scan.format2 is None:
                 raise ValueError(
                     f"{name}: a format-{scan.version} log; LogWriter appends to format "
-                    f"{LOG_FORMAT_VERSION} only. Rewrite it first (same events, atomic): "
+                    f"2 and {LOG_FORMAT_VERSION} logs only. Rewrite it first (same events, "
+                    "atomic, now format 3): "
                     "replay.write_log(path, replay.read_log(path))"
                 )
             self._format2 = scan.format2
@@ -1204,6 +1451,8 @@ class LogWriter:
         mode = "wb" if overwrite else "ab"
         self._file: IO[bytes] | None = open(name, mode, buffering=0)  # noqa: SIM115
         self._unsynced = False
+        # The lines since the last side-effect boundary, written together there.
+        self._buffer: list[bytes] = []
         if fresh:
             self._write_line(_header_line(self._format2))
         # The header's link: where the chain of the file's events starts.
@@ -1235,19 +1484,39 @@ class LogWriter:
                 f"{self.path}: event {event.type} has sequence {event.sequence}, but the "
                 f"log continues at {self._next} (one log file records one run, in order)"
             )
-        format2 = self._format2
-        body = format2.body(event)
-        link = _link(format2.link, body)
-        self._write_line(body + _LINK_KEY + link + b'"}\n')
-        format2.link = link  # only once the line is written
-        format2.advance(event)
+        self._buffer.append(self._format2.line(event))
         self._next += 1
-        if self._fsync and event.type in _SYNC_AFTER:
-            self.sync()
+        if event.type in _SYNC_AFTER:
+            self._flush()
+            if self._fsync:
+                self.sync()
+
+    def flush(self) -> None:
+        """Write the lines buffered since the last side-effect boundary now (the
+        writer does this itself at each boundary, and when it closes)."""
+        if self._file is not None:
+            self._flush()
+
+    def _flush(self) -> None:
+        buffer = self._buffer
+        if buffer:
+            if len(buffer) == 1 or sum(map(len, buffer)) > _CHUNK:
+                for index, lines in enumerate(buffer):  # (big lines: not copied to join)
+                    try:
+                        self._write_line(lines)
+                    except BaseException:
+                        del buffer[:index]  # the rest: for a later flush
+                        raise
+            else:
+                self._write_line(b"".join(buffer))
+            buffer.clear()  # (kept when the write failed: a later flush writes them)
 
     def sync(self) -> None:
-        """``os.fsync`` what was written since the last sync (with ``fsync=True``,
-        the writer does this itself at side-effect boundaries)."""
+        """Write the buffered lines and ``os.fsync`` what was written since the last
+        sync (with ``fsync=True``, the writer does this itself at side-effect
+        boundaries)."""
+        if self._file is not None:
+            self._flush()
         if self._file is not None and self._unsynced:
             os.fsync(self._file.fileno())
             self._unsynced = False
@@ -1271,7 +1540,7 @@ class LogWriter:
             raise ValueError(f"{self.path}: LogWriter is closed")
         written = self._next
         if written:
-            probe = _Format2(self._start)
+            probe = _Format2(self._start, self._format2.version)
             for event in log[:written]:
                 probe.line(event)
             if len(log) < written or probe.link != self._format2.link:
@@ -1303,10 +1572,13 @@ class LogWriter:
         for unsubscribe in subscriptions:
             unsubscribe()
         if self._file is not None:
-            if self._fsync:
-                self.sync()
-            self._file.close()
-            self._file = None
+            try:
+                self._flush()
+                if self._fsync:
+                    self.sync()
+            finally:
+                self._file.close()
+                self._file = None
 
     def __enter__(self) -> LogWriter:
         return self

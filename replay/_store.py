@@ -59,6 +59,7 @@ serialized by a lock); several processes may open the same file.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import sqlite3
@@ -88,6 +89,8 @@ from ._log import (
     _LINK_KEY,
     LOG_FORMAT_VERSION,
     LogFormatError,
+    _BlobLine,
+    _encode,
     _Format2,
     _header_body,
     _link,
@@ -175,10 +178,28 @@ _SCHEMA_3: Final = (
     "CREATE INDEX queued_by_session ON queued (session_id, id)",
 )
 
+# Schema 4 (log format 3): the media bytes of a session's events, once per session
+# (content-addressed: ``hash`` is their SHA-256 in hex). Each row is a blob line of
+# the session's log: it comes before event ``sequence`` (``position``: in which
+# order, when several do), and ``link`` is its hash chain link.
+_SCHEMA_4: Final = (
+    """CREATE TABLE blobs (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        hash TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        position INTEGER NOT NULL,
+        media_type TEXT NOT NULL,
+        data BLOB NOT NULL,
+        link TEXT NOT NULL,
+        UNIQUE (session_id, hash)
+    )""",
+    "CREATE INDEX blobs_by_session ON blobs (session_id, sequence, position)",
+)
+
 Migration = Sequence[str] | Callable[[sqlite3.Connection], None]
 
 #: The migrations, in order; ``len(MIGRATIONS)`` is :data:`SCHEMA_VERSION`.
-MIGRATIONS: Final[list[Migration]] = [_SCHEMA_1, _SCHEMA_2, _SCHEMA_3]
+MIGRATIONS: Final[list[Migration]] = [_SCHEMA_1, _SCHEMA_2, _SCHEMA_3, _SCHEMA_4]
 #: The schema version this library writes (and the newest it opens).
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -606,11 +627,11 @@ class SQLiteStore:
         Raises:
             SessionNotFound, StoreError: as for :meth:`events`.
         """
-        info, events, _, _ = self._load(session_id)
+        info, events, _, _, _ = self._load(session_id)
         return info, events
 
-    def _load(self, session_id: str) -> tuple[SessionInfo, list[Event], Any, list[Any]]:
-        """:meth:`load`, and the session's log header and rows as stored."""
+    def _load(self, session_id: str) -> tuple[SessionInfo, list[Event], Any, list[Any], list[Any]]:
+        """:meth:`load`, and the session's log header, rows and blob rows as stored."""
         with self._read() as db:
             try:
                 row = db.execute(
@@ -618,16 +639,17 @@ class SQLiteStore:
                     (session_id,),
                 ).fetchone()
                 rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+                blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
             except sqlite3.Error as exc:  # e.g. a row that is not valid UTF-8
                 raise _damaged(db, self.path, session_id, exc) from None
         if row is None:
             raise SessionNotFound(session_id)
         self._check_format(session_id, row[-2])
-        events, format2 = _read_rows(session_id, row[-2], row[-1], rows)
+        events, format2 = _read_rows(session_id, row[-2], row[-1], rows, blobs)
         _check_log(session_id, row[1], row[3], events)
         if format2 is not None:
             self._remember(session_id, len(events), format2)
-        return _info(row), events, row[-1], rows
+        return _info(row), events, row[-1], rows, blobs
 
     def _check_format(self, session_id: str, log_format: int) -> None:
         if log_format > LOG_FORMAT_VERSION:
@@ -653,15 +675,12 @@ class SQLiteStore:
         Raises:
             SessionNotFound, StoreError: as for :meth:`events`.
         """
-        _, events, header, rows = self._load(session_id)
+        _, events, header, rows, blobs = self._load(session_id)
         if header is None:  # format 1: no chain to copy
             write_log(path, events)
         else:
             start = _start(header).link.decode()
-            _write_lines(
-                path,
-                [_file_line(header, start), *(_file_line(row[1], row[2]) for row in rows)],
-            )
+            _write_lines(path, [_file_line(header, start), *_lines_of(rows, blobs)])
         return len(events)
 
     def answer_for(self, session_id: str) -> Resume | Cancel | None:
@@ -729,7 +748,8 @@ class SQLiteStore:
         _check_batch_status(session_id, status, events)
         header = (_header_body() + b"}").decode()
         format2 = _start(header)
-        rows = _stored_rows(session_id, 0, events, format2)
+        blobs: list[tuple[Any, ...]] = []
+        rows = _stored_rows(session_id, 0, events, format2, blobs)
         config = msgspec.json.encode(_session_config(events[0])).decode()
         now = self.now()
         if status in _UNLEASED:
@@ -760,6 +780,8 @@ class SQLiteStore:
                 ),
             )
             db.executemany(_INSERT_ROWS, rows)
+            if blobs:
+                db.executemany(_INSERT_BLOBS, blobs)
         self.commits += 1
         self._remember(session_id, len(rows), format2)
 
@@ -840,7 +862,10 @@ class SQLiteStore:
                     raise StoreConflict(session_id, expected, actual)
                 raise _lease_lost(session_id, str(owner), holder, expires, now)
             format2 = self._continue(db, session_id, expected)
-            db.executemany(_INSERT_ROWS, _stored_rows(session_id, expected, events, format2))
+            blobs: list[tuple[Any, ...]] = []
+            db.executemany(_INSERT_ROWS, _stored_rows(session_id, expected, events, format2, blobs))
+            if blobs:
+                db.executemany(_INSERT_BLOBS, blobs)
             if consume_answer:
                 db.execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
             if consume_queued:
@@ -884,9 +909,10 @@ class SQLiteStore:
         self._check_format(session_id, log_format)
         try:
             rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+            blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
         except sqlite3.Error as exc:
             raise _damaged(db, self.path, session_id, exc) from None
-        events, format2 = _read_rows(session_id, log_format, header, rows)
+        events, format2 = _read_rows(session_id, log_format, header, rows, blobs)
         _check_log(session_id, None, count, events)
         if format2 is None:
             header = (_header_body() + b"}").decode()
@@ -895,7 +921,13 @@ class SQLiteStore:
                 "UPDATE events SET event = ?, link = ? WHERE session_id = ? AND sequence = ?",
                 [
                     (event, link, session_id, sequence)
-                    for _, sequence, event, link in _stored_rows(session_id, 0, events, format2)
+                    for _, sequence, event, link in _stored_rows(
+                        session_id,
+                        0,
+                        events,
+                        format2,
+                        [],  # (format 1 holds no media)
+                    )
                 ],
             )
             db.execute(
@@ -1277,13 +1309,39 @@ _SELECT_ROWS: Final = (
     "SELECT sequence, event, link FROM events WHERE session_id = ? ORDER BY sequence"
 )
 _INSERT_ROWS: Final = "INSERT INTO events (session_id, sequence, event, link) VALUES (?, ?, ?, ?)"
+_SELECT_BLOBS: Final = (
+    "SELECT sequence, hash, media_type, data, link FROM blobs WHERE session_id = ? "
+    "ORDER BY sequence, position"
+)
+_INSERT_BLOBS: Final = (
+    "INSERT INTO blobs (session_id, hash, sequence, position, media_type, data, link) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 # Sessions whose chain's end a store object remembers (each: a link and three events).
 _CHAINS_KEPT: Final = 256
 
 
 def _start(header: str) -> _Format2:
-    """The format-2 state before a session's first event: its header's link."""
-    return _Format2(_link(b"", header.encode()[:-1]))
+    """The format-2/3 state before a session's first event: its header's link."""
+    version = 2 if '"version":2,' in header else LOG_FORMAT_VERSION
+    return _Format2(_link(b"", header.encode()[:-1]), version)
+
+
+def _blob_line(hash: Any, media_type: Any, data: Any, link: Any) -> bytes:
+    """A stored blob as its line of the log file (line end included)."""
+    body = _encode(_BlobLine(hash, media_type, len(data), data))[:-1]
+    return body + _LINK_KEY + str(link).encode() + b'"}\n'
+
+
+def _lines_of(rows: Sequence[Any], blobs: Sequence[Any]) -> Iterator[bytes]:
+    """The lines of the log file of a session's (checked) rows and blob rows."""
+    pending = iter(blobs)
+    blob = next(pending, None)
+    for sequence, text, link in rows:
+        while blob is not None and blob[0] == sequence:
+            yield _blob_line(*blob[1:])
+            blob = next(pending, None)
+        yield _file_line(text, link)
 
 
 def _file_line(text: str, link: str) -> bytes:
@@ -1301,17 +1359,52 @@ def _check_batch(session_id: str, start: int, events: Sequence[Event]) -> None:
 
 
 def _stored_rows(
-    session_id: str, start: int, events: Sequence[Event], format2: _Format2
+    session_id: str,
+    start: int,
+    events: Sequence[Event],
+    format2: _Format2,
+    blobs: list[tuple[Any, ...]],
 ) -> list[tuple[str, int, str, str]]:
     """The rows of ``events`` (the session continues at ``start``), each the event's
-    log line without its link, and the link; advances ``format2``."""
+    log line without its link, and the link; advances ``format2``. The blob lines
+    before each event (format 3) are added to ``blobs``, as their rows."""
     _check_batch(session_id, start, events)
-    end = -len(_LINK_KEY) - 19  # ,"#":"<16 hex digits>"}\n
     rows = []
     for event in events:
-        text = format2.line(event)[:end] + b"}"
-        rows.append((session_id, event.sequence, text.decode(), format2.link.decode()))
+        sequence = event.sequence
+        for position, (body, link, blob) in enumerate(format2.parts(event)):
+            if blob is None:
+                rows.append((session_id, sequence, bytes(body).decode() + "}", link.decode()))
+            else:
+                blobs.append(
+                    (
+                        session_id,
+                        blob.blob,
+                        sequence,
+                        position,
+                        blob.media_type,
+                        blob.data,
+                        link.decode(),
+                    )
+                )
     return rows
+
+
+def _read_blob_row(session_id: str, format2: _Format2, row: Any, where: _Where) -> None:
+    """Check a stored blob (a blob line of the session's log) and keep its bytes."""
+    _, hash, media_type, data, link = row
+    if type(data) is not bytes or type(hash) is not str or type(media_type) is not str:
+        raise StoreError(where.text(f"blob {hash!r:.80}: the stored row is damaged (not bytes)"))
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != hash:  # (before the chain, which the rebuilt line breaks too)
+        raise StoreError(
+            where.text(f"blob {hash!r:.80} is damaged: its bytes hash to {actual} (SHA-256)")
+        )
+    line = _blob_line(hash, media_type, data, link)
+    try:
+        format2.read(line, len(line) - 1, where)
+    except LogFormatError as exc:
+        raise StoreError(str(exc)) from None
 
 
 class _RowWhere(_Where):
@@ -1324,22 +1417,31 @@ class _RowWhere(_Where):
 
 
 def _read_rows(
-    session_id: str, log_format: int, header: Any, rows: Sequence[Any]
+    session_id: str,
+    log_format: int,
+    header: Any,
+    rows: Sequence[Any],
+    blobs: Sequence[Any] = (),
 ) -> tuple[list[Event], _Format2 | None]:
     """The events of a session's rows, each checked as :func:`replay.read_log`
     checks a line of its format; and the format-2 state after the last (``None``
     for format 1)."""
     where = _RowWhere(f"session {session_id!r}")
     format2: _Format2 | None = None
-    read: Callable[[bytes, int, _Where], Event] = _read_v1
+    read: Callable[[bytes, int, _Where], Event | None] = _read_v1
     if log_format != 1:
         if type(header) is not str:
             raise StoreError(f"session {session_id!r}: its log header is missing")
         format2 = _start(header)
         read = format2.read
     events: list[Event] = []
+    pending = iter(blobs)
+    blob = next(pending, None)
     for position, (sequence, data, link) in enumerate(rows):
         where.number = sequence
+        while blob is not None and blob[0] == sequence and format2 is not None:
+            _read_blob_row(session_id, format2, blob, where)
+            blob = next(pending, None)
         if sequence != position:
             raise StoreError(where.text(f"the stored events have a gap (expected #{position})"))
         if type(data) is not str:
@@ -1351,6 +1453,8 @@ def _read_rows(
             event = read(line, len(line), where)
         except LogFormatError as exc:
             raise StoreError(str(exc)) from None
+        if event is None:
+            raise StoreError(where.text("the stored event is a blob line"))
         if event.sequence != sequence:
             raise StoreError(where.text(f"the stored event says sequence {event.sequence}"))
         events.append(event)

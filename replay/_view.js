@@ -40,6 +40,7 @@
   );
   const META = DATA.meta;
   const EVENTS = DATA.events;
+  const BLOBS = DATA.blobs || {};
   const REPORT = DATA.report;
   const OUTCOME_TYPES = new Set(["session.complete", "run.finished"]);
   const COMMON_FIELDS = new Set(["type", "sequence", "at", "step"]);
@@ -358,6 +359,10 @@
           jsonBlock(b.arguments),
           extras(b, ["type", "id", "name", "arguments"]),
         );
+      case "image":
+      case "audio":
+      case "document":
+        return mediaBlock(b);
       case "provider": // opaque state a provider needs back (the loop never reads it)
         return h(
           "div",
@@ -376,6 +381,35 @@
     }
   }
 
+  // Media blocks: the page holds each blob once (DATA.blobs, by SHA-256); a block's
+  // "data" is the blob's hash. Only images of these types are drawn (as data URLs,
+  // which the page's CSP allows and nothing else); the rest are named.
+  const INLINE_IMAGES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
+
+  function mediaBlock(b) {
+    const blob = typeof b.data === "string" ? BLOBS[b.data] : undefined;
+    const label = [b.type, String(b.media_type)];
+    if (typeof b.name === "string") label.push(b.name);
+    const parts = [h("div", "block-label", label.join(" "))];
+    if (blob) {
+      parts.push(h("div", "muted", `${fmtInt(blob.size)} bytes · sha256 ${b.data}`));
+      if (b.type === "image" && INLINE_IMAGES.has(b.media_type)) {
+        const img = h("img", "media");
+        img.alt = label.join(" ");
+        img.src = `data:${b.media_type};base64,${blob.data}`;
+        parts.push(img);
+      }
+    } else if (typeof b.url === "string") {
+      parts.push(h("div", "muted", `url ${b.url}`));
+    }
+    return h("div", "block media", ...parts, extras(b, ["type", "media_type", "data", "url", "name"]));
+  }
+
+  // A user message's or tool result's content: a string, or a list of parts.
+  function partsOrText(content, text) {
+    return Array.isArray(content) ? blocks(content) : text(content);
+  }
+
   function blocks(list) {
     if (!Array.isArray(list) || !list.length) return h("div", "muted", "(no content)");
     return h("div", "blocks", ...list.map(block));
@@ -387,7 +421,7 @@
     if (m.role === "user") {
       return {
         head: [chip("user", "role"), chip(m.id, "id")],
-        body: [textBlock(m.content), extras(m, ["role", "id", "content"])],
+        body: [partsOrText(m.content, textBlock), extras(m, ["role", "id", "content"])],
       };
     }
     if (m.role === "assistant") {
@@ -404,7 +438,7 @@
           chip(m.tool_call_id, "id"),
         ],
         body: [
-          contentBlock(m.content),
+          partsOrText(m.content, contentBlock),
           extras(m, ["role", "id", "tool_call_id", "tool_name", "content", "is_error"]),
         ],
       };
@@ -781,7 +815,7 @@
         byLoop ? chip("made by the loop", "muted-chip") : null,
       ],
       body: [
-        contentBlock(m.content),
+        partsOrText(m.content, contentBlock),
         extras(m, ["role", "id", "tool_call_id", "tool_name", "content", "is_error"]),
         e.reply ? extras(e.reply, ["kind", "call_id", "content", "is_error", "at"]) : null,
         evExtras(e, ["message", "reply"]),
@@ -913,7 +947,12 @@
             (text ? text.text : call ? `→ ${call.name}(${compactText(call.arguments)})` : "");
         }
       } else if (e.type === "message.accepted" && e.message && e.message.role === "user") {
-        s.preview = s.preview || e.message.content;
+        const content = e.message.content;
+        s.preview =
+          s.preview ||
+          (Array.isArray(content)
+            ? content.map((b) => (b && b.type === "text" ? b.text : `[${b && b.type}]`)).join("")
+            : content);
       } else if (e.type === "run.finished") {
         s.failed = e.status === "failed";
         s.preview = e.error

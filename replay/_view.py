@@ -49,13 +49,22 @@ import shlex
 import sys
 from collections.abc import Iterable, Sequence
 from importlib import resources
+from typing import Any
 
 import msgspec
 
 from agentloop import AgentLoopError, Event, __version__, encode_event
 
 from ._diff import diff_events
-from ._log import LogError, TornLogError, _whole_line, read_log
+from ._log import (
+    LogError,
+    TornLogError,
+    _blob_ref,
+    _media_fields,
+    _swap_media,
+    _whole_line,
+    read_log,
+)
 from ._replay import ReplayDivergence, ReplayError, _line, replay
 
 __all__ = [
@@ -262,11 +271,26 @@ def render_html(
         "generator": generator,
         "torn": torn,
     }
+    # Media bytes once per page, by SHA-256, as in a log file: a block's data is
+    # its blob's hash (see _view.js, mediaBlock).
+    blobs: dict[str, dict[str, object]] = {}
+
+    def deflate(block: Any) -> Any:
+        data = block.data
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in blobs:
+            blobs[digest] = {"media_type": block.media_type, "size": len(data), "data": data}
+        return msgspec.structs.replace(block, data=_blob_ref(digest))
+
     data = msgspec.json.encode(
         {
             "meta": meta,
-            "events": [_whole(event) for event in events],
+            "events": [
+                _whole(_swap_media(event, deflate) if _media_fields(event.__class__) else event)
+                for event in events
+            ],
             "report": report,
+            "blobs": blobs,
         }
     )
     script, style = _asset("_view.js"), _asset("_view.css")

@@ -416,8 +416,8 @@ def test_a_format_1_session_killed_while_it_is_rewritten_stays_format_1(tmp_path
         store.release("crashed", "dead-worker")
         options = {"model": script.FunctionModel(script.answer), "tools": script.TOOLS}
         parked = replay.run_durable(store, "crashed", **options)
-        assert type(parked) is replay.Parked  # on to its approval, now in format 2
-        assert store._db.execute(row).fetchone()[0] == 2
+        assert type(parked) is replay.Parked  # on to its approval, now in format 3
+        assert store._db.execute(row).fetchone()[0] == 3
         assert store.events("crashed")[: len(before)] == before
 
 

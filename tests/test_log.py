@@ -23,6 +23,7 @@ from agentloop import (
     RunFinishedEvent,
     SessionStartEvent,
     StepEndEvent,
+    StepStartEvent,
     TextBlock,
     ToolCall,
     ToolCallEvent,
@@ -418,15 +419,36 @@ def test_log_writer_as_subscriber_and_context_manager(tmp_path: Path) -> None:
     assert replay(events).result is not None
 
 
-def test_log_writer_flushes_every_event(tmp_path: Path) -> None:
+def test_log_writer_writes_at_side_effect_boundaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "run.jsonl"
+    syncs: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        syncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     writer = LogWriter(path, fsync=True)
     try:
-        for sequence in range(3):
+        synced = len(syncs)
+        for sequence in range(3):  # no effect follows a step.end: buffered
             writer.write(StepEndEvent(sequence=sequence, step=1))
-            assert len(read_log(path)) == sequence + 1
+            assert read_log(path) == []
+        assert len(syncs) == synced
+        # A step.start precedes a model call: everything so far is written, synced once.
+        writer.write(StepStartEvent(sequence=3, step=2, request_id="r"))
+        assert [e.sequence for e in read_log(path)] == [0, 1, 2, 3]
+        assert len(syncs) == synced + 1
+        writer.write(StepEndEvent(sequence=4, step=2))
+        writer.flush()  # on demand
+        assert len(read_log(path)) == 5
+        assert len(syncs) == synced + 1
     finally:
         writer.close()
+    assert len(read_log(path)) == 5
     writer.close()  # idempotent
     assert "closed" in repr(writer)
 
@@ -1218,11 +1240,12 @@ def test_a_failed_write_leaves_the_chain_where_the_file_is(
             raise OSError(28, "No space left on device")
 
         monkeypatch.setattr(writer, "_write_line", full_disk)
+        writer.write(StepEndEvent(sequence=1, step=1))  # buffered
         with pytest.raises(OSError, match="No space"):
-            writer.write(StepEndEvent(sequence=1, step=1))
+            writer.flush()
         monkeypatch.setattr(writer, "_write_line", real)
-        writer.write(StepEndEvent(sequence=1, step=1))
-    assert [e.sequence for e in read_log(path)] == [0, 1]
+        writer.write(StepEndEvent(sequence=2, step=1))
+    assert [e.sequence for e in read_log(path)] == [0, 1, 2]
 
 
 # --------------------------------------------------------------------------- follow and close

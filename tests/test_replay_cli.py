@@ -166,7 +166,7 @@ def test_bad_paths_and_files_are_one_line_errors(tmp_path: Path) -> None:
     for command in ("show", "check", "stats"):
         assert "not an agentloop log" in _one_line_error(cli(command, notes))
     future = tmp_path / "future.jsonl"
-    future.write_text('{"format":"agentloop-log","version":3,"library":"9.0"}\n')
+    future.write_text('{"format":"agentloop-log","version":4,"library":"9.0"}\n')
     assert "newer" in _one_line_error(cli("check", future))
     assert "newer" in _one_line_error(cli("diff", future, FIXTURES / "plain_answer.jsonl"))
 
@@ -353,7 +353,7 @@ def test_version_and_exit_codes_in_help(capsys: pytest.CaptureFixture[str]) -> N
         main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out == (
-        f"replay (agentloop {__version__}): writes log format 2, reads formats 1 to 2\n"
+        f"replay (agentloop {__version__}): writes log format 3, reads formats 1 to 3\n"
     )
     done = cli("--help")
     assert done.returncode == 0
@@ -390,7 +390,7 @@ def test_a_command_is_added_by_registering_it(
 def test_verify_a_format_2_log() -> None:
     done = cli("verify", FIXTURES / "tool_calls.jsonl")
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.startswith(f"{FIXTURES / 'tool_calls.jsonl'}: verified: log format 2, 22 ")
+    assert done.stdout.startswith(f"{FIXTURES / 'tool_calls.jsonl'}: verified: log format 3, 22 ")
     assert "hash chain intact (last link " in done.stdout
     assert done.stdout.endswith("; complete (ends with run.finished)\n")
     waiting = cli("verify", "--json", FIXTURES / "waiting_on_tool.jsonl")
@@ -400,7 +400,7 @@ def test_verify_a_format_2_log() -> None:
         "path": str(FIXTURES / "waiting_on_tool.jsonl"),
         "session": None,
         "ok": True,
-        "format_version": 2,
+        "format_version": 3,
         "events": 7,
         "chain": "intact",
         "complete": False,
@@ -461,7 +461,7 @@ def test_verify_a_torn_a_format_1_and_an_empty_log(
     code, out, _ = _main(capsys, "verify", path)
     assert code == 0
     assert re.search(
-        r"verified: log format 2, 0 events, hash chain intact \(last link [0-9a-f]{16}\); "
+        r"verified: log format 3, 0 events, hash chain intact \(last link [0-9a-f]{16}\); "
         r"no events\n$",
         out,
     )
@@ -486,7 +486,7 @@ def test_verify_errors_that_are_not_about_a_log(
     }
     assert err.startswith("replay: error: ")
     future = tmp_path / "future.jsonl"
-    future.write_text('{"format":"agentloop-log","version":3}\n')
+    future.write_text('{"format":"agentloop-log","version":4}\n')
     assert _main(capsys, "verify", future)[0] == 2
 
 

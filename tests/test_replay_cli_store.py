@@ -156,7 +156,7 @@ def test_export_writes_what_logwriter_wrote_in_the_same_run(tmp_path, db, capsys
     assert out_file.read_bytes() == (tmp_path / "beside.jsonl").read_bytes()
     done = cli("verify", out_file)  # as a user would: a separate process
     assert done.returncode == 0, done
-    assert "verified: log format 2, 18 events, hash chain intact" in done.stdout
+    assert "verified: log format 3, 18 events, hash chain intact" in done.stdout
 
 
 def test_export_errors(tmp_path, db, capsys):

@@ -178,9 +178,9 @@ def test_entering_wal_mode_does_not_retry_other_errors():
 def test_a_new_store_has_the_schema_in_wal_mode(tmp_path):
     path = tmp_path / "new.db"
     with SQLiteStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 3
+        assert store.schema_version == SCHEMA_VERSION == 4
         assert store.sessions() == []
-        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 3>"
+        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 4>"
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert db.execute("PRAGMA application_id").fetchone() == (store_module.APPLICATION_ID,)
@@ -188,6 +188,7 @@ def test_a_new_store_has_the_schema_in_wal_mode(tmp_path):
         (1, agentloop.__version__),
         (2, agentloop.__version__),
         (3, agentloop.__version__),
+        (4, agentloop.__version__),
     ]
     db.close()
 
@@ -221,7 +222,7 @@ def test_reopening_keeps_everything(tmp_path, clock):
     with SQLiteStore(path, clock=clock) as store:
         store.create("s", events, status="completed", steps=1)
     with SQLiteStore(path) as store:
-        assert store.schema_version == 3
+        assert store.schema_version == 4
         assert store.events("s") == events
 
 
@@ -259,12 +260,12 @@ def test_a_store_of_a_newer_schema_is_refused(tmp_path):
     path = tmp_path / "future.db"
     SQLiteStore(path).close()
     db = sqlite3.connect(path)
-    db.execute("INSERT INTO schema_version VALUES (4, 0, '9.0')")
+    db.execute("INSERT INTO schema_version VALUES (5, 0, '9.0')")
     db.commit()
     db.close()
-    with pytest.raises(StoreVersionError, match="schema version 4 is newer") as caught:
+    with pytest.raises(StoreVersionError, match="schema version 5 is newer") as caught:
         SQLiteStore(path)
-    assert caught.value.version == 4
+    assert caught.value.version == 5
 
 
 def test_closed_store(tmp_path):
@@ -395,15 +396,15 @@ def test_a_store_of_schema_1_is_migrated_by_a_later_schema(fixture_script, tmp_p
     # row, and its sessions continue.
     path = tmp_path / "old.db"
     fixture_script.restore((ROOT / "fixtures" / "store" / "schema-1.sql").read_text(), path)
-    step_4 = (
+    step_5 = (
         "ALTER TABLE sessions ADD COLUMN labels TEXT NOT NULL DEFAULT '[]'",
         "CREATE INDEX sessions_by_update ON sessions (updated)",
     )
-    monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, step_4])
+    monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, step_5])
     with SQLiteStore(path, clock=FakeClock(2e9)) as store:
-        assert store.schema_version == 4
+        assert store.schema_version == 5
         rows = store._db.execute("SELECT version, applied FROM schema_version").fetchall()
-        assert rows == [(1, 1767225600.25), (2, 2e9), (3, 2e9), (4, 2e9)]
+        assert rows == [(1, 1767225600.25), (2, 2e9), (3, 2e9), (4, 2e9), (5, 2e9)]
         assert store._db.execute("SELECT DISTINCT labels FROM sessions").fetchall() == [("[]",)]
         assert len(store.sessions()) == 4
     check_golden_store(path, fixture_script)  # (opened again: nothing more to migrate)
@@ -729,7 +730,7 @@ BROKEN = "the hash chain is broken here"
             "WHERE sequence = 2",
             f"event #2: {BROKEN}",
         ),
-        ("UPDATE sessions SET log_header = replace(log_header, '2', '3')", f"event #0: {BROKEN}"),
+        ("UPDATE sessions SET log_header = replace(log_header, '3', '2')", f"event #0: {BROKEN}"),
         ("UPDATE sessions SET log_header = NULL", "its log header is missing"),
         (
             "UPDATE events SET event = CAST(event AS BLOB) WHERE sequence = 1",
@@ -837,9 +838,9 @@ def test_a_session_of_log_format_1_is_read_and_rewritten_as_format_2_when_append
         replay.answer(store, "parked", Resume({"approved": True}))
         options = {"model": FunctionModel(fixture_script.answer), "tools": fixture_script.TOOLS}
         assert replay.run_durable(store, "parked", **options).status == "completed"
-        assert store._db.execute(log_format).fetchone()[0] == 2
+        assert store._db.execute(log_format).fetchone()[0] == 3
         after = store.events("parked")
-        assert after[: len(before)] == before  # the same events, now in format 2
+        assert after[: len(before)] == before  # the same events, now in format 3
         store.export("parked", tmp_path / "parked.jsonl")
         assert (tmp_path / "parked.jsonl").read_bytes() == file_of(after, tmp_path)
         # A session still in format 1 exports as format 2 too.

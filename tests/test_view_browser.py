@@ -591,3 +591,43 @@ def test_parallel_tools_limits_output_and_sequential_are_known_fields(
     text = page.js("return document.getElementById('e0').innerText")
     assert "sequential" in text and "Answer" in text and "run at once" in text
     assert page.errors() == []
+
+
+# --------------------------------------------------------------------------- media
+
+
+def test_images_render_inline_and_other_media_are_named(browser: Any, tmp_path: Path) -> None:
+    from agentloop import AudioBlock, ImageBlock, MessageAcceptedEvent
+
+    events = list(read_log(FIXTURES / "media" / "image_twice.jsonl"))
+    hostile_type = '"><img src=x onerror=window.pwned=1>'
+    events.insert(
+        2,
+        MessageAcceptedEvent(
+            sequence=1,
+            message=UserMessage(
+                "u2",
+                (
+                    ImageBlock(hostile_type, data=b"\x89PNG not really"),
+                    ImageBlock("image/svg+xml", data=b"<svg onload='window.pwned=1'/>"),
+                    AudioBlock("audio/wav", data=b"RIFF"),
+                ),
+            ),
+        ),
+    )
+    page = Page(browser, write_page(tmp_path / "page.html", events))
+    page.js("document.querySelectorAll('details').forEach(d => d.open = true)")
+    # The PNG of the first message (twice) and of the answer (twice: draft, commit)
+    # are drawn, from the page's one copy of the bytes; nothing else is an image.
+    sizes = page.js(
+        "return [...document.querySelectorAll('img.media')]"
+        ".map(i => [i.complete, i.naturalWidth, i.naturalHeight, i.src.slice(0, 22)])"
+    )
+    assert sizes and all(s == [True, 1, 1, "data:image/png;base64,"] for s in sizes[:2])
+    assert {s[3] for s in sizes} == {"data:image/png;base64,", "data:image/gif;base64,"}
+    text = page.js("return document.body.textContent")
+    assert "audio audio/wav" in text and "4 bytes · sha256 " in text
+    assert hostile_type in text  # as text: the block is named, not drawn
+    assert page.js("return window.pwned") is None
+    assert page.count("script") == 2
+    assert page.errors() == []
