@@ -134,7 +134,9 @@ class ToolCalls:
 
     def _emit_call(self, call: ToolCall, step: int) -> None:
         log = self._log
-        log.append(ToolCallEvent(sequence=log.next_sequence(), at=self._run.now, step=step, call=call))
+        log.append(
+            ToolCallEvent(sequence=log.next_sequence(), at=self._run.now, step=step, call=call)
+        )
 
     def _result_message(
         self, call: ToolCall, step: int, content: str, is_error: bool, reply: ToolResult | None
@@ -155,7 +157,13 @@ class ToolCalls:
             run = self._run
             run.usage, run.tool_calls = roll_up(run.usage, run.tool_calls, reply.child)
         log.append(
-            event_type(sequence=log.next_sequence(), at=self._run.now, step=step, message=message, reply=reply)
+            event_type(
+                sequence=log.next_sequence(),
+                at=self._run.now,
+                step=step,
+                message=message,
+                reply=reply,
+            )
         )
 
     # ------------------------------------------------------------------ parallel tool batches

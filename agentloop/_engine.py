@@ -595,7 +595,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             )
         )
         for message in run.transcript:
-            log.append(MessageAcceptedEvent(sequence=log.next_sequence(), at=run.now, message=message))
+            log.append(
+                MessageAcceptedEvent(sequence=log.next_sequence(), at=run.now, message=message)
+            )
 
     # ------------------------------------------------------------------ finish
     #
@@ -757,7 +759,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             run.set(Input.START_STEP)
             request_id = f"request-{self._rss + step:03d}"
             log.append(
-                StepStartEvent(sequence=log.next_sequence(), at=run.now, step=step, request_id=request_id)
+                StepStartEvent(
+                    sequence=log.next_sequence(), at=run.now, step=step, request_id=request_id
+                )
             )
             request = self._make_request(request_id, step)
             response = yield from self._plan(request)
@@ -774,7 +778,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     run.call_ids.add(block.id)
             if self._rules < USAGE_WHEN_RECORDED and response.usage is not None:
                 run.usage = run.usage + response.usage  # (rules 0: counted when committed)
-            log.append(PlanCommitEvent(sequence=log.next_sequence(), at=run.now, step=step, message=message))
+            log.append(
+                PlanCommitEvent(
+                    sequence=log.next_sequence(), at=run.now, step=step, message=message
+                )
+            )
             if not calls:  # stop, or a text-only length response
                 self._end_step(step)
                 final_text = text_from_assistant(message)
@@ -828,7 +836,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         run.transcript.append(message)
         run.message_ids.add(message_id)
         log = self._log
-        log.append(MessageAcceptedEvent(sequence=log.next_sequence(), at=run.now, step=step, message=message))
+        log.append(
+            MessageAcceptedEvent(
+                sequence=log.next_sequence(), at=run.now, step=step, message=message
+            )
+        )
         return False
 
     def _end_step(self, step: int) -> None:
@@ -923,9 +935,15 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 if text_points > max_text:
                     problem = chunk_limit_problem(step, chunks, limits, "step_text_code_points")
                     raise failed(MODEL_PROTOCOL_ERROR, problem, reply)
-                log.append(ModelChunkEvent(sequence=log.next_sequence(), at=run.now, step=step, chunk=reply))
+                log.append(
+                    ModelChunkEvent(
+                        sequence=log.next_sequence(), at=run.now, step=step, chunk=reply
+                    )
+                )
             elif type(reply) is ModelResponse or type(reply) is ModelFailure:
-                log.append(PlanDraftEvent(sequence=log.next_sequence(), at=run.now, step=step, reply=reply))
+                log.append(
+                    PlanDraftEvent(sequence=log.next_sequence(), at=run.now, step=step, reply=reply)
+                )
                 if self._rules >= USAGE_WHEN_RECORDED:
                     for attempt in reply.attempts:  # models a FallbackModel tried first
                         if attempt.usage is not None:

@@ -176,5 +176,7 @@ class Pauses:
             run.usage_mark = run.usage
             run.wall_start = run.now
         run.set(RESUME_INPUT[resume_to])
-        log.append(SessionResumeEvent(sequence=log.next_sequence(), at=run.now, step=run.step, reply=reply))
+        log.append(
+            SessionResumeEvent(sequence=log.next_sequence(), at=run.now, step=run.step, reply=reply)
+        )
         return reply

@@ -186,7 +186,10 @@ class Run:
                 self.transcript.append(reply.message)
                 log.append(
                     MessageAcceptedEvent(
-                        sequence=log.next_sequence(), at=self.now, step=self.step, message=reply.message
+                        sequence=log.next_sequence(),
+                        at=self.now,
+                        step=self.step,
+                        message=reply.message,
                     )
                 )
                 delivered = True
