@@ -1002,7 +1002,9 @@ def test_media_parts_follow_the_conventions_without_their_bytes() -> None:
     assert otel._message(made)["parts"][0]["file_id"] == PNG_ID
 
 
-@given(st.binary(min_size=12, max_size=64), st.sampled_from([ImageBlock, AudioBlock, DocumentBlock]))
+@given(
+    st.binary(min_size=12, max_size=64), st.sampled_from([ImageBlock, AudioBlock, DocumentBlock])
+)
 def test_no_media_bytes_reach_a_span_attribute(data: bytes, cls: Any) -> None:
     block = cls("application/octet-stream", data=data)
     text = "".join(
