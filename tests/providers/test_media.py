@@ -718,3 +718,31 @@ def test_adapters_without_image_output_do_not_send_an_assistant_image_back(kind:
     assistant = server.body()["messages"][1]
     expected = "Done." if kind == "chat" else [{"type": "text", "text": "Done."}]
     assert assistant == {"role": "assistant", "content": expected}
+
+
+def test_gemini_sends_a_tool_results_media_by_url_as_file_data() -> None:
+    server = Server(body(TEXT["gemini"]))
+    image = ImageBlock("image/png", url="gs://bucket/chart.png")
+    replies(make("gemini", server), tool_request(TextBlock("the chart"), image))
+    response = server.body()["contents"][-1]["parts"][0]["functionResponse"]
+    assert response["response"] == {"result": "the chart"}
+    assert response["parts"] == [
+        {"file_data": {"file_uri": "gs://bucket/chart.png", "mime_type": "image/png"}}
+    ]
+
+
+def test_an_image_generation_call_after_an_image_by_url_goes_back_without_a_result() -> None:
+    server = Server(body(TEXT["responses"]))
+    made = (
+        ImageBlock("image/png", url="https://x.test/made.png"),
+        ProviderBlock("openai", "image_generation_call", {"id": "ig_2"}),
+    )
+    request = ModelRequest(
+        "request-002", 2, (UserMessage("u1", "Draw."), AssistantMessage("a1", made)), (), None
+    )
+    replies(make("responses", server), request)
+    assert server.body()["input"][1] == {
+        "type": "image_generation_call",
+        "id": "ig_2",
+        "status": "completed",
+    }
