@@ -734,7 +734,7 @@ def _content_parts(content: Content) -> list[dict[str, Any]]:
     """A user message's or tool result's content as message parts."""
     if isinstance(content, str):
         return [{"type": "text", "content": content}]
-    return [_part(p) if type(p) is TextBlock else _media_part(p) for p in content]  # type: ignore[arg-type]
+    return [_part(p) if isinstance(p, TextBlock) else _media_part(p) for p in content]
 
 
 def _message(message: Message) -> dict[str, Any]:

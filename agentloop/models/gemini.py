@@ -229,7 +229,7 @@ def _contents(request: ModelRequest) -> list[types.Content]:
                 media: list[types.FunctionResponsePart] | None = None
                 if not isinstance(content, str):
                     # text in the response object, media as the response's own parts
-                    media = [_response_part(p) for p in content if type(p) is not TextBlock]  # type: ignore[arg-type]
+                    media = [_response_part(p) for p in content if not isinstance(p, TextBlock)]
                     content = "".join(p.text for p in content if type(p) is TextBlock)
                 response = types.FunctionResponse(
                     id=message.tool_call_id,
