@@ -463,12 +463,14 @@ def test_a_user_media_block_is_the_providers_part_or_refused_before_sending(
     assert first == wire
 
 
-@ALL
+#: The adapters that refuse some block (Gemini takes every one).
+REFUSING = pytest.mark.parametrize("kind", ["chat", "responses", "anthropic"])
+
+
+@REFUSING
 def test_a_refused_block_is_not_retried(kind: str, adapter: Adapter) -> None:
     """The refusal is a ``ModelError`` of kind ``bad_request``: no retry policy
     retries it (the run fails with ``MODEL_ERROR`` naming the block)."""
-    if kind == "gemini":
-        pytest.skip("gemini takes every block: nothing to refuse")
     model = adapter(retry=RetryPolicy(3, 0.0), sleep=adapter.sleeps())
     blocks = (TextBlock("hear this"), AudioBlock("audio/x-flac", url="https://a.test/x.flac"))
     request = ModelRequest("request-001", 1, (UserMessage("u1", blocks),), (), None)
@@ -478,12 +480,10 @@ def test_a_refused_block_is_not_retried(kind: str, adapter: Adapter) -> None:
     assert [(a.number, a.kind, a.retried) for a in model.attempts] == [(1, "bad_request", False)]
 
 
-@ALL
+@REFUSING
 def test_a_tool_results_media_is_refused_naming_the_tool_result(
     kind: str, adapter: Adapter
 ) -> None:
-    if kind == "gemini":
-        pytest.skip("gemini takes every block")
     model = adapter(body(TEXT[kind]))
     _, error = failure(
         model, tool_request(TextBlock("x"), AudioBlock("audio/flac", url="https://a.test/f"))
