@@ -29,12 +29,23 @@ A tool's spec is its MCP name (with an optional ``prefix``; characters outside
 and its ``inputSchema`` as the parameters schema. A call's result becomes the
 ``(content, is_error)`` pair a :class:`~agentloop.ToolResult` carries
 (:func:`tool_result`): text blocks as they are, joined by newlines; an embedded
-text resource as ``[resource <uri>]`` and its text; images, audio and binary
-resources as a placeholder naming the MIME type and size (``[image: image/png,
-1024 bytes, not shown]``) since a tool result is text; a resource link as
-``[resource link: <uri>]``. When the result has no content blocks, its
-``structuredContent`` is the content, as compact JSON (servers that return
-structured content also send it as text, which is what the model reads).
+text resource as ``[resource <uri>]`` and its text; a resource link as
+``[resource link: <uri>]``. An image or audio block becomes an
+:class:`~agentloop.ImageBlock` / :class:`~agentloop.AudioBlock` (its bytes, its MIME
+type), an embedded binary resource an ``ImageBlock``, ``AudioBlock`` or
+:class:`~agentloop.DocumentBlock` by its MIME type (named by its URI): the content
+is then a tuple of parts (text runs as ``TextBlock``), which the adapters send as
+each provider's own parts (DESIGN §25). A result of text only stays a ``str``.
+Bytes that are not base64 become a text placeholder naming the block
+(``[image: image/png, not base64, not shown]``), never a guess. When the result has
+no content blocks, its ``structuredContent`` is the content, as compact JSON
+(servers that return structured content also send it as text, which is what the
+model reads).
+
+Resources: :meth:`MCPToolset.read_resource` (``await``
+:meth:`AsyncMCPToolset.read_resource``) reads a resource by URI into parts: text
+contents as a ``TextBlock``, binary contents as a block chosen by MIME type (as
+above), ready to put in a :class:`~agentloop.UserMessage`.
 ``isError`` is ``is_error``. A call that fails before the server answers (a
 protocol error, a closed connection, a timeout) is an error result
 ``MCP error: ...``: tool errors are results the model can read, never exceptions out
@@ -44,6 +55,7 @@ of the run.
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import re
 import sys
@@ -57,7 +69,16 @@ from typing import Any, Final, TextIO
 import msgspec
 
 from ._errors import AgentLoopError
-from ._messages import ToolCall
+from ._messages import (
+    AudioBlock,
+    Content,
+    DocumentBlock,
+    ImageBlock,
+    Part,
+    TextBlock,
+    ToolCall,
+    content_text,
+)
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
 
@@ -68,6 +89,7 @@ try:
     from mcp.client.streamable_http import streamable_http_client
     from mcp.types import (
         AudioContent,
+        BlobResourceContents,
         CallToolResult,
         EmbeddedResource,
         ImageContent,
@@ -157,8 +179,8 @@ class MCPTool(Tool):
         self,
         spec: ToolSpec,
         mcp_name: str,
-        call: Callable[[str, dict[str, Any]], tuple[str, bool]],
-        acall: Callable[[str, dict[str, Any]], Coroutine[Any, Any, tuple[str, bool]]],
+        call: Callable[[str, dict[str, Any]], tuple[Content, bool]],
+        acall: Callable[[str, dict[str, Any]], Coroutine[Any, Any, tuple[Content, bool]]],
     ) -> None:
         # No Tool.__init__: the schema comes from the server, not a signature.
         self.spec = spec
@@ -167,17 +189,19 @@ class MCPTool(Tool):
         self._acall = acall
         self.fn = self._direct
 
-    def _direct(self, **arguments: Any) -> str:
+    def _direct(self, **arguments: Any) -> Content:
         content, is_error = self._call(self.spec.name, arguments)
         if is_error:
-            raise MCPToolError(content)
+            raise MCPToolError(content_text(content))
         return content
 
-    def execute(self, call: ToolCall) -> tuple[str, bool]:
+    # (``tuple[Any, bool]``: the content is a ``str`` or a tuple of parts, see
+    # :func:`tool_result`)
+    def execute(self, call: ToolCall) -> tuple[Any, bool]:
         """Call the server with ``call.arguments``; ``(content, is_error)``."""
         return self._call(self.spec.name, call.arguments)
 
-    async def aexecute(self, call: ToolCall) -> tuple[str, bool]:
+    async def aexecute(self, call: ToolCall) -> tuple[Any, bool]:
         """:meth:`execute` for async drivers: awaits the server on the running loop."""
         return await self._acall(self.spec.name, call.arguments)
 
@@ -350,7 +374,28 @@ class AsyncMCPToolset:
             )
         return tuple(specs), names
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+    async def read_resource(self, uri: str) -> tuple[Part, ...]:
+        """Read the resource ``uri`` from the server, as parts (see the module docs).
+
+        Raises:
+            MCPToolError: the connection is closed, or the server could not read it.
+        """
+        client = self._client
+        if client is None:
+            raise MCPToolError(f"cannot read {uri!r}: the connection to the server is closed")
+        try:
+            result = await client.read_resource(uri)
+        except Exception as exc:
+            raise MCPToolError(f"cannot read {uri!r}: {type(exc).__name__}: {exc}") from exc
+        parts: list[Part] = []
+        for contents in result.contents:
+            if isinstance(contents, BlobResourceContents):
+                _add(parts, _media("resource", contents.mime_type, contents.blob, contents.uri))
+            else:
+                parts.append(TextBlock(contents.text))
+        return tuple(parts)
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> tuple[Content, bool]:
         """Call the tool whose spec is named ``name``; ``(content, is_error)``.
 
         Never raises for what the server or the connection does: those are error
@@ -383,7 +428,7 @@ class AsyncMCPToolset:
         )
 
     @staticmethod
-    def _sync_refused(name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+    def _sync_refused(name: str, arguments: dict[str, Any]) -> tuple[Content, bool]:
         return (
             "MCP error: this tool belongs to an AsyncMCPToolset; call it with an async "
             "driver, or use MCPToolset with agentloop.run",
@@ -487,21 +532,40 @@ class MCPToolset:
 
     def _submit(
         self, name: str, arguments: dict[str, Any]
-    ) -> concurrent.futures.Future[tuple[str, bool]] | tuple[str, bool]:
+    ) -> concurrent.futures.Future[tuple[Content, bool]] | tuple[Content, bool]:
         """Schedule the call on the session's loop, or say why it cannot run."""
-        loop = self._loop
-        if loop is None:
-            return "MCP error: the connection to the server is closed", True
-        if threading.current_thread() is self._thread:
-            return "MCP error: a blocking MCP call from the toolset's own event loop", True
-        return asyncio.run_coroutine_threadsafe(self._toolset.call(name, arguments), loop)
+        refused = self._refused()
+        if refused is not None:
+            return f"MCP error: {refused}", True
+        return asyncio.run_coroutine_threadsafe(self._toolset.call(name, arguments), self._loop)  # type: ignore[arg-type]
 
-    def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+    def _refused(self) -> str | None:
+        """Why a blocking call cannot run now (``None``: it can)."""
+        if self._loop is None:
+            return "the connection to the server is closed"
+        if threading.current_thread() is self._thread:
+            return "a blocking MCP call from the toolset's own event loop"
+        return None
+
+    def call(self, name: str, arguments: dict[str, Any]) -> tuple[Content, bool]:
         """Call the tool whose spec is named ``name``, blocking; ``(content, is_error)``."""
         future = self._submit(name, arguments)
         return future if isinstance(future, tuple) else future.result()
 
-    async def _acall(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+    def read_resource(self, uri: str) -> tuple[Part, ...]:
+        """Read the resource ``uri``, blocking; parts (:meth:`AsyncMCPToolset.read_resource`).
+
+        Raises:
+            MCPToolError: the toolset is closed, the call comes from its own event
+                loop, or the server could not read the resource.
+        """
+        refused = self._refused()
+        if refused is not None:
+            raise MCPToolError(f"cannot read {uri!r}: {refused}")
+        read = self._toolset.read_resource(uri)
+        return asyncio.run_coroutine_threadsafe(read, self._loop).result()  # type: ignore[arg-type]
+
+    async def _acall(self, name: str, arguments: dict[str, Any]) -> tuple[Content, bool]:
         future = self._submit(name, arguments)
         return future if isinstance(future, tuple) else await asyncio.wrap_future(future)
 
@@ -513,27 +577,33 @@ class MCPToolset:
 # --------------------------------------------------------------------------- results
 
 
-def tool_result(result: CallToolResult) -> tuple[str, bool]:
-    """An MCP ``CallToolResult`` as ``(content, is_error)`` (see the module docs)."""
-    parts: list[str] = []
+def tool_result(result: CallToolResult) -> tuple[Content, bool]:
+    """An MCP ``CallToolResult`` as ``(content, is_error)`` (see the module docs):
+    a ``str`` when every block is text, else a tuple of parts."""
+    parts: list[Part] = []
     for block in result.content:
         if isinstance(block, TextContent):
-            parts.append(block.text)
+            _text(parts, block.text)
         elif isinstance(block, (ImageContent, AudioContent)):
-            parts.append(_binary(block.type, block.mime_type, block.data))
+            part = _media(block.type, block.mime_type, block.data)
+            _add(parts, part)
         elif isinstance(block, ResourceLink):
-            parts.append(f"[resource link: {block.uri}]")
+            _text(parts, f"[resource link: {block.uri}]")
         elif isinstance(block, EmbeddedResource):
             resource = block.resource
             if isinstance(resource, TextResourceContents):
-                parts.append(f"[resource {resource.uri}]\n{resource.text}")
+                _text(parts, f"[resource {resource.uri}]\n{resource.text}")
             else:
                 label = f"resource {resource.uri}"
-                parts.append(_binary(label, resource.mime_type, resource.blob))
+                part = _media(label, resource.mime_type, resource.blob, resource.uri)
+                _add(parts, part)
         else:  # a content type newer than this module
-            parts.append(f"[{getattr(block, 'type', 'unknown')} content, not shown]")
-    if parts:
-        content = "\n".join(parts)
+            _text(parts, f"[{getattr(block, 'type', 'unknown')} content, not shown]")
+    content: Content
+    if len(parts) == 1 and type(parts[0]) is TextBlock:
+        content = parts[0].text
+    elif parts:
+        content = tuple(parts)
     elif result.structured_content is not None:
         content = msgspec.json.encode(result.structured_content).decode()
     else:
@@ -541,6 +611,34 @@ def tool_result(result: CallToolResult) -> tuple[str, bool]:
     return content, bool(result.is_error)
 
 
-def _binary(kind: str, mime_type: str | None, data: str) -> str:
-    size = len(data.rstrip("=")) * 3 // 4  # base64
-    return f"[{kind}: {mime_type or 'unknown type'}, {size} bytes, not shown]"
+def _add(parts: list[Part], part: Part | str) -> None:
+    if isinstance(part, str):
+        _text(parts, part)
+    else:
+        parts.append(part)
+
+
+def _text(parts: list[Part], text: str) -> None:
+    """Add ``text`` to ``parts``: joined to the text before it by a newline."""
+    last = parts[-1] if parts else None
+    if type(last) is TextBlock:
+        parts[-1] = TextBlock(f"{last.text}\n{text}")
+    else:
+        parts.append(TextBlock(text))
+
+
+def _media(kind: str, mime_type: str | None, data: str, uri: Any = None) -> Part | str:
+    """Base64 ``data`` as the block its MIME type says (a document when it says
+    neither image nor audio); a placeholder when ``data`` is not base64."""
+    mime = mime_type or "application/octet-stream"
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:
+        return f"[{kind}: {mime}, not base64, not shown]"
+    name = None if uri is None else str(uri)
+    major = mime.split("/", 1)[0].strip().lower()
+    if major == "image":
+        return ImageBlock(mime, data=raw, name=name)
+    if major == "audio":
+        return AudioBlock(mime, data=raw, name=name)
+    return DocumentBlock(mime, data=raw, name=name)

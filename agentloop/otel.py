@@ -51,6 +51,18 @@ payloads, tool error texts) is recorded only with ``capture_content=True``: the
 conventions make these attributes opt-in because they hold user data. Structured
 values are recorded as JSON strings (the form the conventions allow where
 structured attributes are not supported, and the one GenAI backends read today).
+
+Media (images, audio, documents: DESIGN §25) never put their bytes on a span. A
+block given by URL is the conventions' ``uri`` part (``{"type": "uri", "modality",
+"mime_type", "uri"}``); a block of inline bytes is their ``file`` part, a file
+referred to by id, the id being the bytes' SHA-256 as the log stores them (format
+3): ``{"type": "file", "modality", "mime_type", "file_id": "sha256:<hex>",
+"size": <bytes>}`` (plus ``name`` when the block has one). The conventions' ``blob``
+part would carry the bytes themselves, base64, on every span that shows the
+message: megabytes per attribute, and a copy of user data in the trace backend that
+the log already holds once. ``modality`` is ``image``, ``audio`` or ``document``
+(the conventions take any string beside their ``image``/``video``/``audio``).
+A ``data:`` URL is bytes too: it is a ``file`` part by the SHA-256 of the URL's text.
 """
 
 from __future__ import annotations
@@ -85,7 +97,12 @@ from ._events import (
 )
 from ._messages import (
     AssistantMessage,
+    AudioBlock,
     Block,
+    Content,
+    DocumentBlock,
+    ImageBlock,
+    MediaBlock,
     Message,
     ProviderBlock,
     TextBlock,
@@ -678,6 +695,8 @@ def _part(block: Block) -> dict[str, Any]:
             "name": block.name,
             "arguments": block.arguments,
         }
+    if isinstance(block, ImageBlock):
+        return _media_part(block)
     if isinstance(block, ProviderBlock):
         # Opaque provider state: a generic part with its fields, built here rather
         # than by msgspec.to_builtins, which recurses into deep data.
@@ -692,15 +711,42 @@ def _part(block: Block) -> dict[str, Any]:
     return part
 
 
+#: The conventions' ``modality`` of each media block.
+_MODALITY: Final = {ImageBlock: "image", AudioBlock: "audio", DocumentBlock: "document"}
+
+
+def _media_part(block: MediaBlock) -> dict[str, Any]:
+    """A media block as a ``uri`` or ``file`` part: never its bytes (module docs)."""
+    part: dict[str, Any] = {"modality": _MODALITY[type(block)], "mime_type": block.media_type}
+    url = block.url
+    if block.data is None and url is not None and url[:5].lower() != "data:":
+        part = {"type": "uri", **part, "uri": url}
+    else:
+        data = block.data if block.data is not None else (url or "").encode()
+        digest = hashlib.sha256(data).hexdigest()
+        part = {"type": "file", **part, "file_id": f"sha256:{digest}", "size": len(data)}
+    if block.name is not None:
+        part["name"] = block.name
+    return part
+
+
+def _content_parts(content: Content) -> list[dict[str, Any]]:
+    """A user message's or tool result's content as message parts."""
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}]
+    return [_part(p) if isinstance(p, TextBlock) else _media_part(p) for p in content]
+
+
 def _message(message: Message) -> dict[str, Any]:
     if isinstance(message, UserMessage):
-        return {"role": "user", "parts": [{"type": "text", "content": message.content}]}
+        return {"role": "user", "parts": _content_parts(message.content)}
     if isinstance(message, AssistantMessage):
         return {"role": "assistant", "parts": [_part(block) for block in message.content]}
+    content = message.content
     response = {
         "type": "tool_call_response",
         "id": message.tool_call_id,
-        "response": message.content,
+        "response": content if isinstance(content, str) else _content_parts(content),
     }
     return {"role": "tool", "parts": [response]}
 

@@ -79,6 +79,18 @@ def documents() -> list[TextContent | EmbeddedResource | ResourceLink]:
     ]
 
 
+@server.resource("file:///notes.txt", mime_type="text/plain")
+def notes() -> str:
+    """A text resource."""
+    return "buy milk"
+
+
+@server.resource("file:///paper.pdf", mime_type="application/pdf")
+def paper() -> bytes:
+    """A binary resource (a PDF's first bytes)."""
+    return b"%PDF-1.4\n%%EOF\n"
+
+
 @server.tool()
 def structured_only() -> CallToolResult:
     """A result with structured content and no content blocks."""

@@ -7,6 +7,7 @@ The server runs over stdio (started by the toolset) and over streamable HTTP on
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import socket
@@ -20,14 +21,25 @@ from typing import Any
 
 import mcp
 import pytest
-from mcp.types import CallToolResult
+from mcp.types import (
+    AudioContent,
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+)
 
 from agentloop import (
+    AudioBlock,
+    DocumentBlock,
     EventLog,
+    ImageBlock,
     Pause,
     Resume,
     ScriptedModel,
     ScriptedResponse,
+    TextBlock,
     ToolCall,
     ToolErrorEvent,
     ToolRegistry,
@@ -198,16 +210,17 @@ RESULTS = [
     ("add", {"a": 1, "b": 2}, ("3", False)),
     ("weather", {"city": "Oslo"}, ('{\n  "city": "Oslo",\n  "celsius": 21.5\n}', False)),
     ("fail", {"message": "boom"}, ("Error executing tool fail: boom", True)),
-    ("picture", {}, ("[image: image/png, 24 bytes, not shown]", False)),
-    ("sound", {}, ("[audio: audio/wav, 12 bytes, not shown]", False)),
+    ("picture", {}, ((ImageBlock("image/png", data=b"\x89PNG\r\n\x1a\n" + bytes(16)),), False)),
+    ("sound", {}, ((AudioBlock("audio/wav", data=bytes(12)),), False)),
     (
         "documents",
         {},
         (
-            "Two documents:\n"
-            "[resource file:///notes.txt]\nbuy milk\n"
-            "[resource file:///logo.bin: application/octet-stream, 4 bytes, not shown]\n"
-            "[resource link: file:///report.pdf]",
+            (
+                TextBlock("Two documents:\n[resource file:///notes.txt]\nbuy milk"),
+                DocumentBlock("application/octet-stream", data=bytes(4), name="file:///logo.bin"),
+                TextBlock("[resource link: file:///report.pdf]"),
+            ),
             False,
         ),
     ),
@@ -263,6 +276,103 @@ def test_unknown_content_types_get_a_placeholder() -> None:
         content=[block], structured_content=None, is_error=False
     )
     assert tool_result(result) == ("[hologram content, not shown]", False)
+
+
+def test_media_results_are_blocks_with_their_bytes() -> None:
+    """Images, audio and binary resources become blocks by MIME type (text between
+    them joined by newlines); bytes that are not base64 a placeholder naming them."""
+    png = base64.b64encode(b"\x89PNG").decode()
+    result = CallToolResult(
+        content=[
+            TextContent(text="a"),
+            TextContent(text="b"),
+            ImageContent(data=png, mime_type="image/png"),
+            AudioContent(data="!!not base64!!", mime_type="audio/wav"),
+            EmbeddedResource(
+                resource=BlobResourceContents(uri="file:///x.png", mime_type="image/png", blob=png)
+            ),
+            EmbeddedResource(
+                resource=BlobResourceContents(uri="file:///y.mp3", mime_type="audio/mpeg", blob=png)
+            ),
+            EmbeddedResource(resource=BlobResourceContents(uri="file:///z", blob=png)),
+        ],
+        is_error=True,
+    )
+    assert tool_result(result) == (
+        (
+            TextBlock("a\nb"),
+            ImageBlock("image/png", data=b"\x89PNG"),
+            TextBlock("[audio: audio/wav, not base64, not shown]"),
+            ImageBlock("image/png", data=b"\x89PNG", name="file:///x.png"),
+            AudioBlock("audio/mpeg", data=b"\x89PNG", name="file:///y.mp3"),
+            DocumentBlock("application/octet-stream", data=b"\x89PNG", name="file:///z"),
+        ),
+        True,
+    )
+
+
+def test_a_failed_call_with_media_raises_with_its_text() -> None:
+    def call(name: str, arguments: dict[str, Any]) -> tuple[Any, bool]:
+        return (TextBlock("bad chart: "), ImageBlock("image/png", data=b"x")), True
+
+    async def acall(name: str, arguments: dict[str, Any]) -> tuple[Any, bool]:
+        return call(name, arguments)
+
+    chart = MCPTool(spec_of("chart"), "chart", call, acall)
+    with pytest.raises(MCPToolError, match=r"^bad chart: \[image image/png, 1 bytes\]$"):
+        chart()
+
+
+def spec_of(name: str) -> Any:
+    from agentloop import ToolSpec
+
+    return ToolSpec(name, "", {"type": "object"})
+
+
+def test_an_image_tool_reaches_the_model_as_an_image_block(server: MCPToolset) -> None:
+    picture = server.tools.get("picture")
+    assert isinstance(picture, MCPTool)
+    assert picture() == (ImageBlock("image/png", data=b"\x89PNG\r\n\x1a\n" + bytes(16)),)
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def test_resources_are_read_into_blocks(server: MCPToolset) -> None:
+    assert server.read_resource("file:///notes.txt") == (TextBlock("buy milk"),)
+    assert server.read_resource("file:///paper.pdf") == (
+        DocumentBlock("application/pdf", data=b"%PDF-1.4\n%%EOF\n", name="file:///paper.pdf"),
+    )
+    with pytest.raises(MCPToolError, match=r"^cannot read 'file:///none': "):
+        server.read_resource("file:///none")
+
+
+def test_resources_read_by_the_async_core_and_refused_once_closed() -> None:
+    async def main() -> None:
+        async with AsyncMCPToolset(inproc()) as toolset:
+            parts = await toolset.read_resource("file:///paper.pdf")
+            assert [type(p) for p in parts] == [DocumentBlock]
+        with pytest.raises(MCPToolError, match="connection to the server is closed"):
+            await toolset.read_resource("file:///paper.pdf")
+
+    asyncio.run(main())
+    toolset = MCPToolset(inproc())
+    with pytest.raises(MCPToolError, match=r"^cannot read 'file:///notes\.txt': the connection"):
+        toolset.read_resource("file:///notes.txt")
+
+
+def test_reading_a_resource_from_the_toolsets_own_loop_is_refused(server: MCPToolset) -> None:
+    loop = server._loop
+    assert loop is not None
+
+    async def inside() -> Any:
+        return server.read_resource("file:///notes.txt")
+
+    with pytest.raises(MCPToolError) as caught:
+        asyncio.run_coroutine_threadsafe(inside(), loop).result()
+    assert str(caught.value) == (
+        "cannot read 'file:///notes.txt': a blocking MCP call from the toolset's own event loop"
+    )
 
 
 # --------------------------------------------------------------------------- options
@@ -389,7 +499,7 @@ def test_sync_tools_can_be_awaited_from_another_loop(server: MCPToolset) -> None
 
 
 def test_a_blocking_call_from_the_toolsets_own_loop_is_refused(server: MCPToolset) -> None:
-    async def inside() -> tuple[str, bool]:
+    async def inside() -> tuple[Any, bool]:
         return server.call("add", {"a": 1, "b": 2})
 
     loop = server._loop

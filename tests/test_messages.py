@@ -169,13 +169,3 @@ def test_content_text_names_each_media_block_in_one_line() -> None:
         "see [image image/png, 108 bytes][audio audio/wav: https://example.com/a.wav]"
         "[document application/pdf, 0 bytes]"
     )
-
-
-def test_text_only_adapters_refuse_a_media_block_before_sending() -> None:
-    from agentloop import ImageBlock, ModelError
-    from agentloop.models._common import text_content
-
-    assert text_content((TextBlock("a"), TextBlock("b")), "openai") == "ab"
-    with pytest.raises(ModelError, match=r"content\[1\] \(ImageBlock\)") as caught:
-        text_content((TextBlock("a"), ImageBlock("image/png", data=b"1")), "openai")
-    assert caught.value.kind == "bad_request"

@@ -9,6 +9,7 @@ back into an ``ExportTraceServiceRequest``.
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import json
 import logging
@@ -21,6 +22,8 @@ from typing import Any
 import msgspec
 import pytest
 from google.protobuf.json_format import ParseDict  # type: ignore[import-untyped, unused-ignore]
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -31,12 +34,15 @@ from opentelemetry.trace import SpanKind, StatusCode
 from agentloop import (
     SKIP,
     AssistantMessage,
+    AudioBlock,
     Budget,
     BudgetWarnEvent,
     Cancel,
+    DocumentBlock,
     Event,
     EventLog,
     HookRegistry,
+    ImageBlock,
     MessageAcceptedEvent,
     ModelChunk,
     ModelChunkEvent,
@@ -926,6 +932,90 @@ def test_unknown_blocks_become_generic_parts() -> None:
     }
     result = ToolResultMessage("t", "c1", "add", "3")
     assert otel._message(result)["role"] == "tool"
+
+
+# --------------------------------------------------------------------------- media
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(40)
+PNG_ID = "sha256:" + hashlib.sha256(PNG).hexdigest()
+
+
+def test_media_parts_follow_the_conventions_without_their_bytes() -> None:
+    """Inline bytes are a ``file`` part by SHA-256 and size, a URL a ``uri`` part;
+    text parts stay text, in order, in user messages, tool results and assistant
+    messages alike."""
+    user = UserMessage(
+        "u",
+        (
+            TextBlock("see"),
+            ImageBlock("image/png", data=PNG, name="chart.png"),
+            AudioBlock("audio/wav", url="https://example.com/a.wav"),
+            DocumentBlock("application/pdf", url="DATA:application/pdf;base64,JVBERg=="),
+        ),
+    )
+    data_url = b"DATA:application/pdf;base64,JVBERg=="
+    assert otel._message(user) == {
+        "role": "user",
+        "parts": [
+            {"type": "text", "content": "see"},
+            {
+                "type": "file",
+                "modality": "image",
+                "mime_type": "image/png",
+                "file_id": PNG_ID,
+                "size": len(PNG),
+                "name": "chart.png",
+            },
+            {
+                "type": "uri",
+                "modality": "audio",
+                "mime_type": "audio/wav",
+                "uri": "https://example.com/a.wav",
+            },
+            {
+                "type": "file",
+                "modality": "document",
+                "mime_type": "application/pdf",
+                "file_id": "sha256:" + hashlib.sha256(data_url).hexdigest(),
+                "size": len(data_url),
+            },
+        ],
+    }
+    result = ToolResultMessage("t", "c1", "chart", (ImageBlock("image/png", data=PNG),))
+    assert otel._message(result)["parts"] == [
+        {
+            "type": "tool_call_response",
+            "id": "c1",
+            "response": [
+                {
+                    "type": "file",
+                    "modality": "image",
+                    "mime_type": "image/png",
+                    "file_id": PNG_ID,
+                    "size": len(PNG),
+                }
+            ],
+        }
+    ]
+    made = AssistantMessage("a", (ImageBlock("image/png", data=PNG),))
+    assert otel._message(made)["parts"][0]["file_id"] == PNG_ID
+
+
+@given(
+    st.binary(min_size=12, max_size=64), st.sampled_from([ImageBlock, AudioBlock, DocumentBlock])
+)
+def test_no_media_bytes_reach_a_span_attribute(data: bytes, cls: Any) -> None:
+    block = cls("application/octet-stream", data=data)
+    text = "".join(
+        otel._json(otel._message(message))
+        for message in (
+            UserMessage("u", (block,)),
+            ToolResultMessage("t", "c", "x", (TextBlock("r"), block)),
+        )
+    )
+    assert base64.b64encode(data).decode() not in text
+    assert hashlib.sha256(data).hexdigest() in text
 
 
 # --------------------------------------------------------------------------- OTLP/JSON

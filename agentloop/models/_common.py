@@ -67,6 +67,7 @@ the provider as its own JSON-schema response format where it has one (named by
 
 from __future__ import annotations
 
+import base64
 import collections
 import contextlib
 import datetime
@@ -93,7 +94,15 @@ import msgspec
 from .._deep import parse as parse_deep
 from .._errors import MODEL_PROTOCOL_ERROR, AgentLoopError, ModelError
 from .._limits import MAX_CHUNKS_PER_STEP
-from .._messages import Block, Content, ProviderBlock, TextBlock, ThinkingBlock, ToolCall
+from .._messages import (
+    Block,
+    MediaBlock,
+    Message,
+    ProviderBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+)
 from .._output import OutputSpec
 from .._protocol import ModelChunk, ModelFailure, ModelRequest, ModelResponse, Usage
 
@@ -110,16 +119,21 @@ __all__ = [
     "RetryPolicy",
     "StreamAssembler",
     "StreamingModel",
+    "base64_text",
+    "base_type",
+    "data_url",
     "decode_arguments",
     "encode_arguments",
+    "file_name",
     "first_text",
     "kind_from_status",
     "logger",
+    "media_refused",
+    "message_where",
     "output_system",
     "retry_after",
     "schema_name",
     "sendable",
-    "text_content",
 ]
 
 #: Where adapters log: WARNING for retries and fallbacks, DEBUG for dropped blocks.
@@ -660,24 +674,63 @@ def sendable(block: Block, provider: str, kinds: Iterable[str]) -> bool:
     return False
 
 
-def text_content(content: Content, provider: str) -> str:
-    """A user message's or tool result's content as the text an adapter sends.
+def media_refused(provider: str, where: str, index: int, part: MediaBlock, why: str) -> ModelError:
+    """The :class:`~agentloop.ModelError` for a block ``provider``'s API cannot take.
 
-    Raises:
-        ModelError: (``kind="bad_request"``, before anything is sent) when the
-            content holds an image, audio or document block this adapter cannot send.
+    Raised while the request is built, so nothing is sent: ``kind="bad_request"``
+    (never retried), naming the message (``where``), the block's index in its
+    content, its type and media type, and why.
     """
-    if type(content) is str:
-        return content
-    for index, part in enumerate(content):
-        if type(part) is not TextBlock:
-            raise ModelError(
-                f"content[{index}] ({type(part).__name__}): the {provider} adapter cannot "
-                "send this block yet",
-                provider=provider,
-                kind="bad_request",
-            )
-    return "".join(part.text for part in content)  # type: ignore[union-attr]
+    source = "inline bytes" if part.data is not None else "a URL"
+    return ModelError(
+        f"{where}: content[{index}] ({type(part).__name__} {part.media_type!r}, {source}): "
+        f"the {provider} adapter cannot send {why}; nothing was sent",
+        provider=provider,
+        kind="bad_request",
+    )
+
+
+def message_where(index: int, message: Message) -> str:
+    """``messages[3] (tool_result 'r-1')``: a request's message, as errors name it."""
+    role = type(message).__struct_config__.tag
+    return f"messages[{index}] ({role} {message.id!r})"
+
+
+def base64_text(data: bytes) -> str:
+    """``data`` as standard base64 text (what every provider's JSON takes)."""
+    return base64.b64encode(data).decode("ascii")
+
+
+def data_url(part: MediaBlock) -> str:
+    """An inline block as a ``data:`` URL; a block by reference as its URL."""
+    if part.data is None:
+        return part.url or ""
+    return f"data:{part.media_type};base64,{base64_text(part.data)}"
+
+
+def file_name(part: MediaBlock) -> str:
+    """The block's ``name``, else ``document`` with the media type's usual extension."""
+    if part.name:
+        return part.name
+    return "document" + _EXTENSIONS.get(base_type(part.media_type), "")
+
+
+#: File name extensions of the document types providers take (a fixed table: the
+#: ``mimetypes`` module's answer depends on the machine's ``mime.types`` files).
+_EXTENSIONS: Final = {
+    "application/pdf": ".pdf",
+    "text/plain": ".txt",
+    "text/markdown": ".md",
+    "text/csv": ".csv",
+    "text/html": ".html",
+    "application/json": ".json",
+}
+
+
+def base_type(value: str) -> str:
+    """A media type as the adapters compare it: lower case, without parameters
+    (``"Audio/WAV; rate=16000"`` -> ``"audio/wav"``)."""
+    return value.split(";", 1)[0].strip().lower()
 
 
 def decode_arguments(raw: str, where: str) -> dict[str, Any]:

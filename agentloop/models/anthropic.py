@@ -60,12 +60,15 @@ pass ``retry=RetryPolicy(...)`` to retry, visibly, in :attr:`attempts`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
 
 from .._errors import ModelError
 from .._messages import (
     AssistantMessage,
     Block,
+    DocumentBlock,
+    ImageBlock,
+    Part,
     ProviderBlock,
     TextBlock,
     ThinkingBlock,
@@ -83,13 +86,16 @@ from ._common import (
     RetryPolicy,
     StreamAssembler,
     StreamingModel,
+    base64_text,
+    base_type,
     decode_arguments,
     first_text,
     kind_from_status,
+    media_refused,
+    message_where,
     output_system,
     retry_after,
     sendable,
-    text_content,
 )
 
 try:
@@ -121,11 +127,17 @@ from anthropic.types import ToolUseBlock as _ToolUseStart
 if TYPE_CHECKING:
     from anthropic.types import (
         ContentBlockParam,
+        DocumentBlockParam,
+        ImageBlockParam,
         MessageParam,
         RawMessageStreamEvent,
+        TextBlockParam,
         ToolParam,
         ToolResultBlockParam,
     )
+    from anthropic.types.tool_result_block_param import Content as _ResultContent
+
+    _UserContent: TypeAlias = TextBlockParam | ImageBlockParam | DocumentBlockParam
 
 __all__ = ["AnthropicModel", "RetryPolicy"]
 
@@ -264,13 +276,17 @@ class AnthropicModel(StreamingModel):
 def _messages(request: ModelRequest) -> list[MessageParam]:
     out: list[MessageParam] = []
     results: list[ToolResultBlockParam] = []  # consecutive tool results: one user turn
-    for message in request.messages:
+    for number, message in enumerate(request.messages):
         if type(message) is not ToolResultMessage and results:
             out.append({"role": "user", "content": results})
             results = []
         match message:
-            case UserMessage():
-                out.append({"role": "user", "content": text_content(message.content, "anthropic")})
+            case UserMessage(content=str() as said):
+                out.append({"role": "user", "content": said})
+            case UserMessage(content=tuple() as given):
+                where = message_where(number, message)
+                parts = [_part(part, index, where) for index, part in enumerate(given)]
+                out.append({"role": "user", "content": parts})
             case AssistantMessage():
                 blocks: list[ContentBlockParam] = []
                 content = [b for b in message.content if sendable(b, "anthropic", _OWN_KINDS)]
@@ -302,17 +318,79 @@ def _messages(request: ModelRequest) -> list[MessageParam]:
                 if blocks:
                     out.append({"role": "assistant", "content": blocks})
             case ToolResultMessage():  # pragma: no branch - the Message union has 3 types
+                given_result = message.content
+                result: str | list[_ResultContent]
+                if isinstance(given_result, str):
+                    result = given_result
+                else:
+                    where = message_where(number, message)
+                    result = [_part(part, i, where) for i, part in enumerate(given_result)]
                 results.append(
                     {
                         "type": "tool_result",
                         "tool_use_id": message.tool_call_id,
-                        "content": text_content(message.content, "anthropic"),
+                        "content": result,
                         "is_error": message.is_error,
                     }
                 )
     if results:
         out.append({"role": "user", "content": results})
     return out
+
+
+#: The image types the Messages API takes.
+_IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+
+def _part(part: Part, index: int, where: str) -> _UserContent:
+    """One block of a user message or a tool result (:func:`media_refused` if none fits)."""
+    match part:
+        case TextBlock(text=text):
+            return {"type": "text", "text": text}
+        case ImageBlock(url=str() as url):
+            return {"type": "image", "source": {"type": "url", "url": url}}
+        case ImageBlock(data=bytes() as data) if base_type(part.media_type) in _IMAGE_TYPES:
+            kind = cast("Any", base_type(part.media_type))
+            image: ImageBlockParam = {
+                "type": "image",
+                "source": {"type": "base64", "media_type": kind, "data": base64_text(data)},
+            }
+            return image
+        case DocumentBlock():
+            return _document(part, index, where)
+        case ImageBlock():
+            raise media_refused(
+                "anthropic", where, index, part, "an image other than JPEG, PNG, GIF or WebP"
+            )
+        case _:
+            raise media_refused("anthropic", where, index, part, "audio (the API takes none)")
+
+
+def _document(part: DocumentBlock, index: int, where: str) -> DocumentBlockParam:
+    kind = base_type(part.media_type)
+    document: DocumentBlockParam
+    if part.url is not None:
+        document = {"type": "document", "source": {"type": "url", "url": part.url}}
+    elif kind == "application/pdf":
+        data = base64_text(part.data or b"")
+        source: Any = {"type": "base64", "media_type": kind, "data": data}
+        document = {"type": "document", "source": source}
+    elif kind == "text/plain":
+        try:
+            text = (part.data or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            raise media_refused(
+                "anthropic", where, index, part, "a text/plain document that is not UTF-8"
+            ) from None
+        source = {"type": "text", "media_type": kind, "data": text}
+        document = {"type": "document", "source": source}
+    else:
+        raise media_refused(
+            "anthropic", where, index, part, "a document other than a PDF or text/plain"
+        )
+    if part.name:
+        document["title"] = part.name
+    return document
 
 
 def _signature_after(content: list[Block], index: int) -> str | None:

@@ -64,13 +64,16 @@ import base64
 import itertools
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
 from .._errors import ModelError
 from .._messages import (
     AssistantMessage,
+    ImageBlock,
+    MediaBlock,
+    Part,
     ProviderBlock,
     TextBlock,
     ToolCall,
@@ -91,7 +94,6 @@ from ._common import (
     kind_from_status,
     retry_after,
     sendable,
-    text_content,
 )
 
 try:
@@ -213,23 +215,27 @@ def _contents(request: ModelRequest) -> list[types.Content]:
             out.append(types.Content(role="user", parts=results))
             results = []
         match message:
-            case UserMessage():
-                out.append(
-                    types.Content(
-                        role="user",
-                        parts=[types.Part(text=text_content(message.content, "gemini"))],
-                    )
-                )
+            case UserMessage(content=str() as said):
+                out.append(types.Content(role="user", parts=[types.Part(text=said)]))
+            case UserMessage(content=tuple() as given):
+                out.append(types.Content(role="user", parts=[_part(part) for part in given]))
             case AssistantMessage():
                 parts = _model_parts(message)
                 if parts:
                     out.append(types.Content(role="model", parts=parts))
             case ToolResultMessage():  # pragma: no branch - the Message union has 3 types
                 key = "error" if message.is_error else "result"
+                content = message.content
+                media: list[types.FunctionResponsePart] | None = None
+                if not isinstance(content, str):
+                    # text in the response object, media as the response's own parts
+                    media = [_response_part(p) for p in content if not isinstance(p, TextBlock)]
+                    content = "".join(p.text for p in content if type(p) is TextBlock)
                 response = types.FunctionResponse(
                     id=message.tool_call_id,
                     name=message.tool_name,
-                    response={key: message.content},
+                    response={key: content},
+                    parts=media or None,
                 )
                 results.append(types.Part(function_response=response))
     if results:
@@ -252,6 +258,9 @@ def _model_parts(message: AssistantMessage) -> list[types.Part]:
                 call = types.FunctionCall(id=block.id, name=block.name, args=block.arguments)
                 parts.append(types.Part(function_call=call))
                 last_kind = "function_call"
+            case ImageBlock():
+                parts.append(_part(block))
+                last_kind = "inline_data"
             case ProviderBlock(data=data):
                 signature = _signature_bytes(data.get("thought_signature"))
                 if signature is None:
@@ -264,6 +273,26 @@ def _model_parts(message: AssistantMessage) -> list[types.Part]:
             case _:
                 last_kind = ""  # thinking is not sent back; blank text makes no part
     return parts
+
+
+def _part(part: Part) -> types.Part:
+    """A user message's or assistant's block as a part: text, ``inline_data`` (bytes)
+    or ``file_data`` (a URL: a Files API URI, ``gs://``, or a public URL)."""
+    if type(part) is TextBlock:
+        return types.Part(text=part.text)
+    media = cast("MediaBlock", part)
+    if media.data is not None:
+        return types.Part(inline_data=types.Blob(mime_type=media.media_type, data=media.data))
+    return types.Part(file_data=types.FileData(file_uri=media.url, mime_type=media.media_type))
+
+
+def _response_part(part: MediaBlock) -> types.FunctionResponsePart:
+    """A media block of a tool result as a part of its function response."""
+    if part.data is not None:
+        blob = types.FunctionResponseBlob(mime_type=part.media_type, data=part.data)
+        return types.FunctionResponsePart(inline_data=blob)
+    uri = types.FunctionResponseFileData(file_uri=part.url, mime_type=part.media_type)
+    return types.FunctionResponsePart(file_data=uri)
 
 
 def _signature_bytes(value: object) -> bytes | None:
@@ -345,6 +374,15 @@ def _replies(request: ModelRequest, usage: _Usage) -> Parser[types.GenerateConte
                     streamed.add(call, part.thought_signature)
                     continue
                 yield from out.block(ToolCall(call_id, call.name or "", dict(call.args or {})))
+            elif (
+                part.inline_data is not None
+                and not part.thought  # (draft images of the model's thinking: not kept)
+                and _is_image(part.inline_data.mime_type)
+            ):
+                kind = "inline_data"
+                blob = part.inline_data
+                image = ImageBlock(blob.mime_type or "", data=blob.data or b"")
+                yield from out.block(image)
             elif part.thought and part.text:
                 kind = "thought"
                 yield from out.thinking(part.text)
@@ -371,6 +409,10 @@ def _replies(request: ModelRequest, usage: _Usage) -> Parser[types.GenerateConte
         elif stop == "stop" and calls:
             stop = "tool_call"  # (a response cut off by MAX_TOKENS stays "length")
     yield out.response(response_id or request.id, stop, usage.value, message)
+
+
+def _is_image(mime_type: str | None) -> bool:
+    return (mime_type or "").lower().startswith("image/")
 
 
 def _signature(signature: bytes, kind: str) -> ProviderBlock:

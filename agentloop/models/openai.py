@@ -89,14 +89,19 @@ behind the loop's back; pass ``retry=RetryPolicy(...)`` to retry, visibly, in
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import msgspec
 
 from .._errors import ModelError
 from .._messages import (
     AssistantMessage,
+    AudioBlock,
+    DocumentBlock,
+    ImageBlock,
+    Part,
     ProviderBlock,
     TextBlock,
     ThinkingBlock,
@@ -115,14 +120,19 @@ from ._common import (
     RetryPolicy,
     StreamAssembler,
     StreamingModel,
+    base64_text,
+    base_type,
+    data_url,
     decode_arguments,
     encode_arguments,
+    file_name,
     first_text,
     kind_from_status,
+    media_refused,
+    message_where,
     retry_after,
     schema_name,
     sendable,
-    text_content,
 )
 
 try:
@@ -146,12 +156,19 @@ from openai.types.responses import (
     ResponseRefusalDeltaEvent,
     ResponseTextDeltaEvent,
 )
+from openai.types.responses.response_output_item import ImageGenerationCall
 
 if TYPE_CHECKING:
     from openai.types import CompletionUsage
-    from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
+    from openai.types.chat import (
+        ChatCompletionChunk,
+        ChatCompletionContentPartParam,
+        ChatCompletionMessageParam,
+    )
     from openai.types.chat import ChatCompletionToolParam as _ChatToolParam
     from openai.types.responses import (
+        ResponseFunctionCallOutputItemParam,
+        ResponseInputContentParam,
         ResponseInputItemParam,
         ResponseStreamEvent,
         ResponseUsage,
@@ -164,7 +181,6 @@ _CHAT_FINISH: Final = {"stop": "stop", "tool_calls": "tool_call", "length": "len
 #: Where OpenAI-compatible servers put reasoning text in a delta.
 _REASONING_FIELDS: Final = ("reasoning_content", "reasoning")
 _ENCRYPTED: Final = "reasoning.encrypted_content"
-_OWN_KINDS: Final = ("reasoning",)
 _CHAT_RESERVED: Final = frozenset({"messages", "tools", "stream"})
 _RESPONSES_RESERVED: Final = frozenset({"input", "instructions", "tools", "stream"})
 
@@ -317,10 +333,20 @@ def _chat_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
     out: list[ChatCompletionMessageParam] = []
     if request.system is not None:
         out.append({"role": "system", "content": request.system})
-    for message in request.messages:
+    # Media of a run of tool results: the tool messages take text only, so the media
+    # follow as one user message once the run of tool messages is over.
+    attached: list[ChatCompletionContentPartParam] = []
+    for number, message in enumerate(request.messages):
+        if attached and type(message) is not ToolResultMessage:
+            out.append({"role": "user", "content": attached})
+            attached = []
         match message:
-            case UserMessage():
-                out.append({"role": "user", "content": text_content(message.content, "openai")})
+            case UserMessage(content=str() as said):
+                out.append({"role": "user", "content": said})
+            case UserMessage(content=tuple() as given):
+                where = message_where(number, message)
+                parts = [_chat_part(part, index, where) for index, part in enumerate(given)]
+                out.append({"role": "user", "content": parts})
             case AssistantMessage():
                 for block in message.content:
                     sendable(block, "openai-chat", ())  # logs provider blocks it cannot send
@@ -347,14 +373,66 @@ def _chat_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
                 else:
                     out.append({"role": "assistant", "content": text})
             case ToolResultMessage():  # pragma: no branch - the Message union has 3 types
+                content = message.content
+                if not isinstance(content, str):
+                    where = message_where(number, message)
+                    texts: list[str] = []
+                    for index, part in enumerate(content):
+                        if type(part) is TextBlock:
+                            texts.append(part.text)
+                        else:
+                            attached.append(_chat_part(part, index, where))
+                    content = "".join(texts)
+                    if len(texts) < len(message.content):
+                        content += _ATTACHED.format(call=message.tool_call_id)
                 out.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": message.tool_call_id,
-                        "content": text_content(message.content, "openai"),
-                    }
+                    {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
                 )
+    if attached:
+        out.append({"role": "user", "content": attached})
     return out
+
+
+#: Appended to a Chat tool message whose result had media (sent in the next user message).
+_ATTACHED: Final = "\n[the media of this result follow in a user message, tool call {call}]"
+
+#: The audio formats of Chat Completions' ``input_audio``, by media type.
+_AUDIO_FORMATS: Final[dict[str, Literal["wav", "mp3"]]] = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
+
+
+def _chat_part(part: Part, index: int, where: str) -> ChatCompletionContentPartParam:
+    """One part of a Chat Completions user message (:func:`media_refused` if none fits)."""
+    match part:
+        case TextBlock(text=text):
+            return {"type": "text", "text": text}
+        case ImageBlock():
+            return {"type": "image_url", "image_url": {"url": data_url(part)}}
+        case AudioBlock(data=bytes() as data):
+            audio = _AUDIO_FORMATS.get(base_type(part.media_type))
+            if audio is None:
+                raise media_refused("openai", where, index, part, "audio other than wav or mp3")
+            encoded = base64_text(data)
+            return {"type": "input_audio", "input_audio": {"data": encoded, "format": audio}}
+        case AudioBlock():
+            raise media_refused(
+                "openai", where, index, part, "audio by URL (input_audio takes bytes)"
+            )
+        case DocumentBlock(data=bytes()) if base_type(part.media_type) == "application/pdf":
+            return {
+                "type": "file",
+                "file": {"file_data": data_url(part), "filename": file_name(part)},
+            }
+        case _:
+            why = "a document by URL" if part.data is None else "a document other than a PDF"
+            raise media_refused(
+                "openai", where, index, part, why + " (the file part takes PDF bytes)"
+            )
 
 
 def _chat_tools(request: ModelRequest) -> list[_ChatToolParam]:
@@ -518,26 +596,30 @@ def _tool_call(
 
 def _responses_input(request: ModelRequest) -> list[ResponseInputItemParam]:
     out: list[ResponseInputItemParam] = []
-    for message in request.messages:
+    for number, message in enumerate(request.messages):
         match message:
-            case UserMessage():
-                out.append(
-                    {
-                        "type": "message",
-                        "role": "user",
-                        "content": text_content(message.content, "openai"),
-                    }
-                )
+            case UserMessage(content=str() as said):
+                out.append({"type": "message", "role": "user", "content": said})
+            case UserMessage(content=tuple() as given):
+                where = message_where(number, message)
+                parts = [_input_part(p, index, where) for index, p in enumerate(given)]
+                out.append({"type": "message", "role": "user", "content": parts})
             case AssistantMessage():
                 text: list[str] = []
+                image: ImageBlock | None = None  # the image an image_generation_call made
                 for block in message.content:
                     if type(block) is TextBlock:
                         text.append(block.text)
                         continue
+                    if type(block) is ImageBlock:
+                        image = block
+                        continue
                     if type(block) is ThinkingBlock or not sendable(
-                        block, "openai", ("reasoning",)
+                        block, "openai", ("reasoning", "image_generation_call")
                     ):
-                        continue  # (a reasoning summary goes back inside its reasoning item)
+                        # (a reasoning summary goes back inside its reasoning item, an
+                        # image inside its image_generation_call item)
+                        continue
                     if text:
                         out.append(
                             {"type": "message", "role": "assistant", "content": "".join(text)}
@@ -552,19 +634,74 @@ def _responses_input(request: ModelRequest) -> list[ResponseInputItemParam]:
                                 "arguments": encode_arguments(block.arguments),
                             }
                         )
-                    elif type(block) is ProviderBlock:  # pragma: no branch - sendable() said so
+                    elif type(block) is ProviderBlock and block.kind == "reasoning":
                         out.append(_reasoning_item(block.data))
+                    elif type(block) is ProviderBlock:  # pragma: no branch - sendable() said so
+                        out.append(_image_call_item(block.data, image))
+                        image = None
                 if text:
                     out.append({"type": "message", "role": "assistant", "content": "".join(text)})
             case ToolResultMessage():  # pragma: no branch - the Message union has 3 types
+                content = message.content
+                output: str | list[ResponseFunctionCallOutputItemParam]
+                if isinstance(content, str):
+                    output = content
+                else:
+                    where = message_where(number, message)
+                    items = [_input_part(p, index, where) for index, p in enumerate(content)]
+                    output = cast("list[ResponseFunctionCallOutputItemParam]", items)
                 out.append(
                     {
                         "type": "function_call_output",
                         "call_id": message.tool_call_id,
-                        "output": text_content(message.content, "openai"),
+                        "output": output,
                     }
                 )
     return out
+
+
+def _input_part(part: Part, index: int, where: str) -> ResponseInputContentParam:
+    """One part of a Responses input message or function call output
+    (:func:`media_refused` if none fits)."""
+    match part:
+        case TextBlock(text=text):
+            return {"type": "input_text", "text": text}
+        case ImageBlock():
+            return {"type": "input_image", "image_url": data_url(part), "detail": "auto"}
+        case DocumentBlock(data=bytes()):
+            return {"type": "input_file", "file_data": data_url(part), "filename": file_name(part)}
+        case DocumentBlock(url=str() as url):
+            return {"type": "input_file", "file_url": url}
+        case _:
+            raise media_refused(
+                "openai", where, index, part, "audio (Responses input has no audio part)"
+            )
+
+
+def _image(made: ImageGenerationCall, index: int) -> ImageBlock:
+    try:
+        data = base64.b64decode(made.result or "", validate=True)
+    except ValueError:
+        raise MalformedOutput(
+            f"openai response, output item {index}: the image_generation_call result is not base64"
+        ) from None
+    output_format = made.output_format or "png"
+    kind = "svg+xml" if output_format == "svg" else output_format
+    return ImageBlock(f"image/{kind}", data=data)
+
+
+def _image_call_item(data: dict[str, Any], image: ImageBlock | None) -> ResponseInputItemParam:
+    """An ``image_generation_call`` output item sent back: its id, with the image
+    it made (the :class:`~agentloop.ImageBlock` before its provider block) as
+    ``result``."""
+    item: dict[str, Any] = {
+        "type": "image_generation_call",
+        "id": data.get("id"),
+        "status": "completed",
+    }
+    if image is not None and image.data is not None:
+        item["result"] = base64_text(image.data)
+    return cast("ResponseInputItemParam", item)
 
 
 def _reasoning_item(data: dict[str, Any]) -> ResponseInputItemParam:
@@ -636,6 +773,12 @@ def _responses_replies(request: ModelRequest) -> Parser[ResponseStreamEvent]:
             case ResponseOutputItemDoneEvent(item=ResponseReasoningItem() as reasoning):
                 for part in _reasoning_blocks(reasoning):
                     yield from out.block(part)
+            case ResponseOutputItemDoneEvent(item=ImageGenerationCall(result=str()) as made):
+                # The image the image_generation tool made (base64), then the item's id:
+                # both go back as the same image_generation_call item next turn.
+                yield from out.block(_image(made, event.output_index))
+                made_id = {"id": made.id}
+                yield from out.block(ProviderBlock("openai", "image_generation_call", made_id))
             case ResponseOutputItemAddedEvent(item=ResponseFunctionToolCall() as item):
                 call = open_calls[item.id or item.call_id] = _ChatCall()
                 call.id, call.name = item.call_id, item.name

@@ -2036,7 +2036,8 @@ STREAMS: list[tuple[str, str]] = [
     ],
     *[("anthropic", p) for p in fixtures("anthropic", "*.sse")],
     *[("anthropic", p) for p in fixtures("anthropic", "recorded/*.chunks.txt")],
-    *[("anthropic", p) for p in fixtures("anthropic", "recorded/*.yaml")],
+    # (the recorded multimodal requests, test_media.py, are not streams)
+    *[("anthropic", p) for p in fixtures("anthropic", "recorded/test_anthropic_*.yaml")],
     *[("gemini", p) for p in fixtures("gemini", "*.chunks.txt")],
     *[("gemini", p) for p in fixtures("gemini", "recorded/*.chunks.txt")],
 ]
