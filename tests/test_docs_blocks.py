@@ -142,6 +142,17 @@ def test_the_block_runs_as_a_file_of_its_own(
             assert expected in done.stdout, f"{where}: {expected!r} not in {done.stdout!r}"
 
 
+@pytest.mark.parametrize(("blocks", "index"), BLOCKS)
+def test_the_block_compiles_on_this_python(blocks: list[Block], index: int) -> None:
+    # The test above runs each block in a fresh process on CI's main Python only
+    # (tests/conftest.py: version_independent); this one, on every Python, checks that
+    # its syntax is this Python's, as a file of its own (no __future__ from here).
+    block = blocks[index]
+    where = f"{block.page}:{block.line}"
+    if block.fragment is None:
+        compile(program(blocks, index), where, "exec", dont_inherit=True)
+
+
 # --------------------------------------------------------------------------- the parser
 
 
