@@ -17,7 +17,7 @@ from typing import Any, Final, TypeAlias
 import msgspec
 
 from ._budget import Budget
-from ._messages import AssistantMessage, Block, Message, ToolCall, UserMessage
+from ._messages import AssistantMessage, Block, Content, Message, ToolCall, UserMessage
 from ._output import OutputSpec
 from ._toolspec import ToolSpec
 
@@ -229,10 +229,15 @@ class ModelFailure(
 class ToolResult(
     msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="tool_result"
 ):
-    """The outcome of a tool call; ``is_error`` marks a recoverable error."""
+    """The outcome of a tool call; ``is_error`` marks a recoverable error.
+
+    ``content`` is a ``str`` (text, or a tool's JSON), or a tuple of parts
+    (:class:`TextBlock`, :class:`ImageBlock`, :class:`AudioBlock`,
+    :class:`DocumentBlock`) when the tool returned blocks.
+    """
 
     call_id: str
-    content: str
+    content: Content
     is_error: bool = False
     at: float | None = None
 
