@@ -161,10 +161,9 @@ class ToolCalls:
         the step's results together), a tool error naming it, for the model to see."""
         if self._blob_step != step:
             self._blob_step, self._blobs = step, 0
-        problem, self._blobs = parts_problem(
-            content, "ToolResult.content", self._limits, self._blobs
-        )
+        problem, count = parts_problem(content, "ToolResult.content", self._limits, self._blobs)
         if problem is None:
+            self._blobs = count  # (a refused result's blocks never reach the model: not counted)
             return content, is_error
         return f"the tool's result was refused: {problem}", True
 

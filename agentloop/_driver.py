@@ -72,8 +72,8 @@ from ._keywords import (
     unexpected,
 )
 from ._limits import DEFAULT_LIMITS
-from ._messages import Content
 from ._logging import follow, logger, run_finished
+from ._messages import Content
 from ._protocol import (
     Cancel,
     Effect,

@@ -97,7 +97,8 @@ class Limits(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
             (``MAX_BLOBS_PER_STEP``, 32; hard cap 4096).
 
     Each field is an int from 1 to its hard cap (:data:`LIMITS_HARD_CAPS`: 2**31-1,
-    ``argument_depth`` 256, ``blob_bytes`` 1 GiB, ``blobs_per_step`` 4096); anything else raises ``ValueError`` naming the field.
+    ``argument_depth`` 256, ``blob_bytes`` 1 GiB, ``blobs_per_step`` 4096); anything
+    else raises ``ValueError`` naming the field.
 
     >>> Limits(agent_steps=300).agent_steps
     300

@@ -310,10 +310,7 @@ def content_structure_problem(content: object, where: str) -> str | None:
     if type(content) is str:
         return None if content.isascii() else surrogate_problem(content, where)
     if type(content) is not tuple:
-        return (
-            f"{where} must be a str or a tuple of TextBlock, ImageBlock, AudioBlock and "
-            f"DocumentBlock, got {type(content).__name__}"
-        )
+        return f"{where} must be a str or a tuple of parts, got {type(content).__name__}"
     for index, part in enumerate(content):
         kind = type(part)
         at = f"{where}[{index}]"

@@ -151,7 +151,7 @@ MALFORMED: dict[str, tuple[list[Any], Any, str]] = {
     "tool result content not a str": (
         TO_TOOL,
         ToolResult("c1", {"sum": 3}),
-        "ToolResult.content must be a str or a tuple of TextBlock, ImageBlock, AudioBlock and DocumentBlock, got dict",
+        "ToolResult.content must be a str or a tuple of parts, got dict",
     ),
     # Resume
     "resume budget a dict": (
