@@ -40,7 +40,6 @@ from agentloop import (
 from agentloop._validation import (
     content_structure_problem,
     media_label,
-    media_problem,
     parts_problem,
 )
 from replay import fork, replay, state_at
