@@ -417,8 +417,8 @@ def _tool_step(limits: Limits = SMALL, **options: Any) -> tuple[Any, Any]:
 def test_a_tool_result_of_parts_reaches_the_model_as_parts() -> None:
     loop, effect = _tool_step()
     parts = (TextBlock("the chart:"), IMAGE)
-    effect = loop.send(ToolResult("c1", parts))
-    effect = loop.send(ToolResult("c2", "plain"))
+    loop.send(ToolResult("c1", parts))
+    loop.send(ToolResult("c2", "plain"))
     request = loop.send(ToolResult("c3", (PDF,), is_error=True))
     assert request.messages[2].content == parts
     assert request.messages[4] == ToolResultMessage("tool-result-c3", "c3", "echo", (PDF,), True)
