@@ -3,6 +3,8 @@ the blob limits, tools that return blocks, and sessions with blocks replaying.""
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -699,3 +701,101 @@ def test_fork_and_state_at_work_on_a_session_with_blocks() -> None:
     assert request.messages[2].content == (IMAGE,)
     assert request.messages[3].content == (IMAGE, IMAGE)
     assert msgspec.json.decode(encode_event(events[at]))["message"]["content"][0]["type"] == "image"
+
+
+# ----------------------------------------------------------------------- how replay shows blocks
+
+
+def _session_with_blocks() -> EventLog:
+    model = ScriptedModel(
+        [
+            ScriptedResponse.tool_calls("r1", call("chart", "c1", kind="many")),
+            ScriptedResponse.text("r2", "done"),
+        ]
+    )
+    log = EventLog()
+    run([UserMessage("u1", (TextBlock("see"), IMAGE, PDF))], model=model, tools=[chart], log=log)
+    return log
+
+
+def test_summaries_name_a_block_by_kind_type_hash_and_size_never_its_bytes() -> None:
+    from replay._diff import blob_text, summarize
+
+    log = _session_with_blocks()
+    summaries = [summarize(event) for event in log]
+    blob = blob_text(PNG)
+    assert blob == f"<72 bytes sha256:{hashlib.sha256(PNG).hexdigest()[:12]}>"
+    assert summaries[1] == (
+        f"user u1: text 'see', image image/png {blob} 'chart.png', "
+        "document application/pdf 'https://example.com/report.pdf'"
+    )
+    result = next(s for e, s in zip(log, summaries, strict=True) if e.type == "tool.result")
+    assert result == f"c1 chart: text 'a chart:', image image/png {blob} 'chart.png'"
+    draft = next(s for e, s in zip(log, summaries, strict=True) if e.type == "plan.draft")
+    assert "response r1" in draft
+    shown = "\n".join(summaries)
+    assert "iVBOR" not in shown and "\\x89PNG" not in shown
+
+
+def test_other_summaries_of_blocks() -> None:
+    from agentloop import MessageQueuedEvent, ModelChunkEvent
+    from replay._diff import _reply, short, summarize
+
+    audio = AudioBlock("audio/wav", data=b"RIFF", name=None)
+    chunk = ModelChunkEvent(sequence=3, at=None, step=1, chunk=ModelChunk("q", IMAGE))
+    assert summarize(chunk).startswith("image image/png <72 bytes")
+    queued = MessageQueuedEvent(
+        sequence=3, at=None, step=1, mode="steer", reply=Steer(UserMessage("s1", (audio,)))
+    )
+    assert summarize(queued) == "steer s1: audio audio/wav <4 bytes sha256:" + (
+        hashlib.sha256(b"RIFF").hexdigest()[:12] + ">"
+    )
+    assert _reply(ToolResult("c1", (PDF,), is_error=True)) == (
+        "result for c1 (error): document application/pdf 'https://example.com/report.pdf'"
+    )
+    assert short(PNG) == f"<72 bytes sha256:{hashlib.sha256(PNG).hexdigest()[:12]}>"
+    assert "sha256:" in short((IMAGE,), 500)
+
+
+def test_a_divergence_shows_a_differing_blob_by_hash_and_size() -> None:
+    from replay import ReplayDivergence
+
+    events = list(_session_with_blocks())
+    at = next(i for i, e in enumerate(events) if e.type == "tool.result")
+    other = ImageBlock("image/png", data=PNG[:-1] + b"!", name="chart.png")
+    message = msgspec.structs.replace(events[at].message, content=(TextBlock("a chart:"), other))
+    events[at] = msgspec.structs.replace(events[at], message=message)
+    with pytest.raises(ReplayDivergence) as raised:
+        replay(events)
+    report = str(raised.value)
+    old, new = (hashlib.sha256(data).hexdigest()[:12] for data in (other.data, PNG))
+    assert f"<72 bytes sha256:{old}> -> <72 bytes sha256:{new}>" in report
+    assert "\\x89" not in report and "iVBOR" not in report
+
+
+def test_a_snapshot_writes_a_blob_as_its_hash_and_size() -> None:
+    from replay.syrupy import to_text
+
+    text = to_text(_session_with_blocks())
+    digest = hashlib.sha256(PNG).hexdigest()
+    assert f'"data":"sha256:{digest} (72 bytes)"' in text
+    assert '"media_type":"image/png"' in text
+    assert "iVBOR" not in text
+
+
+def test_replay_show_prints_one_line_per_block_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from replay import write_log
+    from replay.__main__ import main
+
+    path = tmp_path / "blocks.jsonl"
+    write_log(path, _session_with_blocks())
+    assert main(["show", "--no-color", str(path)]) == 0
+    out = capsys.readouterr().out
+    user = next(line for line in out.splitlines() if "message.accepted" in line)
+    assert user.endswith(
+        "user u1: text 'see', image image/png "
+        f"<72 bytes sha256:{hashlib.sha256(PNG).hexdigest()[:12]}> 'chart.png', "
+        "document application/pdf '..."
+    )
