@@ -417,7 +417,7 @@ def _tool_step(limits: Limits = SMALL, **options: Any) -> tuple[Any, Any]:
 
 
 def test_a_tool_result_of_parts_reaches_the_model_as_parts() -> None:
-    loop, effect = _tool_step()
+    loop, _ = _tool_step()
     parts = (TextBlock("the chart:"), IMAGE)
     loop.send(ToolResult("c1", parts))
     loop.send(ToolResult("c2", "plain"))
