@@ -799,3 +799,19 @@ def test_replay_show_prints_one_line_per_block_message(
         f"<72 bytes sha256:{hashlib.sha256(PNG).hexdigest()[:12]}> 'chart.png', "
         "document application/pdf '..."
     )
+
+
+def test_the_image_example_runs_offline_and_prints_what_it_says() -> None:
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "image_agent.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "I drew it: chart: Q3[image image/png, 72 bytes]"
+    assert lines[1].startswith("message.accepted user u1: text 'Chart Q3 from these.', image")
+    assert "'screenshot.png', document application/pdf <15 bytes sha256:" in lines[1]
+    assert lines[2].startswith("tool.result c1 chart: text 'chart: Q3', image image/png <72")
