@@ -754,6 +754,19 @@ def test_other_summaries_of_blocks() -> None:
         "result for c1 (error): document application/pdf 'https://example.com/report.pdf'"
     )
     assert short(PNG) == f"<72 bytes sha256:{hashlib.sha256(PNG).hexdigest()[:12]}>"
+    loop = agent_loop(
+        [
+            UserMessage("u0", "plain text"),
+            AssistantMessage("m0", (call("echo", "c1"),)),
+            ToolResultMessage("t1", "c1", "echo", (PDF,), is_error=True),
+        ],
+        tools=[ECHO],
+    )
+    next(loop)
+    assert [summarize(event) for event in loop.log[1:4:2]] == [
+        "user u0: 'plain text'",
+        "tool result c1 (error): document application/pdf 'https://example.com/report.pdf'",
+    ]
     assert "sha256:" in short((IMAGE,), 500)
 
 
