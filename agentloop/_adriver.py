@@ -51,7 +51,7 @@ from ._driver import (
 from ._engine import AgentLoop
 from ._events import Event
 from ._keywords import DRIVE_KEYS, AsyncDriveOptions, AsyncRunOptions, unexpected
-from ._messages import ToolCall
+from ._messages import Content, ToolCall
 from ._protocol import (
     Cancel,
     Effect,
@@ -322,7 +322,7 @@ class _AsyncDriver(_Rules):
 
 async def aexecute_tool(
     registry: ToolRegistry, call: ToolCall, caller: Caller | None = None
-) -> tuple[str, bool]:
+) -> tuple[Content, bool]:
     """Run one tool call for an async driver (see :func:`~agentloop._driver.execute_tool`)."""
     if caller is None:
         return await registry.aexecute(call)

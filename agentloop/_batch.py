@@ -43,7 +43,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ._events import EventLog, PlanCommitEvent, ToolErrorEvent, ToolResultEvent
-from ._messages import ToolCall
+from ._messages import Content, ToolCall
 from ._protocol import ToolBatch, ToolRequest
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ DEFAULT_TOOL_WORKERS = 32
 
 #: What a call produced: ``(content, is_error)`` (``None`` in its place: the call
 #: never started, the run was cancelled first).
-Outcome = tuple[str, bool]
+Outcome = tuple[Content, bool]
 #: The next result of a batch to complete, for the driver: the request and its
 #: outcome; ``None`` once the run was cancelled and every call that started has been
 #: reported.

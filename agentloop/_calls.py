@@ -27,7 +27,7 @@ from ._events import EventLog, ToolCallEvent, ToolErrorEvent, ToolResultEvent
 from ._hooks import SKIP, HookAbort, PauseRequest
 from ._json import surrogate_problem
 from ._limits import Limits
-from ._messages import ToolCall, ToolResultMessage
+from ._messages import Content, Part, ToolCall, ToolResultMessage
 from ._pauses import Ask, Pauses
 from ._protocol import Effect, ToolBatch, ToolRequest, ToolResult
 from ._run import Run, _Misuse, failed, misuse, observe, run_hooks
@@ -35,7 +35,12 @@ from ._state import Input
 from ._text import abort_reason, call_ids
 from ._toolspec import ToolSpec
 from ._tree import roll_up
-from ._validation import arguments_problems, json_problem
+from ._validation import (
+    arguments_problems,
+    content_structure_problem,
+    json_problem,
+    parts_problem,
+)
 
 __all__ = ["ToolCalls"]
 
@@ -43,7 +48,17 @@ __all__ = ["ToolCalls"]
 class ToolCalls:
     """Run a step's tool calls (see the module docstring)."""
 
-    __slots__ = ("_ask", "_hooks", "_limits", "_log", "_pauses", "_run", "_spec_by_name")
+    __slots__ = (
+        "_ask",
+        "_blob_step",
+        "_blobs",
+        "_hooks",
+        "_limits",
+        "_log",
+        "_pauses",
+        "_run",
+        "_spec_by_name",
+    )
 
     def __init__(
         self,
@@ -62,6 +77,8 @@ class ToolCalls:
         self._limits = limits
         self._ask = ask
         self._pauses = pauses
+        self._blob_step = 0  # the step whose tool results _blobs counts media blocks of
+        self._blobs = 0
 
     # ------------------------------------------------------------------ one at a time
 
@@ -75,6 +92,7 @@ class ToolCalls:
             call, loop_error = yield from self._gate(call, step)
         self._emit_call(call, step)
         reply: ToolResult | None = None
+        content: Content
         if loop_error is not None:
             content, is_error = loop_error, True
         else:
@@ -92,6 +110,8 @@ class ToolCalls:
                 )
             run.set(Input.RECEIVE_RESULT)
             content, is_error = reply.content, reply.is_error
+            if type(content) is tuple:
+                content, is_error = self._media(content, is_error, step)
         message = self._result_message(call, step, content, is_error, reply)
         run.transcript.append(message)
         run.message_ids.add(message.id)
@@ -138,8 +158,20 @@ class ToolCalls:
             ToolCallEvent(sequence=log.next_sequence(), at=self._run.now, step=step, call=call)
         )
 
+    def _media(self, content: tuple[Part, ...], is_error: bool, step: int) -> tuple[Content, bool]:
+        """A tool result's parts as the model gets them: as they are, or, when a media
+        block breaks a rule or the limits (``blob_bytes``; ``blobs_per_step``, over
+        the step's results together), a tool error naming it, for the model to see."""
+        if self._blob_step != step:
+            self._blob_step, self._blobs = step, 0
+        problem, count = parts_problem(content, "ToolResult.content", self._limits, self._blobs)
+        if problem is None:
+            self._blobs = count  # (a refused result's blocks never reach the model: not counted)
+            return content, is_error
+        return f"the tool's result was refused: {problem}", True
+
     def _result_message(
-        self, call: ToolCall, step: int, content: str, is_error: bool, reply: ToolResult | None
+        self, call: ToolCall, step: int, content: Content, is_error: bool, reply: ToolResult | None
     ) -> ToolResultMessage:
         """Run ``after_tool_call`` on a result; return its message. Should the hook
         fail, the run's end records ``reply`` (every reply is recorded)."""
@@ -230,7 +262,10 @@ class ToolCalls:
                 raise _Misuse(_stray_result(reply, effect, waiting), reply)
             run.set(Input.RECEIVE_BATCH_RESULT if waiting else Input.COMPLETE_BATCH)
             index, call = entry
-            message = self._result_message(call, step, reply.content, reply.is_error, reply)
+            content, is_error = reply.content, reply.is_error
+            if type(content) is tuple:
+                content, is_error = self._media(content, is_error, step)
+            message = self._result_message(call, step, content, is_error, reply)
             done.append((index, message))
             self._emit_result(message, step, reply)
         self._append_results(done)
@@ -312,8 +347,8 @@ class ToolCalls:
         return call, None
 
     def _after_tool_call(
-        self, call: ToolCall, step: int, content: str, is_error: bool
-    ) -> tuple[str, bool]:
+        self, call: ToolCall, step: int, content: Content, is_error: bool
+    ) -> tuple[Content, bool]:
         payload: dict[str, Any] = {
             "step": step,
             "tool_call_id": call.id,
@@ -323,16 +358,27 @@ class ToolCalls:
             "is_error": is_error,
         }
         observe(self._hooks, "after_tool_call", payload)
-        content, is_error = payload["content"], payload["is_error"]
-        if type(content) is not str or type(is_error) is not bool:
+        edited, is_error = payload["content"], payload["is_error"]
+        if type(edited) is list:
+            edited = tuple(edited)
+        if (type(edited) is not str and type(edited) is not tuple) or type(is_error) is not bool:
             raise failed(
                 HOOK_ERROR,
+                # (the words logs have held since before content had parts)
                 "after_tool_call hook set 'content' to a non-str or 'is_error' to a non-bool",
             )
-        problem = surrogate_problem(content, "after_tool_call hook's 'content'")
+        where = "after_tool_call hook's 'content'"
+        if type(edited) is str:
+            problem = surrogate_problem(edited, where)
+        elif edited is content:
+            problem = None  # the parts the loop checked, handed back
+        else:
+            problem = content_structure_problem(edited, where)
+            if problem is None:
+                problem, _ = parts_problem(edited, where, self._limits)  # type: ignore[arg-type]
         if problem is not None:
             raise failed(HOOK_ERROR, problem)
-        return content, is_error
+        return edited, is_error
 
 
 def _first(pair: tuple[int, Any]) -> int:

@@ -74,6 +74,7 @@ from ._keywords import (
 )
 from ._limits import DEFAULT_LIMITS
 from ._logging import follow, logger, run_finished
+from ._messages import Content
 from ._protocol import (
     Cancel,
     Effect,
@@ -96,7 +97,7 @@ from ._signals import ANYTIME_REPLIES, CancelToken, Inbox
 from ._text import escape_surrogates, exception_text, unanswered_pause
 from ._tools import Tool, ToolRegistry
 from ._toolspec import ToolSpec
-from ._validation import accept
+from ._validation import accept, content_structure_problem, parts_problem
 
 if TYPE_CHECKING:
     from ._batch import Done, ThreadPoolBatches
@@ -494,7 +495,7 @@ def _check_not_mid_stream(loop: AgentLoop) -> None:
 
 def execute_tool(
     registry: ToolRegistry, call: Any, caller: Caller | None = None
-) -> tuple[str, bool]:
+) -> tuple[Content, bool]:
     """Run one tool call for a sync driver: ``(content, is_error)``.
 
     The one place :func:`run`/:func:`drive` execute a tool (see
@@ -777,14 +778,26 @@ class _Rules:
             self._loop.checked_by_driver(reply, arguments_ok)
         return reply
 
-    def _result(self, call_id: str, content: str, is_error: bool) -> ToolResult:
+    def _result(self, call_id: str, content: Content, is_error: bool) -> ToolResult:
         """The reply for a tool's outcome: its content with lone surrogates escaped (a
-        tool may return ``os.listdir`` names), stamped."""
+        tool may return ``os.listdir`` names), stamped.
+
+        Blocks are checked here, against the run's limits: a malformed or too large
+        block becomes a tool error naming it (the model sees it; the bytes are not
+        recorded). The loop still counts the step's blocks (``blobs_per_step``).
+        """
+        if type(content) is str:
+            content = escape_surrogates(content)
+        else:
+            problem = content_structure_problem(content, "the tool's result")
+            if problem is None:
+                limits = DEFAULT_LIMITS if self._loop is None else self._loop.limits
+                problem, _ = parts_problem(content, "the tool's result", limits)  # type: ignore[arg-type]
+            if problem is not None:
+                content, is_error = f"the tool's result was refused: {problem}", True
         caller = self._caller
         child = None if caller is None else caller.take(call_id)
-        reply = ToolResult(
-            call_id, escape_surrogates(content), is_error, at=self.now(), child=child
-        )
+        reply = ToolResult(call_id, content, is_error, at=self.now(), child=child)
         if type(is_error) is bool and self._loop is not None:  # nothing left to check in it
             self._loop.checked_by_driver(reply, True)
         return reply
@@ -808,7 +821,7 @@ class _Rules:
         failure = ModelFailure(request.id, message, code=code, at=self.now(), usage=usage)
         return msgspec.structs.replace(failure, attempts=attempts) if attempts else failure
 
-    def _tool_result(self, request: ToolRequest, outcome: tuple[str, bool]) -> ToolResult:
+    def _tool_result(self, request: ToolRequest, outcome: tuple[Content, bool]) -> ToolResult:
         # The tool ran: its result is recorded even if a cancel arrived meanwhile
         # (nothing that happened is lost); the cancel takes effect right after.
         content, is_error = outcome

@@ -93,6 +93,7 @@ from ._limits import DEFAULT_LIMITS, Limits
 from ._messages import (
     AssistantMessage,
     Block,
+    ImageBlock,
     Message,
     TextBlock,
     ThinkingBlock,
@@ -146,6 +147,7 @@ from ._validation import (
     chunk_request_problem,
     edited_plan_problem,
     final_request_problem,
+    media_problem,
     response_problem,
     stop_failure,
 )
@@ -927,6 +929,10 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                         parts = []
                     if type(block) is ThinkingBlock:
                         text_points += len(block.text)
+                    elif type(block) is ImageBlock:
+                        problem = media_problem(block, f"step {step}, chunk {chunks}", limits)
+                        if problem is not None:
+                            raise failed(MODEL_PROTOCOL_ERROR, problem, reply)
                     elif type(block) is ToolCall and not run.arguments_ok:
                         problem = chunk_call_problem(step, chunks, block, limits)
                         if problem is not None:

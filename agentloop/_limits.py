@@ -24,6 +24,8 @@ __all__ = [
     "MAX_ARGUMENT_STRING_CODE_POINTS",
     "MAX_ARGUMENT_VALUES",
     "MAX_ASSISTANT_BLOCKS",
+    "MAX_BLOBS_PER_STEP",
+    "MAX_BLOB_BYTES",
     "MAX_CHUNKS_PER_STEP",
     "MAX_INITIAL_MESSAGES",
     "MAX_STEP_TEXT_CODE_POINTS",
@@ -50,6 +52,11 @@ MAX_ARGUMENT_ENTRIES: Final = 256
 MAX_ARGUMENT_STRING_CODE_POINTS: Final = 4096
 #: Deepest nesting of agent tools (a root session's child is at depth 1).
 MAX_AGENT_DEPTH: Final = 4
+#: Most bytes in one media block (its ``data``, or its ``url``): 20 MiB.
+MAX_BLOB_BYTES: Final = 20 * 1024 * 1024
+#: Most media blocks (images, audio, documents) one source adds in one step: the
+#: model's response, the step's tool results together, one caller's message.
+MAX_BLOBS_PER_STEP: Final = 32
 
 _INT_CAP: Final = 2**31 - 1
 #: The highest value each :class:`Limits` field accepts. ``argument_depth`` is capped
@@ -68,6 +75,8 @@ LIMITS_HARD_CAPS: Final[dict[str, int]] = {
     "argument_entries": MAX_RECORDED_VALUES - 2,
     "argument_string_code_points": _INT_CAP,
     "agent_depth": 64,
+    "blob_bytes": 1024 * 1024 * 1024,
+    "blobs_per_step": 4096,
 }
 
 
@@ -87,10 +96,15 @@ class Limits(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
             tool arguments.
         agent_depth: deepest nesting of child sessions (agent tools, DESIGN §26) under
             this run's root: a call that would start a child deeper is a tool error.
+        blob_bytes: most bytes in one media block's ``data`` (or characters in its
+            ``url``) (``MAX_BLOB_BYTES``, 20 MiB; hard cap 1 GiB).
+        blobs_per_step: most media blocks one source adds in a step: the model's
+            response, the step's tool results together, each caller's message
+            (``MAX_BLOBS_PER_STEP``, 32; hard cap 4096).
 
     Each field is an int from 1 to its hard cap (:data:`LIMITS_HARD_CAPS`: 2**31-1,
-    ``argument_depth`` 256, ``agent_depth`` 64); anything else raises ``ValueError``
-    naming the field.
+    ``argument_depth`` 256, ``agent_depth`` 64, ``blob_bytes`` 1 GiB, ``blobs_per_step``
+    4096); anything else raises ``ValueError`` naming the field.
 
     >>> Limits(agent_steps=300).agent_steps
     300
@@ -110,6 +124,8 @@ class Limits(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     argument_entries: int = MAX_ARGUMENT_ENTRIES
     argument_string_code_points: int = MAX_ARGUMENT_STRING_CODE_POINTS
     agent_depth: int = MAX_AGENT_DEPTH
+    blob_bytes: int = MAX_BLOB_BYTES
+    blobs_per_step: int = MAX_BLOBS_PER_STEP
 
     def __post_init__(self) -> None:
         for name, cap in LIMITS_HARD_CAPS.items():

@@ -17,7 +17,7 @@ from typing import Any, Final, TypeAlias
 import msgspec
 
 from ._budget import Budget
-from ._messages import AssistantMessage, Block, Message, ToolCall, UserMessage
+from ._messages import AssistantMessage, Block, Content, Message, ToolCall, UserMessage
 from ._output import OutputSpec
 from ._toolspec import ToolSpec
 
@@ -254,10 +254,14 @@ class ToolResult(
 
     ``child`` is set when the call ran a child session (an agent tool, DESIGN §26):
     the loop adds its usage and tool calls to the run's.
+
+    ``content`` is a ``str`` (text, or a tool's JSON), or a tuple of parts
+    (:class:`TextBlock`, :class:`ImageBlock`, :class:`AudioBlock`,
+    :class:`DocumentBlock`) when the tool returned blocks.
     """
 
     call_id: str
-    content: str
+    content: Content
     is_error: bool = False
     at: float | None = None
     child: ChildRun | None = None

@@ -25,7 +25,7 @@ import msgspec
 from ._docstrings import parameter_descriptions
 from ._idempotency import _keyed
 from ._json import non_finite_path
-from ._messages import ToolCall
+from ._messages import AudioBlock, Content, DocumentBlock, ImageBlock, TextBlock, ToolCall
 from ._output import is_pydantic_model, pydantic_errors
 from ._text import exception_text
 from ._toolspec import ToolSpec
@@ -121,7 +121,7 @@ class Tool:
             self._async_of, self._async = fn, inspect.iscoroutinefunction(fn)
         return self._async
 
-    def execute(self, call: ToolCall) -> tuple[str, bool]:
+    def execute(self, call: ToolCall) -> tuple[Content, bool]:
         """Run the function for ``call`` and return ``(content, is_error)``.
 
         Arguments are converted with ``msgspec.convert`` in strict mode: a JSON
@@ -130,8 +130,10 @@ class Tool:
         mistake comes back as a readable error the model can correct.
 
         Returns:
-            ``(content, False)`` on success: a ``str`` return value as is, anything
-            else encoded as compact JSON. ``(message, True)`` when the arguments do
+            ``(content, False)`` on success: a ``str`` return value as is; a block
+            (:class:`TextBlock`, :class:`ImageBlock`, :class:`AudioBlock`,
+            :class:`DocumentBlock`) or a list or tuple of them as a tuple of parts;
+            anything else encoded as compact JSON. ``(message, True)`` when the arguments do
             not convert (``invalid arguments: ...``), the function raises
             (``"<ExcType>: <message>"``) or its return value cannot be encoded.
 
@@ -154,7 +156,7 @@ class Tool:
             return exception_text(exc), True
         return _content(value)
 
-    async def aexecute(self, call: ToolCall) -> tuple[str, bool]:
+    async def aexecute(self, call: ToolCall) -> tuple[Content, bool]:
         """:meth:`execute` for async drivers: an ``async def`` tool is awaited, a sync
         one runs in a worker thread (``asyncio.to_thread``, which carries context
         variables along), so it never blocks the event loop."""
@@ -212,10 +214,33 @@ def _stop_as_value(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, An
         return _Stopped(exc)
 
 
-def _content(value: Any) -> tuple[str, bool]:
-    """A tool's return value as result content: a ``str`` as is, else compact JSON."""
-    if type(value) is str:
+_PART_TYPES = (TextBlock, ImageBlock, AudioBlock, DocumentBlock)
+
+
+def _content(value: Any) -> tuple[Content, bool]:
+    """A tool's return value as result content: a ``str`` as is, a block or a
+    sequence of blocks as a tuple of parts, else compact JSON.
+
+    A list or tuple that mixes blocks with other values is an error: encoded as
+    JSON, its bytes would reach the model as base64 text.
+    """
+    kind = type(value)
+    if kind is str:
         return value, False
+    if kind in _PART_TYPES:
+        return (value,), False
+    if (kind is list or kind is tuple) and value:
+        blocks = [type(item) in _PART_TYPES for item in value]
+        if all(blocks):
+            return tuple(value), False
+        if any(blocks):
+            index = blocks.index(False)
+            return (
+                "the tool returned a list mixing blocks with other values: item "
+                f"[{index}] is a {type(value[index]).__name__} (return only blocks, with "
+                "TextBlock for text, or only JSON values)",
+                True,
+            )
     try:
         data = msgspec.json.encode(value)
         # msgspec writes NaN and infinities as null: a tool's NaN would reach the
@@ -335,7 +360,7 @@ class ToolRegistry:
         """The entry registered under ``name``, or ``None``."""
         return self._tools.get(name)
 
-    def execute(self, call: ToolCall) -> tuple[str, bool]:
+    def execute(self, call: ToolCall) -> tuple[Content, bool]:
         """Run ``call`` with the tool of that name; see :meth:`Tool.execute`.
 
         Returns:
@@ -345,12 +370,12 @@ class ToolRegistry:
         entry = self._runnable(call)
         return entry if type(entry) is tuple else entry.execute(call)  # type: ignore[union-attr]
 
-    async def aexecute(self, call: ToolCall) -> tuple[str, bool]:
+    async def aexecute(self, call: ToolCall) -> tuple[Content, bool]:
         """:meth:`execute` for async drivers (see :meth:`Tool.aexecute`)."""
         entry = self._runnable(call)
         return entry if type(entry) is tuple else await entry.aexecute(call)  # type: ignore[union-attr]
 
-    def _runnable(self, call: ToolCall) -> Tool | tuple[str, bool]:
+    def _runnable(self, call: ToolCall) -> Tool | tuple[Content, bool]:
         """The tool that runs ``call``, or the error result when none can."""
         entry = self._tools.get(call.name)
         if entry is None:

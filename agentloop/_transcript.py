@@ -20,13 +20,20 @@ from ._limits import DEFAULT_LIMITS, Limits, limit_name
 from ._messages import (
     AssistantMessage,
     Block,
+    ImageBlock,
     Message,
     ToolCall,
     ToolResultMessage,
     UserMessage,
     transcript_ids,
 )
-from ._validation import arguments_problems, block_problem, message_problem, plain_call
+from ._validation import (
+    arguments_problems,
+    block_problem,
+    message_problem,
+    parts_problem,
+    plain_call,
+)
 
 __all__ = ["TranscriptView", "snapshot_transcript"]
 
@@ -133,14 +140,15 @@ def _checked(index: int, item: object, limits: Limits) -> tuple[Message | None, 
         problem = message_problem(item, where)  # type: ignore[arg-type]
         if problem is not None:
             return None, problem
-        # Only an assistant message gets here (the fast path keeps every other
-        # well-typed message): its content a list, or a tool call the fast path did
-        # not take. Rebuilt with a tuple of copies.
-        assert kind is AssistantMessage
-        message: Message = AssistantMessage(
-            item.id,  # type: ignore[attr-defined]
-            tuple(copy_block(block) for block in item.content),  # type: ignore[attr-defined]
-        )
+        if kind is AssistantMessage:
+            # Its content a list, or a block the fast path did not take: rebuilt
+            # with a tuple of copies.
+            message: Message = AssistantMessage(
+                item.id,  # type: ignore[attr-defined]
+                tuple(copy_block(block) for block in item.content),  # type: ignore[attr-defined]
+            )
+        else:  # a user message or tool result of parts (immutable: kept)
+            message = item  # type: ignore[assignment]
     elif isinstance(item, dict):
         try:
             message = msgspec.convert(item, Message)
@@ -160,6 +168,11 @@ def _checked(index: int, item: object, limits: Limits) -> tuple[Message | None, 
                 structural, semantic = arguments_problems(block.arguments, limits)
                 if structural or semantic:
                     return None, f"{where}: tool call {block.id!r}: {structural or semantic}"
+        problem, _ = parts_problem(message.content, f"{where}.content", limits)
+    elif type(message.content) is tuple:
+        problem, _ = parts_problem(message.content, f"{where}.content", limits)
+    if problem is not None:
+        return None, problem
     return message, None
 
 
@@ -193,7 +206,7 @@ def _reuse(item: object, limits: Limits) -> Message | None:
                 block = plain_call(block, limits)
                 if block is None:
                     return None
-            elif block_problem(block, "") is None:
+            elif type(block) is not ImageBlock and block_problem(block, "") is None:
                 block = copy_block(block)
             else:
                 return None

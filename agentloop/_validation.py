@@ -22,6 +22,7 @@ Two kinds of problem are kept apart, because they are different people's fault:
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import msgspec
@@ -42,7 +43,10 @@ from ._json import (
 from ._limits import DEFAULT_LIMITS, Limits, limit_name
 from ._messages import (
     AssistantMessage,
+    AudioBlock,
     Block,
+    DocumentBlock,
+    ImageBlock,
     Message,
     ProviderBlock,
     TextBlock,
@@ -78,10 +82,13 @@ __all__ = [
     "chunk_limit_problem",
     "chunk_request_problem",
     "content_problem",
+    "content_structure_problem",
     "edited_plan_problem",
     "final_request_problem",
     "json_problem",
+    "media_problem",
     "message_problem",
+    "parts_problem",
     "plain_arguments",
     "plain_call",
     "reply_problem",
@@ -235,6 +242,158 @@ def arguments_problems(
     return None, None  # pragma: no cover - arguments_ok() said no, so a check above fires
 
 
+# --------------------------------------------------------------------------- media blocks
+#
+# An image, audio or document block is checked in two steps, like everything else
+# here. Its *structure* (the Python types of its fields, strings the log can hold)
+# is the sender's to get right: a ToolResult or a message that breaks it is caller
+# misuse, a model's is a malformed output. Its *meaning* -- exactly one of data and
+# url, a media type of the block's kind, a URL the loop lets through, the size and
+# count limits -- is checked against the run's limits by :func:`media_problem` and
+# :func:`parts_problem`, and whose fault a problem is depends on where the block
+# came from: a tool's (a tool error the model sees), the caller's
+# (INVALID_TRANSCRIPT, caller misuse), the model's (MODEL_PROTOCOL_ERROR).
+#
+# The loop never decodes the bytes: a PNG that is no PNG passes through.
+
+#: The media blocks, each with the top-level media type it must have (``None``: any).
+_MEDIA_KINDS: dict[type, str | None] = {
+    ImageBlock: "image",
+    AudioBlock: "audio",
+    DocumentBlock: None,
+}
+_PART_TYPES = (TextBlock, ImageBlock, AudioBlock, DocumentBlock)
+
+# RFC 6838 names (letters, digits and !#$&-^_.+), then optional parameters.
+_MEDIA_TYPE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+    r"(?:[ \t]*;[ \t]*[A-Za-z0-9!#$&^_.+-]+=(?:[A-Za-z0-9!#$&^_.+-]+|\"[^\"\\\x00-\x1f]*\"))*"
+)
+#: The URL schemes a media block may refer by: a reference a provider can fetch,
+#: or the bytes themselves. Anything else (``javascript:``, ``file:``) is refused.
+URL_SCHEMES = ("http", "https", "data")
+_URL_UNSAFE = re.compile(r"[\x00-\x20\x7f]")
+
+
+def media_label(block: object, where: str) -> str:
+    """``ToolResult.content[1] (ImageBlock 'image/png')``: how a problem names a block."""
+    media_type = getattr(block, "media_type", None)
+    kind = type(block).__name__
+    if type(media_type) is str and len(media_type) <= 80:
+        return f"{where} ({kind} {media_type!r})"
+    return f"{where} ({kind})"
+
+
+def media_structure_problem(block: object, where: str) -> str | None:
+    """A field of a media block of the wrong type or holding a string the log
+    cannot hold (a lone surrogate), or ``None``."""
+    label = media_label(block, where)
+    media_type, data, url, name = block.media_type, block.data, block.url, block.name  # type: ignore[attr-defined]
+    if type(media_type) is not str:
+        return f"{label}: media_type must be a str, got {type(media_type).__name__}"
+    if data is not None and type(data) is not bytes:
+        return f"{label}: data must be bytes or None, got {type(data).__name__}"
+    for field, value in (("media_type", media_type), ("url", url), ("name", name)):
+        if value is None:
+            continue
+        if type(value) is not str:
+            return f"{label}: {field} must be a str or None, got {type(value).__name__}"
+        if not value.isascii():
+            problem = surrogate_problem(value, f"{label}.{field}")
+            if problem is not None:
+                return problem
+    return None
+
+
+def content_structure_problem(content: object, where: str) -> str | None:
+    """A user message's or tool result's ``content`` that is neither a ``str`` the
+    log can hold nor a tuple of well-formed parts (:data:`~agentloop.Part`)."""
+    if type(content) is str:
+        return None if content.isascii() else surrogate_problem(content, where)
+    if type(content) is not tuple:
+        return f"{where} must be a str or a tuple of parts, got {type(content).__name__}"
+    for index, part in enumerate(content):
+        kind = type(part)
+        at = f"{where}[{index}]"
+        if kind is TextBlock:
+            problem = block_problem(part, at)
+        elif kind in _MEDIA_KINDS:
+            problem = media_structure_problem(part, at)
+        else:
+            problem = (
+                f"{at} must be a TextBlock, ImageBlock, AudioBlock or DocumentBlock, "
+                f"got {kind.__name__}"
+            )
+        if problem is not None:
+            return problem
+    return None
+
+
+def media_problem(
+    block: ImageBlock | AudioBlock | DocumentBlock, where: str, limits: Limits
+) -> str | None:
+    """What a well-formed media block breaks, or ``None``: exactly one of ``data``
+    and ``url``; a ``type/subtype`` media type of the block's kind (``image/*`` for
+    an image, ``audio/*`` for audio, any for a document); non-empty ``data`` within
+    ``limits.blob_bytes``; an ``http``, ``https`` or ``data`` URL (a ``data:`` URL
+    holds bytes too, so its length counts against ``blob_bytes``)."""
+    label = media_label(block, where)
+    data, url, media_type = block.data, block.url, block.media_type
+    if (data is None) == (url is None):
+        both = "both" if data is not None else "neither"
+        return f"{label}: exactly one of data and url must be set, got {both}"
+    if _MEDIA_TYPE.fullmatch(media_type) is None:
+        return f"{label}: media_type {media_type[:80]!r} is not a type/subtype media type"
+    top = _MEDIA_KINDS[type(block)]
+    if top is not None and media_type.partition("/")[0].lower() != top:
+        return f"{label}: an {type(block).__name__}'s media_type must be {top}/*"
+    if data is not None:
+        if not data:
+            return f"{label}: data is empty (0 bytes)"
+        if len(data) > limits.blob_bytes:
+            return f"{label}: {len(data)} bytes exceed {limit_name(limits, 'blob_bytes')}"
+        return None
+    assert url is not None
+    if len(url) > limits.blob_bytes:
+        return f"{label}: a url of {len(url)} characters exceeds {limit_name(limits, 'blob_bytes')}"
+    scheme, colon, rest = url.partition(":")
+    if not colon or scheme.lower() not in URL_SCHEMES:
+        return (
+            f"{label}: url scheme {scheme[:40]!r} is not one of http, https, data"
+            if colon
+            else f"{label}: url {url[:80]!r} has no scheme (http, https or data)"
+        )
+    if _URL_UNSAFE.search(url) is not None:
+        return f"{label}: url holds whitespace or control characters"
+    if scheme.lower() == "data":
+        if "," not in rest:
+            return f"{label}: data: url has no ',' before its data"
+    elif not rest.startswith("//") or len(rest) == 2 or rest[2] == "/":
+        return f"{label}: url {url[:80]!r} has no host"
+    return None
+
+
+def parts_problem(
+    content: tuple[Any, ...], where: str, limits: Limits, count: int = 0
+) -> tuple[str | None, int]:
+    """The first rule a well-formed tuple of parts breaks (:func:`media_problem`,
+    ``limits.blobs_per_step``), and the number of media blocks counted so far:
+    ``count`` (the blocks the same source added earlier in the step) plus this
+    content's."""
+    for index, part in enumerate(content):
+        if type(part) not in _MEDIA_KINDS:  # text (or, in an assistant message, other blocks)
+            continue
+        count += 1
+        at = f"{where}[{index}]"
+        if count > limits.blobs_per_step:
+            name = limit_name(limits, "blobs_per_step")
+            return f"{media_label(part, at)}: more than {name} media blocks in one step", count
+        problem = media_problem(part, at, limits)
+        if problem is not None:
+            return problem, count
+    return None, count
+
+
 def block_problem(block: object, where: str) -> str | None:
     kind = type(block)
     if kind is TextBlock:
@@ -268,9 +427,11 @@ def block_problem(block: object, where: str) -> str | None:
         if problem is None:
             problem = json_problem(block.data, f"{where}.data")  # type: ignore[attr-defined]
         return problem
+    if kind is ImageBlock:  # (an image-generating model's)
+        return media_structure_problem(block, where)
     return (
-        f"{where} must be a TextBlock, ThinkingBlock, ToolCall or ProviderBlock, "
-        f"got {kind.__name__}"
+        f"{where} must be a TextBlock, ThinkingBlock, ToolCall, ProviderBlock or "
+        f"ImageBlock, got {kind.__name__}"
     )
 
 
@@ -290,10 +451,13 @@ def message_problem(message: Message, where: str) -> str | None:
     elif kind is ToolResultMessage:
         if type(message.is_error) is not bool:  # type: ignore[union-attr]
             return f"{where}.is_error must be a bool, got {type(message.is_error).__name__}"  # type: ignore[union-attr]
-        names = ("id", "tool_call_id", "tool_name", "content")
+        names = ("id", "tool_call_id", "tool_name")
     else:
-        names = ("id", "content")
-    return _str_fields(message, *names, where=where)
+        names = ("id",)
+    problem = _str_fields(message, *names, where=where)
+    if problem is None and kind is not AssistantMessage:
+        problem = content_structure_problem(message.content, f"{where}.content")
+    return problem
 
 
 def _str_fields(owner: object, *names: str, where: str | None = None) -> str | None:
@@ -382,7 +546,10 @@ def reply_problem(reply: object) -> str | None:
             or _attempts_problem(reply.attempts, "ModelFailure")  # type: ignore[attr-defined]
         )
     elif kind is ToolResult:
-        problem = _str_fields(reply, "call_id", "content")
+        problem = _str_fields(reply, "call_id") or content_structure_problem(
+            reply.content,  # type: ignore[attr-defined]
+            "ToolResult.content",
+        )
         if problem is None and type(reply.is_error) is not bool:  # type: ignore[attr-defined]
             problem = "ToolResult.is_error must be a bool"
         if problem is None:
@@ -399,7 +566,10 @@ def reply_problem(reply: object) -> str | None:
         if type(message) is not UserMessage:
             problem = f"{kind.__name__}.message must be a UserMessage, got {type(message).__name__}"
         else:
-            problem = _str_fields(message, "id", "content", where=f"{kind.__name__}.message")
+            where = f"{kind.__name__}.message"
+            problem = _str_fields(message, "id", where=where) or content_structure_problem(
+                message.content, f"{where}.content"
+            )
     elif kind is UnrecognizedReply:
         problem = _str_fields(reply, "description")
     else:
@@ -467,6 +637,13 @@ def accept(reply: object, limits: Limits) -> tuple[Any, str | None, bool]:
     problem = reply_problem(reply)
     if problem is not None:
         return reply, problem, False
+    if (kind is Steer or kind is FollowUp) and type(reply.message.content) is tuple:  # type: ignore[attr-defined]
+        # The caller's message: its blocks' limits are caller misuse too, refused
+        # before the message is queued (and its bytes recorded).
+        where = f"{kind.__name__}.message.content"
+        problem, _ = parts_problem(reply.message.content, where, limits)  # type: ignore[attr-defined]
+        if problem is not None:
+            return reply, problem, False
     return own_reply(reply), None, False
 
 
@@ -602,7 +779,7 @@ def content_problem(
     if len(content) > limits.assistant_blocks:
         name = limit_name(limits, "assistant_blocks")
         return f"{len(content)} blocks exceed {name}"
-    text_points = 0
+    text_points = media = 0
     seen: set[str] = set()
     for index, block in enumerate(content):
         kind = type(block)
@@ -618,8 +795,18 @@ def content_problem(
             ):
                 return _call_problem(index, block, seen, message_ids, call_ids, limits)  # type: ignore[arg-type]
             seen.add(call_id)
-        elif kind is not ProviderBlock:  # opaque data: checked as JSON, not as text
+        elif kind is TextBlock or kind is ThinkingBlock:
             text_points += len(block.text)  # type: ignore[union-attr]
+        elif kind is ImageBlock:
+            media += 1
+            where = f"content[{index}]"
+            if media > limits.blobs_per_step:
+                name = limit_name(limits, "blobs_per_step")
+                return f"{media_label(block, where)}: more than {name} media blocks in one step"
+            problem = media_problem(block, where, limits)  # type: ignore[arg-type]
+            if problem is not None:
+                return problem
+        # (a ProviderBlock's opaque data is checked as JSON, not as text)
     if text_points > limits.step_text_code_points:
         name = limit_name(limits, "step_text_code_points")
         return f"text exceeds {name}"

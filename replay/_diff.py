@@ -6,6 +6,7 @@ levels deep is rendered (cut to a width) and compared with explicit stacks.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 from collections.abc import Iterator
@@ -15,9 +16,12 @@ import msgspec
 
 from agentloop import (
     AssistantMessage,
+    AudioBlock,
     BudgetWarnEvent,
     Cancel,
+    DocumentBlock,
     Event,
+    ImageBlock,
     MessageAcceptedEvent,
     MessageQueuedEvent,
     ModelChunk,
@@ -47,7 +51,7 @@ from agentloop import (
     UserMessage,
 )
 
-__all__ = ["diff_events", "short", "summarize"]
+__all__ = ["blob_text", "diff_events", "short", "summarize"]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -66,9 +70,19 @@ def _items(value: msgspec.Struct) -> Iterator[tuple[str, Any]]:
         yield name, getattr(value, name)
 
 
+def blob_text(data: bytes) -> str:
+    """``<72 bytes sha256:1f2e3d4c5b6a>``: a media block's bytes as every rendering
+    here shows them (a diff, a summary, a snapshot): by size and the start of their
+    SHA-256, never the bytes themselves."""
+    return f"<{len(data)} bytes sha256:{hashlib.sha256(data).hexdigest()[:12]}>"
+
+
 def _scalar(value: Any) -> str:
     """A value that is not a container, as JSON writes it (numbers JSON cannot
-    hold as Python writes them: ``nan``, ``inf``, a huge int's digits)."""
+    hold as Python writes them: ``nan``, ``inf``, a huge int's digits; bytes by
+    :func:`blob_text`)."""
+    if value.__class__ is bytes:
+        return blob_text(value)
     if isinstance(value, float):
         return _encode(value).decode() if math.isfinite(value) else repr(float(value))
     if isinstance(value, int) and not isinstance(value, bool):
@@ -147,6 +161,8 @@ def short(value: Any, width: int = 60) -> str:
         text = _render(value, width)
     elif isinstance(value, int) and not isinstance(value, bool):
         text = _digits(value)
+    elif value.__class__ is bytes:
+        return blob_text(value)  # (whole: its hash is what tells two blobs apart)
     else:
         text = repr(value)
     if len(text) > width:
@@ -166,7 +182,33 @@ def _block(block: Any) -> str:
         return f"call {block.id} {block.name}({short(block.arguments, 40)})"
     if type(block) is ProviderBlock:
         return f"{block.provider} {block.kind}"
+    kind = _MEDIA.get(type(block))
+    if kind is not None:
+        return media_text(block, kind)
     return type(block).__name__
+
+
+_MEDIA: Final[dict[type, str]] = {
+    ImageBlock: "image",
+    AudioBlock: "audio",
+    DocumentBlock: "document",
+}
+
+
+def media_text(block: Any, kind: str) -> str:
+    """``image image/png <72 bytes sha256:1f2e3d4c5b6a> chart.png``: one line for a
+    media block (a URL is cut to a width; the bytes are never shown)."""
+    where = blob_text(block.data) if block.data.__class__ is bytes else short(block.url, 50)
+    name = "" if block.name is None else f" {short(block.name, 30)}"
+    return f"{kind} {_clip(str(block.media_type), 40)} {where}{name}"
+
+
+def _content(content: Any, width: int) -> str:
+    """A user message's or tool result's content: a str cut to ``width``, parts one
+    by one (:func:`_blocks`)."""
+    if content.__class__ is tuple:
+        return _blocks(content)
+    return short(content, width)
 
 
 def _blocks(blocks: tuple[Any, ...]) -> str:
@@ -190,7 +232,7 @@ def _reply(reply: Any) -> str:
         return f"failure {reply.code}: {short(reply.message, 50)}"
     if kind is ToolResult:
         error = " (error)" if reply.is_error else ""
-        return f"result for {reply.call_id}{error}: {short(reply.content, 40)}"
+        return f"result for {reply.call_id}{error}: {_content(reply.content, 40)}"
     if kind is Resume:
         budget = " +budget" if reply.budget is not None else ""
         return f"resume {short(reply.payload, 40)}{budget}"
@@ -224,16 +266,16 @@ def summarize(event: Event) -> str:
         return "  ".join(parts)
     if isinstance(event, MessageQueuedEvent):
         queued = event.reply.message
-        return f"{event.mode} {queued.id}: {short(queued.content, 50)}"
+        return f"{event.mode} {queued.id}: {_content(queued.content, 50)}"
     if isinstance(event, MessageAcceptedEvent):
         message = event.message
         if type(message) is UserMessage:
-            return f"user {message.id}: {short(message.content, 50)}"
+            return f"user {message.id}: {_content(message.content, 50)}"
         if type(message) is AssistantMessage:
             return f"assistant {message.id}: {_blocks(message.content)}"
         assert type(message) is ToolResultMessage
         error = " (error)" if message.is_error else ""
-        return f"tool result {message.tool_call_id}{error}: {short(message.content, 40)}"
+        return f"tool result {message.tool_call_id}{error}: {_content(message.content, 40)}"
     if isinstance(event, StepStartEvent):
         return event.request_id
     if isinstance(event, ModelChunkEvent):
@@ -254,7 +296,7 @@ def summarize(event: Event) -> str:
                 f"usage={tokens.input_tokens}/{tokens.output_tokens}, "
                 f"tool_calls={child.tool_calls})"
             )
-        text = f"{event.message.tool_call_id} {event.message.tool_name}{who}: " + short(
+        text = f"{event.message.tool_call_id} {event.message.tool_name}{who}: " + _content(
             event.message.content, 50
         )
         return text

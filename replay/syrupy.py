@@ -25,6 +25,9 @@ one text file per snapshot instead, one block per event::
   string stays on one line, with ``\\n`` escaped). Dict keys keep their recorded
   order. Floats JSON cannot hold are written as the log files write them
   (``{"$float":"nan"}``), so nothing is lost.
+- A media block's bytes (an image's ``data``) are written as their SHA-256 and
+  size, ``"sha256:1f2e... (72 bytes)"``, never as the bytes: a snapshot of a
+  session with a 10 MB image stays readable, and changes when the image does.
 - Volatile fields are masked: left out, wherever they appear (a Struct field or
   a dict key), except inside tool-call ``arguments`` and tool ``parameters``
   schemas, which are data. By default :data:`DEFAULT_MASK` (``at`` and the
@@ -52,6 +55,7 @@ Use it per assertion or as the default for a test module::
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Final
@@ -284,6 +288,10 @@ def _plain(value: Any, mask: frozenset[str]) -> Any:
         if _INT_MIN <= value < _INT_END:
             return int(value)
         return {"$int": str(int(value))}
+    if value.__class__ is bytes:
+        # A media block's bytes: by hash and size, never the bytes (its media type
+        # is the field next to it). Two snapshots differ when the bytes do.
+        return f"sha256:{hashlib.sha256(value).hexdigest()} ({len(value)} bytes)"
     if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
         return [_plain(item, mask) for item in value]
     return _plain(msgspec.to_builtins(value), mask)

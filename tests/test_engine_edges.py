@@ -123,7 +123,7 @@ REFUSED = {
             AssistantMessage("a1", (call("add", "c1"),)),
             ToolResultMessage("t1", "c1", "add", 3),
         ],
-        "messages[2].content must be a str, got int",
+        "messages[2].content must be a str or a tuple of parts, got int",
     ),
     "tool result is_error an int": (
         [
@@ -136,11 +136,11 @@ REFUSED = {
     # Values msgspec.to_builtins would have turned into strings or lists: refused.
     "user content bytes": (
         [UserMessage("u1", b"hi")],
-        "messages[0].content must be a str, got bytes",
+        "messages[0].content must be a str or a tuple of parts, got bytes",
     ),
     "user content a datetime": (
         [UserMessage("u1", datetime.datetime(2024, 1, 2, 3, 4, 5))],
-        "messages[0].content must be a str, got datetime",
+        "messages[0].content must be a str or a tuple of parts, got datetime",
     ),
     "user id a Decimal": (
         [UserMessage(decimal.Decimal("1.5"), "hi")],
@@ -152,11 +152,11 @@ REFUSED = {
     ),
     "user content an Enum": (
         [UserMessage("u1", Colour.RED)],
-        "messages[0].content must be a str, got Colour",
+        "messages[0].content must be a str or a tuple of parts, got Colour",
     ),
     "user content a str Enum": (
         [UserMessage("u1", Word.HELLO)],
-        "messages[0].content must be a str, got Word",
+        "messages[0].content must be a str or a tuple of parts, got Word",
     ),
     "assistant content a set": (
         [USER, AssistantMessage("a1", {TextBlock("x")})],
@@ -184,7 +184,7 @@ REFUSED = {
     ),
     "dict with a str Enum content": (
         [{"role": "user", "id": "u1", "content": Word.HELLO}],
-        "messages[0].content must be a str, got Word",
+        "messages[0].content must be a str or a tuple of parts, got Word",
     ),
     "not a message": (
         [USER, ("assistant", "a1", "hello")],

@@ -71,8 +71,8 @@ MALFORMED: dict[str, tuple[list[Any], Any, str]] = {
     "chunk block a message": (
         [],
         ModelChunk(REQUEST, UserMessage("u2", "hi")),
-        "ModelChunk.block must be a TextBlock, ThinkingBlock, ToolCall or ProviderBlock, "
-        "got UserMessage",
+        "ModelChunk.block must be a TextBlock, ThinkingBlock, ToolCall, ProviderBlock or "
+        "ImageBlock, got UserMessage",
     ),
     "chunk at too large for a float": (
         [],
@@ -103,8 +103,8 @@ MALFORMED: dict[str, tuple[list[Any], Any, str]] = {
     "first response block not a block, the next valid": (
         [],
         ModelResponse(REQUEST, "r1", ("x", TextBlock("ok")), "stop"),
-        "ModelResponse.content[0] must be a TextBlock, ThinkingBlock, ToolCall or ProviderBlock, "
-        "got str",
+        "ModelResponse.content[0] must be a TextBlock, ThinkingBlock, ToolCall, ProviderBlock "
+        "or ImageBlock, got str",
     ),
     "second response block malformed": (
         [],
@@ -151,7 +151,7 @@ MALFORMED: dict[str, tuple[list[Any], Any, str]] = {
     "tool result content not a str": (
         TO_TOOL,
         ToolResult("c1", {"sum": 3}),
-        "ToolResult.content must be a str, got dict",
+        "ToolResult.content must be a str or a tuple of parts, got dict",
     ),
     # Resume
     "resume budget a dict": (

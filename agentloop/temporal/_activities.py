@@ -337,6 +337,9 @@ class SessionActivities:
         with idempotency_session(value.session):
             # to_thread copies this context: the tool sees the key.
             content, is_error = await _heartbeating(asyncio.to_thread(registry.execute, value.call))
+        if type(content) is not str:
+            # Blocks would travel by value in every activity payload: not yet (DESIGN §25).
+            content, is_error = "a tool's blocks cannot pass through Temporal yet", True
         return raw(encode(ToolOutput(_valid_unicode(content), is_error)))
 
 
