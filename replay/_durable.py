@@ -297,8 +297,9 @@ def run_durable(
     Raises:
         SessionLeased: another worker holds the session's lease (its message
             says who, for how many more seconds, and how to free it; after a
-            crash, the dead worker's lease lasts until it expires), or this run
-            lost its lease while it worked (nothing more was written).
+            crash, a dead worker's lease on this host is taken over at once, one
+            held from another host lasts until it expires), or this run lost its
+            lease while it worked (nothing more was written).
         StoreConflict: another writer advanced the session (or created it) first.
         SessionNotFound: no such session and no ``messages`` to start it.
         ValueError: ``messages`` (or the options) differ from the stored session's
