@@ -1075,8 +1075,27 @@ def _worker_processes(args: argparse.Namespace) -> int:
 
     import msgspec
 
-    argv = [a for a in sys.argv[1:] if a != "--json"]
-    command_line = [sys.executable, "-m", "replay", *argv, "--processes", "1", "--json"]
+    command_line = [
+        sys.executable,
+        "-m",
+        "replay",
+        "worker",
+        args.db,
+        "--factory",
+        args.factory,
+        "--threads",
+        str(args.threads),
+        *(f"--limit={spec}" for spec in args.limit),
+        "--lease",
+        str(args.lease),
+        "--poll",
+        str(args.poll),
+        "--progress",
+        str(args.progress),
+        *(["--forever"] if args.forever else []),
+        *(["--quiet"] if args.quiet else []),
+        "--json",
+    ]
     children = [
         subprocess.Popen(command_line, stdout=subprocess.PIPE, text=True)
         for _ in range(args.processes)
@@ -1097,8 +1116,10 @@ def _worker_processes(args: argparse.Namespace) -> int:
     total: dict[str, Any] = {"finished": {}, "parked": 0, "stopped": 0, "skipped": 0, "failed": 0}
     seconds = 0.0
     for child, output in zip(children, outputs, strict=True):
+        if child.returncode == -signal.SIGTERM and not output:
+            continue  # stopped while it started, before its handler: it ran nothing
         if child.returncode not in (EXIT_OK, EXIT_DIFFERENT):
-            total["failed"] += 1
+            total["failed"] += 1  # (its error went to stderr)
             continue
         stats = msgspec.json.decode(output.strip().splitlines()[-1])
         for status, count in stats["finished"].items():

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -30,6 +34,7 @@ from replay import _worker as worker_module
 from replay.__main__ import main
 
 from . import worker_factory as sessions
+from .helpers import ROOT, subprocess_env
 
 
 @pytest.fixture
@@ -486,3 +491,59 @@ def test_cli_usage_errors(tmp_path, capsys, arguments, message):
     factory = [] if "--factory" in arguments else ["--factory", "tests.worker_factory:factory"]
     assert main(["worker", str(path), *factory, *arguments]) == 2
     assert message in capsys.readouterr().err
+
+
+def run_cli(*arguments: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "replay", "worker", *arguments],
+        cwd=ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_processes_share_the_store_and_their_stats_are_summed(tmp_path):
+    path = tmp_path / "cli.db"
+    with SQLiteStore(path) as store:
+        sessions.submit_sessions(store, 8)
+    factory = ["--factory", "tests.worker_factory:factory"]
+    done = run_cli(str(path), *factory, "--processes", "2", "--threads", "1", "--json")
+    out, err = done.communicate(timeout=300)
+    assert done.returncode == 0, err
+    stats = json.loads(out)
+    assert (stats["finished"], stats["processes"], stats["failed"]) == ({"completed": 8}, 2, 0)
+    with SQLiteStore(path) as store:
+        assert {info.status for info in store.sessions()} == {"completed"}
+    # Children that cannot load the factory: each one counts as failed.
+    done = run_cli(str(path), "--factory", "tests.nope:f", "--processes", "2", "--limit=x:rpm=1")
+    out, err = done.communicate(timeout=300)
+    assert done.returncode == 1
+    assert out.startswith("replay worker: 0 sessions") and "2 failed" in out
+    assert err.count("cannot load it") == 2
+
+
+def test_sigterm_drains_every_process(tmp_path):
+    path = tmp_path / "cli.db"
+    with SQLiteStore(path) as store:
+        sessions.submit_sessions(store, 4)
+    worker = run_cli(
+        str(path),
+        "--factory",
+        "tests.worker_factory:factory",
+        "--processes",
+        "2",
+        "--forever",
+        "--poll",
+        "0.05",
+        "--quiet",
+    )
+    with SQLiteStore(path) as store:
+        while any(not info.finished for info in store.sessions()):
+            time.sleep(0.05)
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=300)
+    assert worker.returncode == 0, err
+    assert out.startswith("replay worker: 4 sessions (4 completed; 0 parked)")
+    assert out.rstrip().endswith("(2 processes)")
