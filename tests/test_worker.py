@@ -547,3 +547,56 @@ def test_sigterm_drains_every_process(tmp_path):
     assert worker.returncode == 0, err
     assert out.startswith("replay worker: 4 sessions (4 completed; 0 parked)")
     assert out.rstrip().endswith("(2 processes)")
+
+
+class FakeSlots:
+    """A concurrency slot that is busy ``busy`` times (then free); ``on_busy`` runs
+    each time."""
+
+    def __init__(self, busy: int, on_busy: Any = None) -> None:
+        self.busy = busy
+        self.on_busy = on_busy
+        self.released = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self.busy:
+            self.busy -= 1
+            if self.on_busy is not None:
+                self.on_busy()
+            return False
+        return True
+
+    def release(self) -> None:
+        self.released += 1
+
+
+def test_a_call_waits_for_a_slot_until_one_is_free():
+    limit, _, _ = limiter(RateLimit(concurrent=1))
+    limit.slots = FakeSlots(busy=2)
+    limit.begin()  # busy, busy, free
+    limit.end(None)
+    assert limit.slots.released == 1
+
+
+def test_a_stop_while_a_call_waits_for_its_slot_makes_no_call(store):
+    sessions.submit_sessions(store, 1)
+    worker = Worker(store, sessions.factory, limits={"scripted": RateLimit(concurrent=1)})
+    worker._limiters["scripted"].slots = FakeSlots(busy=1, on_busy=worker.stop)  # type: ignore[assignment]
+    stats = worker.run()
+    assert (stats.stopped, stats.advanced) == (1, 0)
+    info = store.session("s0")
+    assert (info.status, info.events, info.lease_owner) == ("running", 3, None)
+
+
+def test_a_stop_while_sessions_are_handed_out_hands_out_no_more(store):
+    sessions.submit_sessions(store, 6)
+    worker: list[Worker] = []
+
+    def factory(info: replay.SessionInfo) -> SessionSetup:
+        worker[0].stop()
+        return sessions.factory(info)
+
+    worker.append(Worker(store, factory, threads=1))
+    stats = worker[0].run()
+    assert stats.advanced == 0 and stats.stopped >= 2
+    assert len(store.runnable()) == 6  # every one still there, resumable
