@@ -10,6 +10,8 @@
 - :class:`SQLiteStore`, :func:`run_durable` (:func:`arun_durable`), :func:`answer`:
   durable sessions in an embedded SQLite store (crash-safe, parked pauses,
   steering, several workers).
+- :class:`Worker` (:func:`work`, :func:`submit`): run every runnable session of a
+  store with a pool of threads, rate-limited per provider (``python -m replay worker``).
 - :func:`view` / :func:`view_html`: a log as one self-contained HTML page.
 - ``python -m replay show|check|diff|stats|verify|view|otel LOG``: the same from a shell.
 
@@ -26,7 +28,7 @@ _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time see __getattr__
     from ._diff import diff_events, summarize
-    from ._durable import Parked, answer, arun_durable, run_durable
+    from ._durable import Parked, answer, arun_durable, run_durable, submit
     from ._log import (
         LOG_FORMAT,
         LOG_FORMAT_VERSION,
@@ -63,6 +65,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time s
         StoreVersionError,
     )
     from ._view import view, view_html
+    from ._worker import RateLimit, SessionSetup, Worker, WorkerError, WorkerStats, work
 
 # Names are imported on first use, so that loading the pytest plugin (an entry point
 # of this package) costs nothing in test sessions that never use it.
@@ -99,7 +102,10 @@ _LAZY = {
         ),
         "._replay",
     ),
-    **dict.fromkeys(("Parked", "answer", "arun_durable", "run_durable"), "._durable"),
+    **dict.fromkeys(("Parked", "answer", "arun_durable", "run_durable", "submit"), "._durable"),
+    **dict.fromkeys(
+        ("RateLimit", "SessionSetup", "Worker", "WorkerError", "WorkerStats", "work"), "._worker"
+    ),
     **dict.fromkeys(("view", "view_html"), "._view"),
     **dict.fromkeys(
         (
@@ -146,6 +152,7 @@ __all__ = [
     "LogWriter",
     "LoopSnapshot",
     "Parked",
+    "RateLimit",
     "ReplayDivergence",
     "ReplayError",
     "ReplayResult",
@@ -153,10 +160,14 @@ __all__ = [
     "SessionInfo",
     "SessionLeased",
     "SessionNotFound",
+    "SessionSetup",
     "StoreConflict",
     "StoreError",
     "StoreVersionError",
     "TornLogError",
+    "Worker",
+    "WorkerError",
+    "WorkerStats",
     "answer",
     "arun_durable",
     "diff_events",
@@ -167,8 +178,10 @@ __all__ = [
     "resume",
     "run_durable",
     "state_at",
+    "submit",
     "summarize",
     "view",
     "view_html",
+    "work",
     "write_log",
 ]

@@ -931,6 +931,212 @@ def _repair(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- view, otel
 
 
+def _worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("db", metavar="DB", help="the session store (an SQLite file)")
+    parser.add_argument(
+        "--factory",
+        required=True,
+        metavar="MODULE:FUNCTION",
+        help="factory(info) -> replay.SessionSetup: each session's model and tools",
+    )
+    parser.add_argument("--threads", type=int, default=4, help="sessions at once (default 4)")
+    parser.add_argument(
+        "--processes", type=int, default=1, help="worker processes, each with --threads"
+    )
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="PROVIDER:KEY=N,...",
+        help="a provider's rate limit: rpm, tpm, concurrent, retries (repeatable)",
+    )
+    parser.add_argument("--lease", type=float, default=30.0, help="lease seconds (default 30)")
+    parser.add_argument(
+        "--forever", action="store_true", help="keep polling when no session is runnable"
+    )
+    parser.add_argument("--poll", type=float, default=0.5, help="seconds between polls")
+    parser.add_argument(
+        "--progress", type=float, default=1.0, help="seconds between progress lines (stderr)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    _json_flag(parser)
+
+
+_LIMIT_KEYS = {
+    "rpm": "requests_per_minute",
+    "tpm": "tokens_per_minute",
+    "concurrent": "concurrent",
+    "retries": "retries",
+}
+
+
+def _limits(specs: Sequence[str]) -> dict[str, Any]:
+    """``--limit openai:rpm=500,tpm=200000`` as ``{provider: RateLimit}``."""
+    from ._worker import RateLimit, WorkerError
+
+    limits: dict[str, Any] = {}
+    for spec in specs:
+        provider, _, items = spec.partition(":")
+        fields: dict[str, Any] = {}
+        try:
+            for item in items.split(","):
+                key, _, value = item.partition("=")
+                name = _LIMIT_KEYS[key.strip()]
+                number = float(value)
+                fields[name] = int(number) if name in ("concurrent", "retries") else number
+            limits[provider] = RateLimit(**fields)
+        except (KeyError, ValueError, WorkerError) as exc:
+            raise _Fail(
+                f"--limit {spec!r}: expected PROVIDER:KEY=N,... with keys "
+                f"{', '.join(_LIMIT_KEYS)} ({exc})"
+            ) from None
+        if not provider:
+            raise _Fail(f"--limit {spec!r}: name the provider (PROVIDER:KEY=N,...)")
+    return limits
+
+
+def _factory(spec: str) -> Any:
+    import importlib
+
+    module_name, _, name = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise _Fail(
+            f"--factory {spec!r}: cannot load it ({type(exc).__name__}: {exc}); expected "
+            "MODULE:FUNCTION, importable from here"
+        ) from None
+    return factory
+
+
+@command(
+    "worker",
+    "run every runnable session of a store (threads, processes, rate limits)",
+    _worker_arguments,
+    description=(
+        "Run every runnable session of a store (new ones stored by replay.submit, ones "
+        "whose worker died, parked ones with an answer) until none is left (or, with "
+        "--forever, until SIGTERM or Ctrl-C, which drain: sessions in progress stop at "
+        "their next side-effect boundary, committed and resumable)."
+    ),
+    epilog=_STORE_EPILOG,
+)
+def _worker(args: argparse.Namespace) -> int:
+    import signal
+
+    from ._worker import Worker, WorkerError, WorkerStats
+
+    if args.processes < 1:
+        raise _Fail(f"--processes must be 1 or more, got {args.processes}")
+    if args.processes > 1:
+        return _worker_processes(args)
+    limits = _limits(args.limit)
+    factory = _factory(args.factory)
+    with _store_at(args.db) as store:
+
+        def progress(stats: WorkerStats) -> None:
+            _say(f"replay worker: {stats.line()}", sys.stderr)
+
+        try:
+            worker = Worker(
+                store,
+                factory,
+                threads=args.threads,
+                limits=limits,
+                lease_seconds=args.lease,
+                forever=args.forever,
+                poll=args.poll,
+                progress=args.progress,
+                on_progress=None if args.quiet else progress,
+            )
+        except (WorkerError, ValueError) as exc:
+            raise _Fail(str(exc), path=args.db) from None
+        handlers = {
+            number: signal.signal(number, lambda *_: worker.stop())
+            for number in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            stats = worker.run()
+        finally:
+            for number, handler in handlers.items():
+                signal.signal(number, handler)
+    if args.json:
+        _print_json(stats.to_dict())
+    else:
+        _say(f"replay worker: {stats.line()}")
+    return EXIT_OK if not stats.failed else EXIT_DIFFERENT
+
+
+def _worker_processes(args: argparse.Namespace) -> int:
+    """``--processes N``: N workers (this command again, each with ``--threads``);
+    SIGTERM and Ctrl-C are passed on to them; their stats are summed."""
+    import signal
+    import subprocess
+
+    import msgspec
+
+    command_line = [
+        sys.executable,
+        "-m",
+        "replay",
+        "worker",
+        args.db,
+        "--factory",
+        args.factory,
+        "--threads",
+        str(args.threads),
+        *(f"--limit={spec}" for spec in args.limit),
+        "--lease",
+        str(args.lease),
+        "--poll",
+        str(args.poll),
+        "--progress",
+        str(args.progress),
+        *(["--forever"] if args.forever else []),
+        *(["--quiet"] if args.quiet else []),
+        "--json",
+    ]
+    children = [
+        subprocess.Popen(command_line, stdout=subprocess.PIPE, text=True)
+        for _ in range(args.processes)
+    ]
+
+    def forward(number: int, frame: Any) -> None:
+        for child in children:
+            child.send_signal(number)
+
+    handlers = {
+        number: signal.signal(number, forward) for number in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        outputs = [child.communicate()[0] for child in children]
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    total: dict[str, Any] = {"finished": {}, "parked": 0, "stopped": 0, "skipped": 0, "failed": 0}
+    seconds = 0.0
+    for child, output in zip(children, outputs, strict=True):
+        if child.returncode == -signal.SIGTERM and not output:
+            continue  # stopped while it started, before its handler: it ran nothing
+        if child.returncode not in (EXIT_OK, EXIT_DIFFERENT):
+            total["failed"] += 1  # (its error went to stderr)
+            continue
+        stats = msgspec.json.decode(output.strip().splitlines()[-1])
+        for status, count in stats["finished"].items():
+            total["finished"][status] = total["finished"].get(status, 0) + count
+        for key in ("parked", "stopped", "skipped", "failed"):
+            total[key] += stats[key]
+        seconds = max(seconds, stats["seconds"])
+    from ._worker import WorkerStats
+
+    summed = WorkerStats(**total, seconds=seconds)
+    if args.json:
+        _print_json({**summed.to_dict(), "processes": args.processes})
+    else:
+        _say(f"replay worker: {summed.line()} ({args.processes} processes)")
+    return EXIT_OK if not summed.failed else EXIT_DIFFERENT
+
+
 @command(
     "view",
     "write a log as one self-contained HTML page",

@@ -113,7 +113,7 @@ from ._diff import diff_events
 from ._replay import replay, resume
 from ._store import SessionNotFound, SQLiteStore, StoreError, _check_lease
 
-__all__ = ["Parked", "answer", "arun_durable", "run_durable"]
+__all__ = ["Parked", "answer", "arun_durable", "run_durable", "submit"]
 
 
 class Parked(msgspec.Struct, frozen=True, kw_only=True):
@@ -189,6 +189,48 @@ def answer(store: SQLiteStore, session_id: str, reply: Resume | Cancel | Steer |
     store.put_answer(session_id, reply)  # type: ignore[arg-type]
 
 
+def submit(
+    store: SQLiteStore,
+    session_id: str,
+    messages: Sequence[Any],
+    *,
+    tools: ToolRegistry | Iterable[Tool | ToolSpec],
+    **options: Unpack[SessionOptions],
+) -> None:
+    """Store a new session for a worker to run (:class:`replay.Worker`,
+    ``python -m replay worker DB``): its first events, up to its first model call,
+    with status ``running`` and no lease. Nothing is called: no model, no tool.
+
+    The worker continues it with the model and tools its factory gives for the
+    session (the tools must offer the session's; ``hooks`` and ``output``, if the
+    session is started with them, must be given again by the factory).
+
+    Args:
+        store, session_id, messages, tools: as for :func:`run_durable`.
+        system, max_steps, budget, hooks, started_at, parallel_tools, limits,
+            output, output_retries: as for :func:`agentloop.run` (``started_at``
+            defaults to ``time.time()``).
+
+    Raises:
+        StoreConflict: a session with that id exists already.
+        ValueError, TypeError: bad arguments (as :func:`agentloop.agent_loop`
+            says).
+    """
+    if type(session_id) is not str or not session_id or not clean_text(session_id):
+        raise ValueError(f"session_id must be a non-empty str (valid Unicode), got {session_id!r}")
+    config, _ = split(options, "submit", SESSION_KEYS)
+    config.setdefault("started_at", time.time())
+    loop = agent_loop(messages, tools=tools, **config)
+    # Up to the first effect (a model call); an invalid transcript ends the run
+    # (failed) at once. The session is stored either way.
+    with contextlib.suppress(StopIteration):
+        next(loop)
+    result = loop.result
+    status = "running" if result is None else result.status
+    store.create(session_id, list(loop.log), status=status, steps=loop.step)
+    loop.close()
+
+
 def _message_ids(events: Iterable[Event]) -> set[str]:
     """The ids of the messages a stored log holds (or has queued)."""
     ids = set()
@@ -255,8 +297,9 @@ def run_durable(
     Raises:
         SessionLeased: another worker holds the session's lease (its message
             says who, for how many more seconds, and how to free it; after a
-            crash, the dead worker's lease lasts until it expires), or this run
-            lost its lease while it worked (nothing more was written).
+            crash, a dead worker's lease on this host is taken over at once, one
+            held from another host lasts until it expires), or this run lost its
+            lease while it worked (nothing more was written).
         StoreConflict: another writer advanced the session (or created it) first.
         SessionNotFound: no such session and no ``messages`` to start it.
         ValueError: ``messages`` (or the options) differ from the stored session's
@@ -271,16 +314,29 @@ def run_durable(
             as in ``run``, and that end is committed.)
     """
     checked = _Options(False, store, session_id, messages, model, tools, options, "run_durable")
+    outcome = _run(checked, None)
+    assert outcome is not None  # (only a stop event stops a run half-way)
+    return outcome[0]
+
+
+def _run(checked: _Options, stop: threading.Event | None) -> tuple[RunResult | Parked, bool] | None:
+    """:func:`run_durable`'s work; and whether this call advanced the session. With
+    ``stop`` (the worker's drain, DESIGN §29): once it is set, the run ends at its
+    next side-effect boundary, committed and its lease released, with nothing in
+    flight (``None``)."""
     runner = checked.prepare()
     if not isinstance(runner, _Runner):
-        return runner
+        return runner, False
+    runner.stop_event = stop
     loop = runner.loop
     try:
-        with idempotency_session(session_id):  # the tools' idempotency_key()
+        with idempotency_session(checked.session_id):  # the tools' idempotency_key()
             drive(loop, **checked.driving(runner), before_effect=runner.before_effect)
-        return runner.finish()
+        return runner.finish(), True
     except _Parking as parking:
-        return Parked(session_id=session_id, pause=parking.pause, steps=loop.step)
+        return Parked(session_id=checked.session_id, pause=parking.pause, steps=loop.step), True
+    except _Stopped:
+        return None
     except CallerProtocolError:
         # The loop logged its failed run.finished (a malformed answer or on_pause
         # reply): the run is over, and its log says why.
@@ -344,6 +400,10 @@ async def arun_durable(
         # (In a thread too; should this task be cancelled again meanwhile, the
         # thread still gives the lease up.)
         await asyncio.to_thread(runner.release)
+
+
+class _Stopped(BaseException):
+    """Raised by ``before_effect`` when the worker drains (committed already)."""
 
 
 class _Parking(BaseException):
@@ -599,6 +659,7 @@ class _Runner:
         self.seen = 0  # the last queued message read from the store
         self.waiting: collections.deque[tuple[int, Steer | FollowUp]] = collections.deque()
         self.renewal: int | None = None  # the lease's entry in _RENEWER
+        self.stop_event: threading.Event | None = None  # a worker's drain (see _run)
 
     def before_effect(self, effect: Effect) -> Steer | FollowUp | Resume | Cancel | None:
         """The driver asks before each side effect: a stored reply to send instead,
@@ -612,6 +673,9 @@ class _Runner:
                 self.commit(parked=True)
                 raise _Parking(effect)
         self.commit()
+        stop = self.stop_event
+        if stop is not None and stop.is_set():
+            raise _Stopped
         self.keep_lease()
         return None
 
@@ -722,6 +786,10 @@ class _Renewer:
         self._leases: dict[int, _Lease] = {}
         self._tokens = itertools.count()
         self._thread: threading.Thread | None = None
+        # When the thread wakes up next (monotonic clock): a lease due later needs
+        # no wake-up call. (A notify() costs the adding thread a GIL hand-off, up to
+        # the interpreter's switch interval, 5 ms: more than a short session.)
+        self._wake = 0.0
 
     def forget(self) -> None:
         """Start afresh (in a forked child: the parent's runs and their stores, locks
@@ -731,13 +799,14 @@ class _Renewer:
     def add(self, store: SQLiteStore, session_id: str, owner: str, seconds: float) -> int:
         with self._condition:
             token = next(self._tokens)
-            self._leases[token] = _Lease(store, session_id, owner, seconds)
+            lease = self._leases[token] = _Lease(store, session_id, owner, seconds)
             if self._thread is None or not self._thread.is_alive():  # (or after a fork)
                 self._thread = threading.Thread(
                     target=self._run, name="agentloop lease renewer", daemon=True
                 )
                 self._thread.start()
-            self._condition.notify()
+            elif lease.due < self._wake:
+                self._condition.notify()
         return token
 
     def remove(self, token: int) -> None:
@@ -750,8 +819,10 @@ class _Renewer:
                 now = time.monotonic()
                 due = [(token, lease) for token, lease in self._leases.items() if lease.due <= now]
                 if not due:
-                    wait = min((lease.due for lease in self._leases.values()), default=now + 3600)
-                    self._condition.wait(wait - now)
+                    self._wake = min(
+                        (lease.due for lease in self._leases.values()), default=now + 3600
+                    )
+                    self._condition.wait(self._wake - now)
                     continue
                 for _, lease in due:
                     lease.due = now + lease.seconds / 3

@@ -99,6 +99,7 @@ from ._log import (
     _write_lines,
     write_log,
 )
+from ._process import gone, this_process
 
 __all__ = [
     "MAX_ANSWER_DEPTH",
@@ -196,10 +197,26 @@ _SCHEMA_4: Final = (
     "CREATE INDEX blobs_by_session ON blobs (session_id, sequence, position)",
 )
 
+# Schema 5: the lease holder's process (host, pid, start time: see
+# ``replay._process``), so a worker on the same host takes over the lease of a
+# dead one at once (DESIGN §29). NULL for a lease written by an older library
+# (it lasts until it expires, as it did then).
+_SCHEMA_5: Final = (
+    "ALTER TABLE sessions ADD COLUMN lease_host TEXT",
+    "ALTER TABLE sessions ADD COLUMN lease_pid INTEGER",
+    "ALTER TABLE sessions ADD COLUMN lease_start TEXT",
+)
+
 Migration = Sequence[str] | Callable[[sqlite3.Connection], None]
 
 #: The migrations, in order; ``len(MIGRATIONS)`` is :data:`SCHEMA_VERSION`.
-MIGRATIONS: Final[list[Migration]] = [_SCHEMA_1, _SCHEMA_2, _SCHEMA_3, _SCHEMA_4]
+MIGRATIONS: Final[list[Migration]] = [
+    _SCHEMA_1,
+    _SCHEMA_2,
+    _SCHEMA_3,
+    _SCHEMA_4,
+    _SCHEMA_5,
+]
 #: The schema version this library writes (and the newest it opens).
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -265,6 +282,8 @@ class SessionLeased(StoreError):
             epoch), or ``None``.
         expires_in: how many more seconds the lease lasts (``0.0`` when nobody
             holds it): how long to wait before trying again.
+        host, pid: the holder's process (its host name and process id), when the
+            lease records it (leases taken by agentloop before schema 5 do not).
     """
 
     def __init__(
@@ -275,18 +294,24 @@ class SessionLeased(StoreError):
         detail: str = "",
         *,
         now: float | None = None,
+        host: str | None = None,
+        pid: int | None = None,
     ) -> None:
         self.session_id = session_id
         self.owner = owner
         self.expires = expires
+        self.host = host
+        self.pid = pid
         if owner is None or expires is None:
             self.expires_in = 0.0
             message = f"session {session_id!r}: nobody holds its lease{detail}"
         else:
             self.expires_in = max(0.0, expires - (time.time() if now is None else now))
+            process = "" if host is None else f" (process {pid} on host {host!r})"
             message = (
-                f"session {session_id!r} is leased by {owner!r} for {self.expires_in:.1f} more "
-                f"seconds (until {expires:.3f} on the store's clock){detail}"
+                f"session {session_id!r} is leased by {owner!r}{process} for "
+                f"{self.expires_in:.1f} more seconds (until {expires:.3f} on the store's "
+                f"clock){detail}"
             )
         super().__init__(message)
 
@@ -705,17 +730,20 @@ class SQLiteStore:
 
     def runnable(self) -> list[str]:
         """Sessions a worker could advance now, oldest update first: ``running``
-        ones whose lease is free or expired (e.g. their worker died), and parked
-        ones with an answer waiting."""
+        ones whose lease is free, expired, or held by a process of this host that
+        is gone (their worker died), and parked ones with an answer waiting."""
         now = self.now()
+        host = this_process()[0]
         with self._lock:
             rows = self._connection().execute(
-                "SELECT id FROM sessions WHERE (lease_owner IS NULL OR lease_expires <= ?) AND "
-                "(status = 'running' OR (status = 'paused' AND id IN "
+                "SELECT id, lease_owner IS NULL OR lease_expires <= ?, lease_host, lease_pid, "
+                "lease_start FROM sessions WHERE (lease_owner IS NULL OR lease_expires <= ? "
+                "OR lease_host = ?) AND (status = 'running' OR (status = 'paused' AND id IN "
                 "(SELECT session_id FROM answers))) ORDER BY updated, id",
-                (now,),
+                (now, now, host),
             )
-            return [row[0] for row in rows.fetchall()]
+            found = rows.fetchall()
+        return [row[0] for row in found if row[1] or gone(*row[2:])]
 
     # ------------------------------------------------------------------ writing
 
@@ -755,6 +783,7 @@ class SQLiteStore:
         if status in _UNLEASED:
             owner = None
         expires = None if owner is None else now + lease_seconds
+        host, pid, start = (None, None, None) if owner is None else this_process()
         with self._write() as db:
             found = db.execute(
                 "SELECT next_sequence FROM sessions WHERE id = ?", (session_id,)
@@ -763,8 +792,8 @@ class SQLiteStore:
                 raise StoreConflict(session_id, 0, found[0], " (it was created by another writer)")
             db.execute(
                 "INSERT INTO sessions (id, status, steps, next_sequence, created, updated, "
-                "lease_owner, lease_expires, config, log_format, log_header) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "lease_owner, lease_expires, config, log_format, log_header, lease_host, "
+                "lease_pid, lease_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     session_id,
                     status,
@@ -777,6 +806,9 @@ class SQLiteStore:
                     config,
                     LOG_FORMAT_VERSION,
                     header,
+                    host,
+                    pid,
+                    start,
                 ),
             )
             db.executemany(_INSERT_ROWS, rows)
@@ -838,7 +870,10 @@ class SQLiteStore:
             moved = db.execute(
                 "UPDATE sessions SET next_sequence = ?, status = ?, steps = ?, updated = ?, "
                 "lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END, "
-                "lease_expires = CASE WHEN ? THEN NULL ELSE coalesce(?, lease_expires) END "
+                "lease_expires = CASE WHEN ? THEN NULL ELSE coalesce(?, lease_expires) END, "
+                "lease_host = CASE WHEN ? THEN NULL ELSE lease_host END, "
+                "lease_pid = CASE WHEN ? THEN NULL ELSE lease_pid END, "
+                "lease_start = CASE WHEN ? THEN NULL ELSE lease_start END "
                 "WHERE id = ? AND next_sequence = ? AND (? IS NULL OR lease_owner = ?)",
                 (
                     expected + len(events),
@@ -848,6 +883,9 @@ class SQLiteStore:
                     unleased,
                     unleased,
                     lease,
+                    unleased,
+                    unleased,
+                    unleased,
                     session_id,
                     expected,
                     owner,
@@ -939,7 +977,11 @@ class SQLiteStore:
     def acquire(self, session_id: str, owner: str, lease_seconds: float) -> SessionInfo:
         """Lease the session to ``owner`` for ``lease_seconds`` (or renew its lease).
 
-        A lease that expired (its worker died or stalled) is taken over.
+        The lease records this process (host, pid, start time). A lease is taken
+        over when it expired (its worker died or stalled, on any host), or at once
+        when its holder is a process of this host that is gone (killed, crashed:
+        no process has its pid any more, or another one does; see
+        ``replay._process``).
 
         Returns:
             The session's row, now leased to ``owner``.
@@ -950,22 +992,30 @@ class SQLiteStore:
         """
         _check_lease(owner, lease_seconds)
         now = self.now()
+        host, pid, start = this_process()
         with self._write() as db:
-            holder, expires = _row(db, session_id, "lease_owner, lease_expires")
-            if holder is not None and holder != owner and expires > now:
+            holder, expires, holder_host, holder_pid, holder_start = _row(
+                db, session_id, "lease_owner, lease_expires, lease_host, lease_pid, lease_start"
+            )
+            if (
+                holder is not None
+                and holder != owner
+                and expires > now
+                and not gone(holder_host, holder_pid, holder_start)
+            ):
                 raise SessionLeased(
                     session_id,
                     holder,
                     expires,
-                    ": another worker is running it. Wait until the lease expires and call "
-                    "again; if that worker is known to be dead (its process was killed), "
-                    f"free the session at once with store.release({session_id!r}, {holder!r}); "
-                    f"a worker restarted with owner={holder!r} takes it back at once",
+                    _leased_detail(session_id, holder, holder_host),
                     now=now,
+                    host=holder_host,
+                    pid=holder_pid,
                 )
             db.execute(
-                "UPDATE sessions SET lease_owner = ?, lease_expires = ? WHERE id = ?",
-                (owner, now + lease_seconds, session_id),
+                "UPDATE sessions SET lease_owner = ?, lease_expires = ?, lease_host = ?, "
+                "lease_pid = ?, lease_start = ? WHERE id = ?",
+                (owner, now + lease_seconds, host, pid, start, session_id),
             )
         return self.session(session_id)
 
@@ -992,8 +1042,8 @@ class SQLiteStore:
         """
         with self._write() as db:
             cursor = db.execute(
-                "UPDATE sessions SET lease_owner = NULL, lease_expires = NULL "
-                "WHERE id = ? AND lease_owner = ?",
+                "UPDATE sessions SET lease_owner = NULL, lease_expires = NULL, lease_host = NULL, "
+                "lease_pid = NULL, lease_start = NULL WHERE id = ? AND lease_owner = ?",
                 (session_id, owner),
             )
             return cursor.rowcount == 1
@@ -1180,6 +1230,26 @@ def _check_lease(owner: str, lease_seconds: float) -> None:
         or lease_seconds <= 0
     ):
         raise ValueError(f"lease_seconds must be a positive number, got {lease_seconds!r}")
+
+
+def _leased_detail(session_id: str, holder: str, host: str | None) -> str:
+    """What to do about a live lease (in :class:`SessionLeased`'s message)."""
+    free = (
+        f"free the session at once with store.release({session_id!r}, {holder!r}); "
+        f"a worker restarted with owner={holder!r} takes it back at once"
+    )
+    if host == this_process()[0]:
+        return (
+            ": another worker is running it (its process is alive, on this host). Wait "
+            "for it to finish, or until the lease expires, and call again; should that "
+            f"process be killed, the next call takes the session over at once; or {free}"
+        )
+    where = "on another host" if host is not None else "from a process that is not recorded"
+    return (
+        f": another worker is running it ({where}, which this process cannot see). Wait "
+        "until the lease expires and call again; if that worker is known to be dead "
+        f"(its process was killed), {free}"
+    )
 
 
 def _lease_lost(

@@ -421,30 +421,66 @@ def test_a_format_1_session_killed_while_it_is_rewritten_stays_format_1(tmp_path
         assert store.events("crashed")[: len(before)] == before
 
 
-# --------------------------------------------------------------------------- after a SIGKILL, today
+# --------------------------------------------------------------------------- a SIGKILL: at once
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_the_same_call_after_a_sigkill_says_who_holds_the_lease_and_how_to_free_it(
-    tmp_path, monkeypatch, mode
+@pytest.mark.parametrize(
+    ("mode", "kill_at", "nth"),
+    [
+        ("sync", "tool:before:raw_effect", 1),
+        ("async", "tool:before:raw_effect", 1),
+        ("sync", "model:call", 2),
+        ("async", "sql:COMMIT", 3),
+    ],
+)
+def test_the_same_call_right_after_a_sigkill_finishes_the_session(
+    tmp_path, monkeypatch, mode, kill_at, nth
 ):
-    # What the README promises today: the killed worker's lease lasts until it
-    # expires (lease_seconds); SessionLeased says whose it is, for how long, and
-    # what to do; store.release() by whoever knows the worker is dead frees it.
+    # What the README promises: a worker SIGKILLed mid-session, then the same call
+    # (another process, another owner id) at once finishes it. The dead worker's
+    # lease lasts 600 s: the call can only have gone on because it saw that the
+    # lease's process is gone, not because the lease expired.
     bench = Bench(tmp_path, mode)
+    bench.sessions = ["s1"]
+    done = bench.run(
+        "--kill", kill_at, "--nth", str(nth), "--owner", "dead-worker", "--lease", "600"
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    monkeypatch.setitem(scenario.PATHS, "markers", str(bench.markers))
+    with replay.SQLiteStore(bench.db) as store:
+        info = store.session("s1")
+        assert info.lease_owner == "dead-worker"  # still held, for about 600 more seconds
+        assert info.lease_expires is not None and info.lease_expires > store.now() + 500
+        assert store.runnable() == ["s1"]  # its holder is gone: a worker may take it
+        result = scenario.run_session(
+            store, "s1", owner="next-worker", lease_seconds=600, asynchronous=mode == "async"
+        )
+        assert result.status == "completed"
+    bench.verify(monkeypatch)
+
+
+def test_a_lease_held_on_another_host_stands_until_it_expires(tmp_path, monkeypatch):
+    # Across machines nothing is known of the holder's process (DESIGN §20): the
+    # lease stands, and SessionLeased says whose it is, for how long, and what to do.
+    bench = Bench(tmp_path)
     bench.sessions = ["s1"]
     done = bench.run("--kill", "tool:before:raw_effect", "--nth", "1", "--owner", "dead-worker")
     assert done.returncode == -signal.SIGKILL, done.stderr
     monkeypatch.setitem(scenario.PATHS, "markers", str(bench.markers))
     with replay.SQLiteStore(bench.db) as store:
+        store._db.execute("UPDATE sessions SET lease_host = 'elsewhere' WHERE id = 's1'")
+        assert store.runnable() == []
         with pytest.raises(replay.SessionLeased) as caught:
             scenario.run_session(store, "s1", owner="next-worker")
         leased = caught.value
-        assert (leased.session_id, leased.owner) == ("s1", "dead-worker")
+        assert (leased.session_id, leased.owner, leased.host) == ("s1", "dead-worker", "elsewhere")
         assert 0 < leased.expires_in <= 30.0
         assert leased.expires == store.session("s1").lease_expires
         message = str(leased)
-        assert "is leased by 'dead-worker' for " in message and " more seconds" in message
+        assert f"is leased by 'dead-worker' (process {leased.pid} on host 'elsewhere') for " in (
+            message
+        )
+        assert " more seconds" in message and "on another host" in message
         assert "store.release('s1', 'dead-worker')" in message
         assert "owner='dead-worker'" in message
         assert store.release("s1", leased.owner)

@@ -7,6 +7,8 @@ real processes in ``test_durable_crash.py``.
 from __future__ import annotations
 
 import importlib.util
+import os
+import socket
 import sqlite3
 import sys
 import tempfile
@@ -178,9 +180,9 @@ def test_entering_wal_mode_does_not_retry_other_errors():
 def test_a_new_store_has_the_schema_in_wal_mode(tmp_path):
     path = tmp_path / "new.db"
     with SQLiteStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 4
+        assert store.schema_version == SCHEMA_VERSION == 5
         assert store.sessions() == []
-        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 4>"
+        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 5>"
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert db.execute("PRAGMA application_id").fetchone() == (store_module.APPLICATION_ID,)
@@ -189,6 +191,7 @@ def test_a_new_store_has_the_schema_in_wal_mode(tmp_path):
         (2, agentloop.__version__),
         (3, agentloop.__version__),
         (4, agentloop.__version__),
+        (5, agentloop.__version__),
     ]
     db.close()
 
@@ -222,7 +225,7 @@ def test_reopening_keeps_everything(tmp_path, clock):
     with SQLiteStore(path, clock=clock) as store:
         store.create("s", events, status="completed", steps=1)
     with SQLiteStore(path) as store:
-        assert store.schema_version == 4
+        assert store.schema_version == SCHEMA_VERSION
         assert store.events("s") == events
 
 
@@ -260,12 +263,13 @@ def test_a_store_of_a_newer_schema_is_refused(tmp_path):
     path = tmp_path / "future.db"
     SQLiteStore(path).close()
     db = sqlite3.connect(path)
-    db.execute("INSERT INTO schema_version VALUES (5, 0, '9.0')")
+    db.execute("INSERT INTO schema_version VALUES (?, 0, '9.0')", (SCHEMA_VERSION + 1,))
     db.commit()
     db.close()
-    with pytest.raises(StoreVersionError, match="schema version 5 is newer") as caught:
+    newer = SCHEMA_VERSION + 1
+    with pytest.raises(StoreVersionError, match=f"schema version {newer} is newer") as caught:
         SQLiteStore(path)
-    assert caught.value.version == 5
+    assert caught.value.version == newer
 
 
 def test_closed_store(tmp_path):
@@ -391,7 +395,7 @@ def check_golden_store(path: Path, script: ModuleType) -> None:
 
 
 def test_a_store_of_schema_1_is_migrated_by_a_later_schema(fixture_script, tmp_path, monkeypatch):
-    # Schemas 2 and 3 and a real step 4 (a column and an index), as a later release
+    # Schemas 2 to 5 and a real step 6 (a column and an index), as a later release
     # would add it: a store written by schema 1 is migrated when opened, keeps every
     # row, and its sessions continue.
     path = tmp_path / "old.db"
@@ -402,9 +406,9 @@ def test_a_store_of_schema_1_is_migrated_by_a_later_schema(fixture_script, tmp_p
     )
     monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, step_5])
     with SQLiteStore(path, clock=FakeClock(2e9)) as store:
-        assert store.schema_version == 5
+        assert store.schema_version == 6
         rows = store._db.execute("SELECT version, applied FROM schema_version").fetchall()
-        assert rows == [(1, 1767225600.25), (2, 2e9), (3, 2e9), (4, 2e9), (5, 2e9)]
+        assert rows == [(1, 1767225600.25), (2, 2e9), (3, 2e9), (4, 2e9), (5, 2e9), (6, 2e9)]
         assert store._db.execute("SELECT DISTINCT labels FROM sessions").fetchall() == [("[]",)]
         assert len(store.sessions()) == 4
     check_golden_store(path, fixture_script)  # (opened again: nothing more to migrate)
@@ -896,17 +900,22 @@ def test_leases(store, clock):
     store.create("s", events_of()[:3], status="running", steps=1, owner="a", lease_seconds=10)
     with pytest.raises(SessionLeased) as caught:
         store.acquire("s", "b", 10)
-    assert (caught.value.owner, caught.value.expires, caught.value.expires_in) == (
+    host, pid = socket.gethostname(), os.getpid()
+    leased = caught.value
+    assert (leased.owner, leased.expires, leased.expires_in, leased.host, leased.pid) == (
         "a",
         1010.0,
         10.0,
+        host,
+        pid,
     )
-    assert str(caught.value) == (
-        "session 's' is leased by 'a' for 10.0 more seconds (until 1010.000 on the store's "
-        "clock): another worker is running it. Wait until the lease expires and call again; "
-        "if that worker is known to be dead (its process was killed), free the session at "
-        "once with store.release('s', 'a'); a worker restarted with owner='a' takes it back "
-        "at once"
+    assert str(leased) == (
+        f"session 's' is leased by 'a' (process {pid} on host {host!r}) for 10.0 more "
+        "seconds (until 1010.000 on the store's clock): another worker is running it (its "
+        "process is alive, on this host). Wait for it to finish, or until the lease "
+        "expires, and call again; should that process be killed, the next call takes the "
+        "session over at once; or free the session at once with store.release('s', 'a'); "
+        "a worker restarted with owner='a' takes it back at once"
     )
     assert store.acquire("s", "a", 20).lease_expires == 1020.0  # its own: renewed
     assert store.renew("s", "a", 30) and store.session("s").lease_expires == 1030.0

@@ -1,0 +1,505 @@
+"""The fleet: one worker runs every runnable session of a store (DESIGN §29).
+
+Theory of operation
+-------------------
+A :class:`Worker` is a pool of threads over one :class:`SQLiteStore`. A dispatcher
+(the thread that calls :meth:`Worker.run`) lists the store's runnable sessions
+(:meth:`SQLiteStore.runnable`: new ones stored by :func:`replay.submit`, ones whose
+worker died, parked ones with an answer waiting) and hands each to a thread, which
+claims it by its lease and advances it with :func:`replay.run_durable` -- with the
+model and tools the *factory* gives for that session (from its stored row: its
+``config`` names its tools and system prompt). A session another worker leased
+first is skipped (``SessionLeased``, ``StoreConflict``): several workers, threads or
+processes, may serve one store, and no session is advanced by two at once.
+
+- **Draining.** :meth:`Worker.stop` (the CLI calls it on SIGTERM and Ctrl-C): no
+  new session is claimed, and each session in progress stops at its next
+  side-effect boundary, its events committed and its lease released, with no
+  effect in flight; the effect running when ``stop`` was called finishes first.
+  The store is left with every session resumable, nothing half-written.
+- **Rate limits.** A :class:`RateLimit` per provider (the factory's
+  :attr:`SessionSetup.provider`): requests and tokens per minute (token buckets
+  refilled continuously; a call's tokens, from its response's ``usage``, are
+  charged when it ends), at most ``concurrent`` calls at a time, and a
+  ``ModelError`` with ``retry_after`` (the provider's ``retry-after``) pauses every
+  call to that provider for that long, then the call is made again (nothing of the
+  failed call was recorded: it never reached the loop), up to ``retries`` times.
+- **Stats.** :class:`WorkerStats`: sessions finished by status, parked, stopped,
+  skipped and failed, and sessions per second.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import queue
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final
+
+import msgspec
+
+from agentloop import AgentLoopError, ModelError, ModelRequest, ModelResponse
+
+from ._durable import Parked, _Options, _run
+from ._store import SessionInfo, SessionLeased, SQLiteStore, StoreConflict, _check_lease
+
+__all__ = ["RateLimit", "SessionSetup", "Worker", "WorkerError", "WorkerStats", "work"]
+
+_logger: Final = logging.getLogger("replay")
+
+
+class WorkerError(AgentLoopError):
+    """The worker cannot run: a bad option, or a factory that is not one."""
+
+
+class RateLimit(msgspec.Struct, frozen=True, kw_only=True):
+    """How hard a worker may call one provider.
+
+    Attributes:
+        requests_per_minute: model calls per minute (``None``: no limit).
+        tokens_per_minute: tokens (input + output, from each response's ``usage``)
+            per minute (``None``: no limit). A call that ends in debt makes the
+            next ones wait until the bucket is positive again.
+        concurrent: model calls in flight at once (``None``: no limit).
+        retries: how many times a call that failed with a ``retry_after`` is made
+            again after waiting that long (each wait pauses the whole provider).
+    """
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    concurrent: int | None = None
+    retries: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("requests_per_minute", "tokens_per_minute"):
+            value = getattr(self, name)
+            if value is not None and not (type(value) in (int, float) and 0 < value < 1e300):
+                raise WorkerError(f"RateLimit.{name} must be a positive number, got {value!r}")
+        concurrent = self.concurrent
+        if concurrent is not None and not (type(concurrent) is int and concurrent > 0):
+            raise WorkerError(f"RateLimit.concurrent must be a positive int, got {concurrent!r}")
+        if not (type(self.retries) is int and self.retries >= 0):
+            raise WorkerError(f"RateLimit.retries must be an int, 0 or more, got {self.retries!r}")
+
+
+class SessionSetup(msgspec.Struct, frozen=True, kw_only=True):
+    """What a worker's factory gives for one session.
+
+    Attributes:
+        model: the model (sync: ``stream``).
+        tools: the tools (they must offer the session's).
+        provider: the name its calls are rate-limited under (a key of the worker's
+            ``limits``; ``None``: not limited).
+        options: more :func:`replay.run_durable` options (``hooks``, ``output``,
+            ``on_pause``, ``clock``, ``tool_workers``, ...; not ``owner`` or
+            ``lease_seconds``: the worker's).
+    """
+
+    model: Any
+    tools: Any
+    provider: str | None = None
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+#: A worker's factory: the setup for a session, from its stored row.
+Factory = Callable[[SessionInfo], SessionSetup]
+
+
+class WorkerStats(msgspec.Struct, kw_only=True):
+    """What a worker did.
+
+    Attributes:
+        finished: sessions it ran to their end, by status (``completed``, ...).
+        parked: sessions it left parked on a pause (waiting for an answer).
+        stopped: sessions it left at a boundary when it was stopped (resumable).
+        skipped: sessions another worker had claimed (or finished) first.
+        failed: sessions whose run raised (the error is logged to the ``replay``
+            logger; the session is left resumable from its last commit).
+        seconds: how long it ran.
+    """
+
+    finished: dict[str, int] = msgspec.field(default_factory=dict)
+    parked: int = 0
+    stopped: int = 0
+    skipped: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def advanced(self) -> int:
+        """Sessions it ran to their end or to a parking pause."""
+        return sum(self.finished.values()) + self.parked
+
+    @property
+    def per_second(self) -> float:
+        """Sessions advanced per second."""
+        return self.advanced / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        """The progress line."""
+        statuses = ", ".join(f"{count} {status}" for status, count in sorted(self.finished.items()))
+        return (
+            f"{self.advanced} sessions ({statuses or 'none finished'}; {self.parked} parked), "
+            f"{self.stopped} stopped, {self.skipped} skipped, {self.failed} failed, "
+            f"{self.seconds:.1f} s, {self.per_second:.0f}/s"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON stats (``--json``)."""
+        return {
+            **msgspec.structs.asdict(self),
+            "advanced": self.advanced,
+            "per_second": round(self.per_second, 3),
+        }
+
+
+# --------------------------------------------------------------------------- rate limits
+
+
+class _Bucket:
+    """A token bucket refilled continuously at ``per_minute / 60`` per second, up to
+    ``per_minute``; it may go into debt (a call's tokens are known at its end)."""
+
+    __slots__ = ("capacity", "level", "rate", "updated")
+
+    def __init__(self, per_minute: float, now: float) -> None:
+        self.capacity = per_minute
+        self.rate = per_minute / 60.0
+        self.level = per_minute
+        self.updated = now
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self.updated) * self.rate)
+        self.updated = now
+
+    def wait(self, amount: float) -> float:
+        """Seconds until ``amount`` is there (0: now)."""
+        return 0.0 if self.level >= amount else (amount - self.level) / self.rate
+
+
+class _Limiter:
+    """One provider's limits, shared by every thread of a worker."""
+
+    def __init__(self, limit: RateLimit, stop: threading.Event, clock: Callable[[], float]):
+        self.limit = limit
+        self.stop = stop
+        self.clock = clock
+        now = clock()
+        self.lock = threading.Lock()
+        self.requests = (
+            None if limit.requests_per_minute is None else _Bucket(limit.requests_per_minute, now)
+        )
+        self.tokens = (
+            None if limit.tokens_per_minute is None else _Bucket(limit.tokens_per_minute, now)
+        )
+        self.slots = (
+            None if limit.concurrent is None else threading.BoundedSemaphore(limit.concurrent)
+        )
+        self.blocked_until = 0.0
+
+    def _delay(self, now: float) -> float:
+        delay = self.blocked_until - now
+        for bucket, amount in ((self.requests, 1.0), (self.tokens, 0.0)):
+            if bucket is not None:
+                bucket.refill(now)
+                delay = max(delay, bucket.wait(amount) if amount else -bucket.level / bucket.rate)
+        return delay
+
+    def _sleep(self, seconds: float) -> None:
+        if self.stop.wait(seconds):
+            raise _Draining
+
+    def begin(self) -> None:
+        """Wait for a slot and the buckets; take one request."""
+        if self.slots is not None:
+            while not self.slots.acquire(timeout=0.1):
+                if self.stop.is_set():
+                    raise _Draining
+        try:
+            while True:
+                with self.lock:
+                    delay = self._delay(self.clock())
+                    if delay <= 0:
+                        if self.requests is not None:
+                            self.requests.level -= 1.0
+                        return
+                self._sleep(min(delay, 1.0))
+        except BaseException:
+            self.end(None)
+            raise
+
+    def end(self, response: ModelResponse | None) -> None:
+        """A call ended: charge its tokens, free its slot."""
+        usage = None if response is None else response.usage
+        if usage is not None and self.tokens is not None:
+            with self.lock:
+                self.tokens.refill(self.clock())
+                self.tokens.level -= usage.input_tokens + usage.output_tokens
+        if self.slots is not None:
+            self.slots.release()
+
+    def block(self, seconds: float) -> None:
+        """The provider asked to wait ``seconds`` (``retry-after``)."""
+        with self.lock:
+            self.blocked_until = max(self.blocked_until, self.clock() + seconds)
+
+
+class _Draining(BaseException):
+    """The worker stopped while a call waited for its rate limit: the call is not
+    made (the session stays resumable at the boundary before it)."""
+
+
+class _LimitedModel:
+    """A model whose calls go through a :class:`_Limiter`."""
+
+    def __init__(self, model: Any, limiter: _Limiter) -> None:
+        self.model = model
+        self.limiter = limiter
+
+    def stream(self, request: ModelRequest) -> Iterator[Any]:
+        limiter = self.limiter
+        for attempt in itertools.count():
+            limiter.begin()
+            response = None
+            started = False
+            try:
+                for item in self.model.stream(request):
+                    started = True
+                    if type(item) is ModelResponse:
+                        response = item
+                    yield item
+                return
+            except ModelError as exc:
+                if started or exc.retry_after is None or attempt >= limiter.limit.retries:
+                    raise
+                limiter.block(exc.retry_after)
+            finally:
+                limiter.end(response)
+        raise AssertionError("unreachable")  # pragma: no cover - itertools.count() never ends
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+class Worker:
+    """Runs every runnable session of a store with a pool of threads.
+
+    >>> import replay
+    >>> from agentloop import ScriptedModel, ScriptedResponse, UserMessage
+    >>> store = replay.SQLiteStore(":memory:")
+    >>> replay.submit(store, "s1", [UserMessage("u1", "Hi")], tools=[])
+    >>> def factory(info):
+    ...     return replay.SessionSetup(
+    ...         model=ScriptedModel([ScriptedResponse.text("r1", "Hello.")]), tools=[]
+    ...     )
+    >>> replay.Worker(store, factory, threads=2).run().finished
+    {'completed': 1}
+
+    Args:
+        store: the store (a :class:`SQLiteStore`; its object is shared by the
+            threads, which SQLite serializes anyway).
+        factory: ``factory(info) -> SessionSetup`` for each session it runs
+            (``info``: the session's :class:`SessionInfo`, whose ``config`` says
+            how it was started). It is called from the worker's threads.
+        threads: sessions in progress at once (the concurrency cap).
+        limits: a :class:`RateLimit` per provider name.
+        lease_seconds: the leases' length (see :func:`replay.run_durable`).
+        forever: keep polling for sessions when none is runnable (until
+            :meth:`stop`); by default the worker returns once none is left.
+        poll: seconds between two looks at the store when none is runnable.
+        on_progress: called with the :class:`WorkerStats` so far, about every
+            ``progress`` seconds, from the dispatching thread.
+        progress: seconds between two ``on_progress`` calls.
+    """
+
+    def __init__(
+        self,
+        store: SQLiteStore,
+        factory: Factory,
+        *,
+        threads: int = 4,
+        limits: Mapping[str, RateLimit] | None = None,
+        lease_seconds: float = 30.0,
+        forever: bool = False,
+        poll: float = 0.5,
+        on_progress: Callable[[WorkerStats], None] | None = None,
+        progress: float = 1.0,
+    ) -> None:
+        if not isinstance(store, SQLiteStore):
+            raise WorkerError(f"store must be a replay.SQLiteStore, got {store!r}")
+        if not callable(factory):
+            raise WorkerError(f"factory must be callable (info -> SessionSetup), got {factory!r}")
+        if type(threads) is not int or threads < 1:
+            raise WorkerError(f"threads must be a positive int, got {threads!r}")
+        for name, value in (("poll", poll), ("progress", progress)):
+            if type(value) not in (int, float) or not 0 < value < 1e9:
+                raise WorkerError(f"{name} must be a positive number of seconds, got {value!r}")
+        limits = dict(limits or {})
+        for name, limit in limits.items():
+            if type(limit) is not RateLimit:
+                raise WorkerError(f"limits[{name!r}] must be a RateLimit, got {limit!r}")
+        self.store = store
+        self.factory = factory
+        self.threads = threads
+        self.lease_seconds = lease_seconds
+        self.forever = forever
+        self.poll = float(poll)
+        self.on_progress = on_progress
+        self.progress = float(progress)
+        self._stop = threading.Event()
+        self._limiters = {
+            name: _Limiter(limit, self._stop, time.monotonic) for name, limit in limits.items()
+        }
+        _check_lease("worker", lease_seconds)
+        self._stats = WorkerStats()
+        # Sessions whose run raised: not tried again by this worker (they stay
+        # resumable for the next one, or for run_durable, once fixed).
+        self._failed: set[str] = set()
+        self._lock = threading.Lock()
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+    def stop(self) -> None:
+        """Drain: claim nothing more; sessions in progress stop at their next
+        side-effect boundary (committed, resumable). Safe from a signal handler
+        and from any thread."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stop.is_set()
+
+    def stats(self) -> WorkerStats:
+        """A copy of the stats so far."""
+        with self._lock:
+            return msgspec.structs.replace(self._stats, finished=dict(self._stats.finished))
+
+    def run(self) -> WorkerStats:
+        """Run sessions until none is runnable (or, ``forever``, until :meth:`stop`);
+        then wait for the threads. Returns the stats."""
+        started = time.monotonic()
+        work: queue.Queue[str | None] = queue.Queue(maxsize=self.threads)
+        in_flight: set[str] = set()
+        done = threading.Condition()
+        threads = [
+            threading.Thread(
+                target=self._serve,
+                args=(work, in_flight, done, f"{self._owner}:{index}"),
+                name=f"replay worker {index}",
+                daemon=True,
+            )
+            for index in range(self.threads)
+        ]
+        for thread in threads:
+            thread.start()
+        shown = started
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if self.on_progress is not None and now - shown >= self.progress:
+                    shown = now
+                    self.on_progress(self._stamp(started))
+                with done:
+                    busy = set(in_flight)
+                failed = self._failed
+                runnable = [s for s in self.store.runnable() if s not in busy and s not in failed]
+                if not runnable:
+                    if not busy and not self.forever:
+                        break
+                    self._stop.wait(self.poll if not busy else min(self.poll, 0.01))
+                    continue
+                for session_id in runnable:
+                    if self._stop.is_set():
+                        break
+                    with done:
+                        in_flight.add(session_id)
+                    work.put(session_id)
+                with done:  # the sessions handed out are done or in progress
+                    while not self._stop.is_set() and len(in_flight) >= self.threads:
+                        done.wait(0.1)
+        finally:
+            for _ in threads:
+                work.put(None)
+            for thread in threads:
+                thread.join()
+        return self._stamp(started)
+
+    def _stamp(self, started: float) -> WorkerStats:
+        with self._lock:
+            self._stats.seconds = time.monotonic() - started
+        return self.stats()
+
+    def _serve(
+        self,
+        work: queue.Queue[str | None],
+        in_flight: set[str],
+        done: threading.Condition,
+        owner: str,
+    ) -> None:
+        while True:
+            session_id = work.get()
+            if session_id is None:
+                return
+            try:
+                outcome = self._advance(session_id, owner)
+            finally:
+                with done:
+                    in_flight.discard(session_id)
+                    done.notify_all()
+            with self._lock:
+                stats = self._stats
+                if outcome in ("parked", "stopped", "skipped", "failed"):
+                    setattr(stats, outcome, getattr(stats, outcome) + 1)
+                else:
+                    stats.finished[outcome] = stats.finished.get(outcome, 0) + 1
+
+    def _advance(self, session_id: str, owner: str) -> str:
+        """Run one session; how it went (a status, or parked/stopped/skipped/failed)."""
+        if self._stop.is_set():
+            return "stopped"
+        try:
+            info = self.store.session(session_id)
+            setup = self.factory(info)
+            if type(setup) is not SessionSetup:
+                raise WorkerError(
+                    f"the factory returned {setup!r} for session {session_id!r}, not a "
+                    "replay.SessionSetup"
+                )
+            model = setup.model
+            limiter = None if setup.provider is None else self._limiters.get(setup.provider)
+            if limiter is not None:
+                model = _LimitedModel(model, limiter)
+            options = {
+                **setup.options,
+                "owner": owner,
+                "lease_seconds": self.lease_seconds,
+            }
+            checked = _Options(
+                False, self.store, session_id, None, model, setup.tools, options, "Worker"
+            )
+            outcome = _run(checked, self._stop)
+        except (SessionLeased, StoreConflict):
+            return "skipped"
+        except _Draining:
+            return "stopped"
+        except Exception:
+            _logger.exception("worker: session %r failed", session_id)
+            self._failed.add(session_id)
+            return "failed"
+        if outcome is None:
+            return "stopped"
+        result, advanced = outcome
+        if not advanced:
+            return "skipped"
+        return "parked" if type(result) is Parked else result.status  # type: ignore[union-attr]
+
+
+def work(store: SQLiteStore, factory: Factory, **options: Any) -> WorkerStats:
+    """``Worker(store, factory, **options).run()``: run every runnable session of
+    the store; the stats."""
+    return Worker(store, factory, **options).run()

@@ -1,0 +1,21 @@
+"""Smoke test of ``bench/fleet.py``: the quick mode runs and reports every number
+(no timing assertions: timing is not a test)."""
+
+from __future__ import annotations
+
+import json
+
+from .helpers import quick_bench
+
+
+def test_quick_run_prints_and_writes_every_number(tmp_path):
+    out = tmp_path / "fleet.json"
+    done = quick_bench("fleet.py", out, timeout=600)
+    assert done.returncode == 0, done.stderr
+    for needle in ("F1 40 scripted 4-step sessions", "16 threads", "4 processes", "F2 "):
+        assert needle in done.stdout, done.stdout
+    assert "goal >= 2,000/s with 4 workers: " in done.stdout
+    data = json.loads(out.read_text())
+    for key in ("threads_1", "threads_4", "threads_16", "processes_4", "serial_run_durable"):
+        assert data[key] > 0
+    assert type(data["goal_met"]) is bool
