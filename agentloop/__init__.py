@@ -12,10 +12,22 @@ batteries-included sync driver.
 from ._adriver import AsyncModel, adrive, arun, arun_stream
 from ._budget import BUDGET_LIMITS, Budget, BudgetUsage
 from ._codec import decode_event, encode_event
+from ._context import (
+    CompactionPolicy,
+    ContextState,
+    Summarize,
+    SummarizeOlder,
+    Trim,
+    TrimToolResults,
+    content_chars,
+    estimate_message,
+    estimate_request,
+)
 from ._driver import ANYTIME_REPLIES, CancelToken, Inbox, Model, drive, run, run_stream
 from ._engine import AgentLoop, TranscriptView, agent_loop
 from ._errors import (
     CALLER_PROTOCOL_ERROR,
+    CONTEXT_OVERFLOW,
     ERROR_CODES,
     HOOK_ABORT,
     HOOK_ERROR,
@@ -31,6 +43,7 @@ from ._errors import (
 from ._events import (
     EVENT_TYPES,
     BudgetWarnEvent,
+    ContextCompactedEvent,
     Event,
     EventLog,
     MessageAcceptedEvent,
@@ -114,6 +127,7 @@ __all__ = [
     "ANYTIME_REPLIES",
     "BUDGET_LIMITS",
     "CALLER_PROTOCOL_ERROR",
+    "CONTEXT_OVERFLOW",
     "ERROR_CODES",
     "EVENT_TYPES",
     "HOOK_ABORT",
@@ -149,6 +163,9 @@ __all__ = [
     "CallerProtocolError",
     "Cancel",
     "CancelToken",
+    "CompactionPolicy",
+    "ContextCompactedEvent",
+    "ContextState",
     "Effect",
     "Event",
     "EventLog",
@@ -191,6 +208,8 @@ __all__ = [
     "Steer",
     "StepEndEvent",
     "StepStartEvent",
+    "Summarize",
+    "SummarizeOlder",
     "TextBlock",
     "ThinkingBlock",
     "Tool",
@@ -205,6 +224,8 @@ __all__ = [
     "ToolResultMessage",
     "ToolSpec",
     "TranscriptView",
+    "Trim",
+    "TrimToolResults",
     "UnrecognizedReply",
     "Usage",
     "UserMessage",
@@ -214,9 +235,12 @@ __all__ = [
     "arun",
     "arun_stream",
     "close_dangling_calls",
+    "content_chars",
     "decode_event",
     "drive",
     "encode_event",
+    "estimate_message",
+    "estimate_request",
     "idempotency_key",
     "idempotency_session",
     "run",

@@ -66,6 +66,7 @@ import msgspec
 
 from ._budget import Budget, BudgetUsage
 from ._calls import ToolCalls
+from ._context import Context, check_compaction
 from ._copy import copy_block
 from ._errors import (
     CALLER_PROTOCOL_ERROR,
@@ -173,6 +174,7 @@ def agent_loop(
     limits: Limits | None = None,
     output: Any = None,
     output_retries: int = 2,
+    compaction: Any = None,
 ) -> AgentLoop:
     """Create the agent loop for one run.
 
@@ -204,6 +206,11 @@ def agent_loop(
             model. ``RunResult.output`` holds the value.
         output_retries: how many times an answer that does not decode goes back to
             the model (as a user message) before the run fails ``OUTPUT_INVALID``.
+        compaction: a :class:`CompactionPolicy` (:class:`SummarizeOlder`,
+            :class:`TrimToolResults`) that compacts the model's view of the
+            transcript to fit ``Limits.context_tokens`` (which it needs). The log
+            and ``RunResult.messages`` keep the full history (DESIGN §27). A dict is
+            a built-in policy's ``spec()``, as ``session.start`` records it.
 
     Returns:
         An :class:`AgentLoop`; prime it with ``next()``.
@@ -225,6 +232,7 @@ def agent_loop(
     if type(parallel_tools) is not bool:
         raise TypeError(f"parallel_tools must be a bool, got {parallel_tools!r}")
     checked_output = output_check(output, output_retries)
+    policy = check_compaction(compaction, checked_limits.context_tokens)
     specs = tool_specs(tools)
     snapshot = snapshot_transcript(messages, checked_limits)
     return AgentLoop(
@@ -244,6 +252,7 @@ def agent_loop(
         parallel_tools=parallel_tools,
         limits=checked_limits,
         output=checked_output,
+        compaction=policy,
     )
 
 
@@ -279,6 +288,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         parallel_tools: bool = False,
         limits: Limits = DEFAULT_LIMITS,
         output: OutputCheck | None = None,
+        compaction: Any = None,
     ) -> None:
         # The configuration: fixed for the run.
         self._limits = limits
@@ -296,6 +306,12 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._run = run = Run(transcript, message_ids, call_ids, budget, started_at)
         self._pauses = Pauses(run, log, hooks, self._ask)
         self._calls = ToolCalls(run, log, hooks, specs, limits, self._ask, self._pauses)
+        self._compaction = compaction
+        self._context = (  # the model's view and the window (DESIGN §27)
+            None
+            if limits.context_tokens is None
+            else Context(run, log, limits.context_tokens, compaction, system, specs)
+        )
         self._gen = self._main()
 
     # ------------------------------------------------------------------ observations
@@ -576,6 +592,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 parallel_tools=self._parallel,
                 limits=None if self._limits is DEFAULT_LIMITS else self._limits,
                 output=None if self._output is None else self._output.spec,
+                compaction=None if self._compaction is None else self._compaction.spec(),
             )
         )
         for message in run.transcript:
@@ -743,8 +760,14 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             log.append(
                 StepStartEvent(sequence=len(log), at=run.now, step=step, request_id=request_id)
             )
-            request = self._make_request(request_id, step)
+            context = self._context
+            view: Sequence[Message] | None = None
+            if context is not None:  # the window: compaction, CONTEXT_OVERFLOW (_context)
+                view = yield from context.prepare(step, request_id, self._plan)
+            request = self._make_request(request_id, step, view)
             response = yield from self._plan(request)
+            if context is not None:
+                context.answered(request, response.usage)
             content, stop_reason = response.content, response.stop_reason
             if "after_plan" in hooks:
                 content, stop_reason = self._after_plan(request, response)
@@ -821,9 +844,13 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         if "after_step" in self._hooks:
             observe(self._hooks, "after_step", {"step": step})
 
-    def _make_request(self, request_id: str, step: int) -> ModelRequest:
+    def _make_request(
+        self, request_id: str, step: int, view: Sequence[Message] | None = None
+    ) -> ModelRequest:
         transcript = self._run.transcript
-        messages: Sequence[Message] = TranscriptView(transcript, len(transcript))
+        messages: Sequence[Message] = (
+            TranscriptView(transcript, len(transcript)) if view is None else view
+        )
         system = self._system
         if "before_plan" in self._hooks:
             payload: dict[str, Any] = {

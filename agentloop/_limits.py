@@ -81,6 +81,10 @@ class Limits(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
         argument_entries: most object fields plus array elements in tool arguments.
         argument_string_code_points: most code points over the keys and strings of
             tool arguments.
+        context_tokens: the model's context window in tokens, or ``None`` (unknown:
+            nothing is checked). With a window, a request whose estimated input
+            tokens exceed it fails the run ``CONTEXT_OVERFLOW`` before it is sent,
+            unless a ``compaction`` policy brings it under (DESIGN §27).
 
     Each field is an int from 1 to its hard cap (:data:`LIMITS_HARD_CAPS`: 2**31-1,
     ``argument_depth`` 256); anything else raises ``ValueError`` naming the field.
@@ -102,8 +106,14 @@ class Limits(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     argument_values: int = MAX_ARGUMENT_VALUES
     argument_entries: int = MAX_ARGUMENT_ENTRIES
     argument_string_code_points: int = MAX_ARGUMENT_STRING_CODE_POINTS
+    context_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        window = self.context_tokens
+        if window is not None and (type(window) is not int or not 1 <= window <= _INT_CAP):
+            raise ValueError(
+                f"Limits.context_tokens must be None or an int from 1 to {_INT_CAP}, got {window!r}"
+            )
         for name, cap in LIMITS_HARD_CAPS.items():
             value = getattr(self, name)
             if type(value) is not int or not 1 <= value <= cap:

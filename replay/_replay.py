@@ -409,6 +409,7 @@ class _Session:
                 limits=start.limits,
                 output=_output(start, events, output),
                 output_retries=start.output.retries if start.output is not None else 2,
+                compaction=start.compaction,
             )
         except (ValueError, TypeError) as exc:
             raise ReplayDivergence(
