@@ -30,8 +30,8 @@ from agentloop import (
     ScriptedResponse,
     SummarizeOlder,
     ToolCall,
-    UserMessage,
     Usage,
+    UserMessage,
     estimate_request,
     tool,
 )

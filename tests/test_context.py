@@ -29,7 +29,6 @@ from agentloop import (
     Limits,
     Message,
     ModelRequest,
-    ModelResponse,
     ProviderBlock,
     ScriptedResponse,
     Summarize,
@@ -171,7 +170,7 @@ def test_the_estimate_anchors_on_the_last_recorded_input_tokens() -> None:
 
 
 def test_without_a_window_nothing_is_estimated_or_checked() -> None:
-    result, model, log = go(30, None)
+    result, model, _log = go(30, None)
     assert result.status == "completed" and len(model.requests) == 30
     assert all(r.purpose == "step" for r in model.requests)
 
@@ -211,7 +210,7 @@ def test_the_summary_request_holds_the_previous_summary_and_the_older_turns() ->
     assert len(summaries) >= 2
     second = summaries[1]
     assert second.messages[0] == compactions[0].summary
-    assert second.messages[-1] == UserMessage("compaction-request-%03d" % second.step, "Sum up.")
+    assert second.messages[-1] == UserMessage(f"compaction-request-{second.step:03d}", "Sum up.")
     assert second.tools == (fetch.spec,)
 
 
@@ -474,7 +473,7 @@ def test_a_decision_never_splits_a_call_from_its_result_and_is_deterministic(
         }
         after = {m.tool_call_id for m in messages[cut:] if type(m) is ToolResultMessage}
         assert not before & after
-        assert 0 < cut and sum(estimates[len(view) - len(messages) + cut :]) <= policy.keep * window
+        assert cut > 0 and sum(estimates[len(view) - len(messages) + cut :]) <= policy.keep * window
 
 
 # --------------------------------------------------------------------------- the 500-step session
@@ -487,7 +486,7 @@ def _reference() -> tuple[Any, FunctionModel, EventLog]:
 
 
 def test_a_500_step_session_in_a_20k_window_completes_within_it_and_replays() -> None:
-    result, model, log = _reference()
+    result, _model, log = _reference()
     assert result.status == "completed" and result.steps == session.STEPS
     compactions = [e for e in log if type(e) is ContextCompactedEvent]
     assert len(compactions) >= 20
@@ -535,3 +534,37 @@ def test_the_golden_compacted_log_replays_byte_for_byte() -> None:
     assert [e.type for e in events].count("context.compacted") == 1
     again = replay.replay(events)
     assert encoded(again.events) == [encode_event(e) for e in events]
+
+
+def test_edges_of_the_decisions() -> None:
+    call = AssistantMessage("a", (ToolCall("c1", "f", {}),))
+    result = ToolResultMessage("t", "c1", "f", "r")
+    user = UserMessage("u", "x" * 400)
+    # A view ending with an unanswered call may be cut only before that call.
+    state = ContextState(100, 200, (user, call), 3, False, (104, 5))
+    assert state.cuts() == [3, 4]
+    assert ContextState(100, 200, (user, call, result), 0, False, (104, 5, 5)).cuts() == [0, 1, 3]
+    # No cut after the start: no summary (the overflow check decides).
+    only = ContextState(100, 200, (call,), 0, False, (200,))
+    assert only.cuts() == [0] and SummarizeOlder().decide(only) is None
+
+
+def test_a_trim_that_trims_nothing_new_records_nothing() -> None:
+    result, _, log = go(6, 6000, Custom(Trim(2, 10, 10)))
+    assert result.status == "completed"
+    assert [e.trimmed_before for e in log if type(e) is ContextCompactedEvent] == [2]
+
+
+def test_the_summary_instruction_id_never_takes_a_transcript_id() -> None:
+    first = [UserMessage("u1", "read"), UserMessage("compaction-request-009", "taken")]
+    model = reading_model(12)
+    run(
+        first,
+        model=model,
+        tools=[fetch],
+        max_steps=12,
+        limits=Limits(context_tokens=3000),
+        compaction=SummarizeOlder(),
+    )
+    summary = next(r for r in model.requests if r.purpose == "compaction")
+    assert summary.step == 9 and summary.messages[-1].id == "compaction-request-009-"
