@@ -568,3 +568,59 @@ def test_the_summary_instruction_id_never_takes_a_transcript_id() -> None:
     )
     summary = next(r for r in model.requests if r.purpose == "compaction")
     assert summary.step == 9 and summary.messages[-1].id == "compaction-request-009-"
+
+
+# --------------------------------------------------------------------------- visible
+
+
+def test_otel_marks_the_summary_call_and_the_compaction() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentloop import otel
+
+    def spans(events: Any) -> tuple[Any, list[Any]]:
+        exporter, provider = InMemorySpanExporter(), TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        otel.record_log(events, tracer_provider=provider)
+        finished = exporter.get_finished_spans()
+        (root,) = [s for s in finished if s.parent is None]
+        return root, [s for s in finished if s.name == "chat"]
+
+    events = replay.read_log(ROOT / "fixtures" / "compacted_session.jsonl")
+    root, chats = spans(events)
+    purposes = [dict(s.attributes).get("agentloop.request.purpose") for s in chats]
+    assert purposes.count("compaction") == 1
+    summary = next(s for s in chats if s.attributes.get("agentloop.request.purpose"))
+    assert summary.attributes["agentloop.request.id"] == "compaction-005"
+    assert summary.attributes["gen_ai.response.id"] == "summary-5"
+    (compacted,) = [e for e in root.events if e.name == "agentloop.context.compacted"]
+    assert compacted.attributes["agentloop.context.how"] == "summarize"
+    assert compacted.attributes["agentloop.context.start"] == 7
+    # A trim is a span event only: no model call to mark.
+    _, _, log = go(12, 6000, TrimToolResults(keep_last=1, at=0.1))
+    root, chats = spans(list(log))
+    assert len(chats) == 12 and not any("agentloop.request.purpose" in s.attributes for s in chats)
+    assert any(e.name == "agentloop.context.compacted" for e in root.events)
+
+
+def test_replay_show_prints_the_compaction() -> None:
+    path = ROOT / "fixtures" / "compacted_session.jsonl"
+    shown = subprocess.run(
+        [sys.executable, "-m", "replay", "show", str(path)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=ROOT,
+        timeout=120,
+    )
+    (line,) = [line for line in shown.stdout.splitlines() if "context.compacted" in line]
+    assert "summary from message 7: '[Summary of the earlier conversation" in line
+    assert "(~891 -> ~283 tokens)" in line
+    _, _, log = go(12, 6000, TrimToolResults(keep_last=1, at=0.1))
+    from replay._diff import summarize
+
+    trims = [summarize(e) for e in log if type(e) is ContextCompactedEvent]
+    assert trims[0].startswith("tool results trimmed before message ")
