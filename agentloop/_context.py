@@ -53,6 +53,7 @@ from ._messages import (
 from ._protocol import ModelRequest, ModelResponse, Usage
 from ._run import Run, failed
 from ._toolspec import ToolSpec
+from ._transcript import TranscriptView
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -174,7 +175,7 @@ class ContextState(msgspec.Struct, frozen=True):
         window: the context window in tokens (``Limits.context_tokens``).
         estimate: the request's estimated input tokens as the view stands.
         messages: the model's view: the summary (if any) then the transcript from
-            ``start`` on, older tool results trimmed.
+            ``start`` on, older tool results trimmed (a read-only sequence).
         start: the transcript index of the first message of the view after the
             summary.
         summarized: whether ``messages[0]`` is the summary of what came before
@@ -184,10 +185,10 @@ class ContextState(msgspec.Struct, frozen=True):
 
     window: int
     estimate: int
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]
     start: int
     summarized: bool
-    estimates: tuple[int, ...]
+    estimates: Sequence[int]
 
     def cuts(self) -> list[int]:
         """The transcript indexes the view may be cut at without separating a tool
@@ -483,13 +484,16 @@ class Context:
         policy = self._policy
         if policy is not None:
             before = self.estimate
+            # Fixed-length views of lists that are only appended to until the next
+            # rebuild (which makes new lists): O(1), whatever the view's length.
+            length = len(self._view)
             state = ContextState(
                 self._window,
                 before,
-                tuple(self._view),
+                TranscriptView(self._view, length),
                 self._start,
                 self._summary is not None,
-                tuple(self._estimates),
+                TranscriptView(self._estimates, length),  # type: ignore[arg-type]
             )
             decision = policy.decide(state)
             if type(decision) is Trim:
@@ -509,7 +513,7 @@ class Context:
         estimate = self.estimate
         if estimate > self._window:
             raise failed(CONTEXT_OVERFLOW, self._overflow(step, estimate, "request"))
-        return tuple(self._view)
+        return TranscriptView(self._view, len(self._view))
 
     def _overflow(self, step: int, estimate: int, what: str) -> str:
         how = (
