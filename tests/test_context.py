@@ -48,6 +48,7 @@ from agentloop import (
     estimate_request,
     run,
     tool,
+    validate_transcript,
 )
 from agentloop._context import TRIM_MARKER, policy_from_spec, trimmed
 
@@ -624,3 +625,58 @@ def test_replay_show_prints_the_compaction() -> None:
 
     trims = [summarize(e) for e in log if type(e) is ContextCompactedEvent]
     assert trims[0].startswith("tool results trimmed before message ")
+
+
+@settings(max_examples=40)
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.integers(0, 3000)), min_size=1, max_size=40),
+    st.sampled_from(
+        [
+            SummarizeOlder(),
+            SummarizeOlder(at=0.5, keep=0.2),
+            TrimToolResults(keep_last=1, head=20, tail=20),
+        ]
+    ),
+    st.integers(2500, 9000),
+)
+def test_every_request_of_a_random_session_is_a_whole_transcript_and_replays(
+    plan: list[tuple[int, int]], policy: Any, window: int
+) -> None:
+    """Random steps (1-3 calls each, results of random sizes): every request the
+    model gets -- summary or step -- holds whole calls with their results, and the
+    log replays byte for byte."""
+
+    def fn(request: ModelRequest) -> Any:
+        if request.purpose == "compaction":
+            return ScriptedResponse.text(f"s{request.step}", "summary")
+        if request.step > len(plan):
+            return ScriptedResponse.text(f"r{request.step}", "done")
+        calls, _ = plan[request.step - 1]
+        made = [
+            ToolCall(f"c{request.step}-{i}", "sized", {"step": request.step}) for i in range(calls)
+        ]
+        return ScriptedResponse.tool_calls(f"r{request.step}", *made)
+
+    @tool
+    def sized(step: int) -> str:
+        """A result of the planned size."""
+        return "z" * plan[step - 1][1]
+
+    model, log = FunctionModel(fn), EventLog()
+    result = run(
+        [UserMessage("u1", "go")],
+        model=model,
+        tools=[sized],
+        max_steps=64,
+        limits=Limits(context_tokens=window),
+        compaction=policy,
+        log=log,
+        clock=lambda: 0.0,
+    )
+    for request in model.requests:
+        validate_transcript(
+            request.messages[:-1] if request.purpose == "compaction" else request.messages
+        )
+    if result.status == "failed":
+        assert result.error.code == CONTEXT_OVERFLOW
+    assert encoded(replay.replay(list(log)).events) == encoded(log)
