@@ -40,6 +40,12 @@ It delegates the rest, the way h11's ``Connection`` delegates to
 - ``_calls``: :class:`~agentloop._calls.ToolCalls`, a step's tool calls, one at a
   time or in parallel batches, with their hooks and approvals.
 - ``_pauses``: :class:`~agentloop._pauses.Pauses`, pauses and the budget.
+- ``_context``: :class:`~agentloop._context.Context`, the context window (DESIGN
+  §27), with ``Limits.context_tokens`` only: before a step's request,
+  ``Context.prepare`` compacts the model's view if the policy says so (a summary
+  is a request made through ``_plan``) and refuses a request over the window
+  (``CONTEXT_OVERFLOW``); after the response, ``Context.answered`` keeps its
+  input tokens. The transcript itself is never changed.
 - ``_validation``: what a valid reply is, as pure functions (structure, tool
   arguments, a response and its content, streamed chunks, failing stops).
 - ``_events``: :meth:`EventLog.append <agentloop.EventLog.append>` records an event
