@@ -13,10 +13,22 @@ from ._adriver import AsyncModel, adrive, arun, arun_stream
 from ._agent_tool import AgentTool, agent_tool
 from ._budget import BUDGET_LIMITS, Budget, BudgetUsage
 from ._codec import decode_event, encode_event
+from ._context import (
+    CompactionPolicy,
+    ContextState,
+    Summarize,
+    SummarizeOlder,
+    Trim,
+    TrimToolResults,
+    content_chars,
+    estimate_message,
+    estimate_request,
+)
 from ._driver import ANYTIME_REPLIES, CancelToken, Inbox, Model, drive, run, run_stream
 from ._engine import AgentLoop, TranscriptView, agent_loop
 from ._errors import (
     CALLER_PROTOCOL_ERROR,
+    CONTEXT_OVERFLOW,
     ERROR_CODES,
     HOOK_ABORT,
     HOOK_ERROR,
@@ -32,6 +44,7 @@ from ._errors import (
 from ._events import (
     EVENT_TYPES,
     BudgetWarnEvent,
+    ContextCompactedEvent,
     Event,
     EventLog,
     MessageAcceptedEvent,
@@ -127,6 +140,7 @@ __all__ = [
     "ANYTIME_REPLIES",
     "BUDGET_LIMITS",
     "CALLER_PROTOCOL_ERROR",
+    "CONTEXT_OVERFLOW",
     "ERROR_CODES",
     "EVENT_TYPES",
     "HOOK_ABORT",
@@ -168,7 +182,10 @@ __all__ = [
     "Cancel",
     "CancelToken",
     "ChildRun",
+    "CompactionPolicy",
     "Content",
+    "ContextCompactedEvent",
+    "ContextState",
     "DocumentBlock",
     "Effect",
     "Event",
@@ -216,6 +233,8 @@ __all__ = [
     "Steer",
     "StepEndEvent",
     "StepStartEvent",
+    "Summarize",
+    "SummarizeOlder",
     "TextBlock",
     "ThinkingBlock",
     "Tool",
@@ -230,6 +249,8 @@ __all__ = [
     "ToolResultMessage",
     "ToolSpec",
     "TranscriptView",
+    "Trim",
+    "TrimToolResults",
     "UnrecognizedReply",
     "Usage",
     "UserMessage",
@@ -240,10 +261,13 @@ __all__ = [
     "arun",
     "arun_stream",
     "close_dangling_calls",
+    "content_chars",
     "content_text",
     "decode_event",
     "drive",
     "encode_event",
+    "estimate_message",
+    "estimate_request",
     "idempotency_key",
     "idempotency_session",
     "run",

@@ -151,6 +151,7 @@ _COLORS = {
     "tool.result": "32",
     "tool.error": "31",
     "budget.warn": "33",
+    "context.compacted": "35",
 }
 
 

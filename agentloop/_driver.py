@@ -175,6 +175,8 @@ def run(
         tool_workers: the pool's size (default: up to 32 threads, started as needed).
         limits: the loop's ceilings (:class:`Limits`; default: the ``MAX_*`` values).
         output, output_retries: structured output (see :func:`agent_loop`).
+        compaction: a compaction policy for ``Limits.context_tokens`` (see
+            :func:`agent_loop`).
 
     Returns:
         The :class:`RunResult`. Model errors, tool errors and cancellation are

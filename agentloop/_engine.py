@@ -40,6 +40,12 @@ It delegates the rest, the way h11's ``Connection`` delegates to
 - ``_calls``: :class:`~agentloop._calls.ToolCalls`, a step's tool calls, one at a
   time or in parallel batches, with their hooks and approvals.
 - ``_pauses``: :class:`~agentloop._pauses.Pauses`, pauses and the budget.
+- ``_context``: :class:`~agentloop._context.Context`, the context window (DESIGN
+  §27), with ``Limits.context_tokens`` only: before a step's request,
+  ``Context.prepare`` compacts the model's view if the policy says so (a summary
+  is a request made through ``_plan``) and refuses a request over the window
+  (``CONTEXT_OVERFLOW``); after the response, ``Context.answered`` keeps its
+  input tokens. The transcript itself is never changed.
 - ``_validation``: what a valid reply is, as pure functions (structure, tool
   arguments, a response and its content, streamed chunks, failing stops).
 - ``_events``: :meth:`EventLog.append <agentloop.EventLog.append>` records an event
@@ -66,6 +72,7 @@ import msgspec
 
 from ._budget import Budget, BudgetUsage
 from ._calls import ToolCalls
+from ._context import Context, check_compaction
 from ._copy import copy_block
 from ._errors import (
     CALLER_PROTOCOL_ERROR,
@@ -177,6 +184,7 @@ def agent_loop(
     output: Any = None,
     output_retries: int = 2,
     parent: ParentLink | None = None,
+    compaction: Any = None,
 ) -> AgentLoop:
     """Create the agent loop for one run.
 
@@ -210,6 +218,11 @@ def agent_loop(
             the model (as a user message) before the run fails ``OUTPUT_INVALID``.
         parent: where this run sits in a session tree when it is a child session
             (:func:`agentloop.agent_tool` sets it; recorded in ``session.start``).
+        compaction: a :class:`CompactionPolicy` (:class:`SummarizeOlder`,
+            :class:`TrimToolResults`) that compacts the model's view of the
+            transcript to fit ``Limits.context_tokens`` (which it needs). The log
+            and ``RunResult.messages`` keep the full history (DESIGN §27). A dict is
+            a built-in policy's ``spec()``, as ``session.start`` records it.
 
     Returns:
         An :class:`AgentLoop`; prime it with ``next()``.
@@ -234,6 +247,7 @@ def agent_loop(
     problem = parent_problem(parent)
     if problem is not None:
         raise TypeError(problem) if type(parent) is not ParentLink else ValueError(problem)
+    policy = check_compaction(compaction, checked_limits.context_tokens)
     specs = tool_specs(tools)
     snapshot = snapshot_transcript(messages, checked_limits)
     return AgentLoop(
@@ -254,6 +268,7 @@ def agent_loop(
         limits=checked_limits,
         output=checked_output,
         parent=parent,
+        compaction=policy,
     )
 
 
@@ -290,6 +305,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         limits: Limits = DEFAULT_LIMITS,
         output: OutputCheck | None = None,
         parent: ParentLink | None = None,
+        compaction: Any = None,
     ) -> None:
         # The configuration: fixed for the run.
         self._limits = limits
@@ -308,6 +324,12 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._run = run = Run(transcript, message_ids, call_ids, budget, started_at)
         self._pauses = Pauses(run, log, hooks, self._ask)
         self._calls = ToolCalls(run, log, hooks, specs, limits, self._ask, self._pauses)
+        self._compaction = compaction
+        self._context = (  # the model's view and the window (DESIGN §27)
+            None
+            if limits.context_tokens is None
+            else Context(run, log, limits.context_tokens, compaction, system, specs)
+        )
         self._gen = self._main()
 
     # ------------------------------------------------------------------ observations
@@ -594,6 +616,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 limits=None if self._limits is DEFAULT_LIMITS else self._limits,
                 output=None if self._output is None else self._output.spec,
                 parent=self._parent,
+                compaction=None if self._compaction is None else self._compaction.spec(),
             )
         )
         for message in run.transcript:
@@ -765,8 +788,14 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                     sequence=log.next_sequence(), at=run.now, step=step, request_id=request_id
                 )
             )
-            request = self._make_request(request_id, step)
+            context = self._context
+            view: Sequence[Message] | None = None
+            if context is not None:  # the window: compaction, CONTEXT_OVERFLOW (_context)
+                view = yield from context.prepare(step, request_id, self._plan)
+            request = self._make_request(request_id, step, view)
             response = yield from self._plan(request)
+            if context is not None:
+                context.answered(request, response.usage)
             content, stop_reason = response.content, response.stop_reason
             if "after_plan" in hooks:
                 content, stop_reason = self._after_plan(request, response)
@@ -851,9 +880,13 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         if "after_step" in self._hooks:
             observe(self._hooks, "after_step", {"step": step})
 
-    def _make_request(self, request_id: str, step: int) -> ModelRequest:
+    def _make_request(
+        self, request_id: str, step: int, view: Sequence[Message] | None = None
+    ) -> ModelRequest:
         transcript = self._run.transcript
-        messages: Sequence[Message] = TranscriptView(transcript, len(transcript))
+        messages: Sequence[Message] = (
+            TranscriptView(transcript, len(transcript)) if view is None else view
+        )
         system = self._system
         if "before_plan" in self._hooks:
             payload: dict[str, Any] = {

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALLER_PROTOCOL_ERROR",
+    "CONTEXT_OVERFLOW",
     "ERROR_CODES",
     "HOOK_ABORT",
     "HOOK_ERROR",
@@ -51,6 +52,9 @@ HOOK_ABORT = "HOOK_ABORT"
 HOOK_ERROR = "HOOK_ERROR"
 #: The final answer did not decode to the run's ``output`` type, retries included.
 OUTPUT_INVALID = "OUTPUT_INVALID"
+#: The next model request would not fit the context window (``Limits.context_tokens``)
+#: and no compaction policy brought it under; it was never sent.
+CONTEXT_OVERFLOW = "CONTEXT_OVERFLOW"
 #: The code driving the generator sent a reply that does not fit the pending effect.
 CALLER_PROTOCOL_ERROR = "CALLER_PROTOCOL_ERROR"
 
@@ -64,6 +68,7 @@ ERROR_CODES = frozenset(
         HOOK_ABORT,
         HOOK_ERROR,
         CALLER_PROTOCOL_ERROR,
+        CONTEXT_OVERFLOW,
     }
 )
 

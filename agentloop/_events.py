@@ -37,7 +37,7 @@ import msgspec
 
 from ._budget import Budget, BudgetUsage
 from ._limits import Limits
-from ._messages import AssistantMessage, Message, ToolCall, ToolResultMessage
+from ._messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from ._output import OutputSpec
 from ._protocol import (
     FollowUp,
@@ -57,6 +57,7 @@ from ._tree import ParentLink
 __all__ = [
     "EVENT_TYPES",
     "BudgetWarnEvent",
+    "ContextCompactedEvent",
     "Event",
     "EventLog",
     "MessageAcceptedEvent",
@@ -100,6 +101,8 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     ``output`` describes the structured output the run checks (``output=``).
     ``parent`` places a child session in its tree (an agent tool's run, DESIGN §26;
     ``None``, left out, for a root session).
+    ``compaction`` is the run's compaction policy's ``spec()`` (plain JSON with a
+    ``"policy"`` name; left out without one, DESIGN §27).
     """
 
     type: ClassVar[str] = "session.start"
@@ -113,6 +116,7 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     limits: Limits | None = None
     output: OutputSpec | None = None
     parent: ParentLink | None = None
+    compaction: dict[str, Any] | None = None
 
 
 class MessageAcceptedEvent(_Event, frozen=True, kw_only=True, tag="message.accepted"):
@@ -203,6 +207,26 @@ class BudgetWarnEvent(_Event, frozen=True, kw_only=True, tag="budget.warn"):
     budget: Budget
 
 
+class ContextCompactedEvent(_Event, frozen=True, kw_only=True, tag="context.compacted"):
+    """The model's view of the transcript was compacted before a request (DESIGN §27).
+
+    ``how`` is ``summarize`` (the messages before transcript index ``start`` are
+    replaced, for the model, by ``summary``: a model call recorded just before,
+    ``ModelRequest(purpose="compaction")``) or ``trim`` (every tool result before
+    transcript index ``trimmed_before`` is shown shortened). ``tokens_before`` and
+    ``tokens_after`` are the request's estimates. The transcript and the log keep
+    every message whole.
+    """
+
+    type: ClassVar[str] = "context.compacted"
+    how: str
+    start: int = 0
+    summary: UserMessage | None = None
+    trimmed_before: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+
+
 class SessionPauseEvent(_Event, frozen=True, kw_only=True, tag="session.pause"):
     """The loop yields a ``Pause`` with this reason and payload."""
 
@@ -272,6 +296,7 @@ Event: TypeAlias = (
     | ToolErrorEvent
     | StepEndEvent
     | BudgetWarnEvent
+    | ContextCompactedEvent
     | SessionPauseEvent
     | SessionResumeEvent
     | SessionCompleteEvent

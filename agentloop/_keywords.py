@@ -77,6 +77,8 @@ class SessionOptions(TypedDict, total=False):
         output: a type the final answer must decode to (see :func:`agent_loop`).
         output_retries: how many times an answer that does not decode goes back to
             the model (default 2).
+        compaction: a compaction policy for the context window (see
+            :func:`agent_loop`; needs ``Limits(context_tokens=...)``).
     """
 
     system: str | None
@@ -88,6 +90,7 @@ class SessionOptions(TypedDict, total=False):
     limits: Limits | None
     output: Any
     output_retries: int
+    compaction: Any
 
 
 class LoopOptions(SessionOptions, total=False):

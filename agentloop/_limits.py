@@ -101,6 +101,10 @@ class Limits(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
         blobs_per_step: most media blocks one source adds in a step: the model's
             response, the step's tool results together, each caller's message
             (``MAX_BLOBS_PER_STEP``, 32; hard cap 4096).
+        context_tokens: the model's context window in tokens, or ``None`` (unknown:
+            nothing is checked). With a window, a request whose estimated input
+            tokens exceed it fails the run ``CONTEXT_OVERFLOW`` before it is sent,
+            unless a ``compaction`` policy brings it under (DESIGN §27).
 
     Each field is an int from 1 to its hard cap (:data:`LIMITS_HARD_CAPS`: 2**31-1,
     ``argument_depth`` 256, ``agent_depth`` 64, ``blob_bytes`` 1 GiB, ``blobs_per_step``
@@ -126,8 +130,14 @@ class Limits(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     agent_depth: int = MAX_AGENT_DEPTH
     blob_bytes: int = MAX_BLOB_BYTES
     blobs_per_step: int = MAX_BLOBS_PER_STEP
+    context_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        window = self.context_tokens
+        if window is not None and (type(window) is not int or not 1 <= window <= _INT_CAP):
+            raise ValueError(
+                f"Limits.context_tokens must be None or an int from 1 to {_INT_CAP}, got {window!r}"
+            )
         for name, cap in LIMITS_HARD_CAPS.items():
             value = getattr(self, name)
             if type(value) is not int or not 1 <= value <= cap:

@@ -114,7 +114,7 @@ class ModelAttempt(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
 # --------------------------------------------------------------------------- effects
 
 
-class ModelRequest(msgspec.Struct, frozen=True):
+class ModelRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     """Ask the model for the next assistant message.
 
     Reply with zero or more :class:`ModelChunk`, then one :class:`ModelResponse` (or
@@ -124,6 +124,9 @@ class ModelRequest(msgspec.Struct, frozen=True):
     request was made (O(1) to create; no copy). ``tools`` are the run's tool specs.
     ``output`` is the run's structured output (its JSON Schema), for a model that
     can ask its provider for that response format; ``None`` without ``output=``.
+    ``purpose`` is ``"step"`` for the step's request and ``"compaction"`` for a
+    summary the run's compaction policy asks for (DESIGN §27; its id is
+    ``compaction-NNN``): answer it like any other request, with text.
     """
 
     id: str
@@ -132,6 +135,7 @@ class ModelRequest(msgspec.Struct, frozen=True):
     tools: tuple[ToolSpec, ...]
     system: str | None = None
     output: OutputSpec | None = None
+    purpose: str = "step"
 
 
 class ToolRequest(msgspec.Struct, frozen=True):

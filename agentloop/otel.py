@@ -33,9 +33,11 @@ and ``error.type`` = the agentloop error code (``MODEL_ERROR``,
 ``MODEL_PROTOCOL_ERROR``, ``HOOK_ERROR``, ...) for failed runs and model calls,
 ``tool_error`` for an error result from a tool and ``loop_error`` for one the loop
 made itself (unknown tool, hook abort or skip, denied approval, truncated call).
-Pauses, resumes, budget warnings and cancellation are span events
+Pauses, resumes, budget warnings, compactions and cancellation are span events
 (``agentloop.session.pause``, ``agentloop.session.resume``,
-``agentloop.budget.warn``, ``agentloop.cancel``); agentloop's own attributes are
+``agentloop.budget.warn``, ``agentloop.context.compacted``, ``agentloop.cancel``);
+a summary a compaction policy asked for is its own ``chat`` span with
+``agentloop.request.purpose`` = ``compaction``; agentloop's own attributes are
 under ``agentloop.*``.
 
 Metrics: ``gen_ai.client.token.usage`` (histogram, ``{token}``, one measurement per
@@ -80,6 +82,7 @@ from ._codec import encode_event
 from ._deep import encode as encode_deep
 from ._events import (
     BudgetWarnEvent,
+    ContextCompactedEvent,
     Event,
     EventLog,
     MessageAcceptedEvent,
@@ -302,6 +305,7 @@ class SpanRecorder:
             ToolResultEvent: self._tool_end,
             ToolErrorEvent: self._tool_end,
             BudgetWarnEvent: self._budget_warn,
+            ContextCompactedEvent: self._context_compacted,
             SessionPauseEvent: self._session_pause,
             SessionResumeEvent: self._session_resume,
             RunFinishedEvent: self._run_finished,
@@ -311,6 +315,7 @@ class SpanRecorder:
     def _reset(self) -> None:
         self._root: _Open | None = None
         self._chat: _Open | None = None
+        self._step_event: StepStartEvent | None = None
         self._chat_chunked = False
         self._tools: dict[str, _Open] = {}
         self._descriptions: dict[str, str] = {}
@@ -461,6 +466,7 @@ class SpanRecorder:
             if not self._input_recorded:
                 self._root.span.set_attribute(_INPUT_MESSAGES, attributes[_INPUT_MESSAGES])
                 self._input_recorded = True
+        self._step_event = event
         if self._chat is not None:  # a request that never got an answer
             self._end(self._chat, at)
         self._chat = self._start(self._chat_name, SpanKind.CLIENT, attributes, at)
@@ -587,6 +593,34 @@ class SpanRecorder:
         elif self.capture_content:
             span.set_attribute(_TOOL_RESULT, content_text(message.content))
         self._end(tool, at)
+
+    def _context_compacted(self, event: ContextCompactedEvent, at: int | None) -> None:
+        """A span event on the root; a summary's chat span (opened at step.start,
+        answered by the compaction's plan.draft) is marked and closed, and the
+        step's own chat span opens."""
+        assert self._root is not None
+        self._root.span.add_event(
+            "agentloop.context.compacted",
+            {
+                "agentloop.context.how": event.how,
+                "agentloop.context.start": event.start,
+                "agentloop.context.trimmed_before": event.trimmed_before,
+                "agentloop.context.tokens_before": event.tokens_before,
+                "agentloop.context.tokens_after": event.tokens_after,
+            },
+            timestamp=at,
+        )
+        chat, step = self._chat, self._step_event
+        if event.how != "summarize" or chat is None or step is None:
+            return
+        chat.span.set_attribute("agentloop.request.purpose", "compaction")
+        chat.span.set_attribute(
+            "agentloop.request.id", step.request_id.replace("request-", "compaction-", 1)
+        )
+        self._record_duration(chat, at, None)
+        self._chat = None
+        self._end(chat, at)
+        self._step_start(step, at)
 
     def _budget_warn(self, event: BudgetWarnEvent, at: int | None) -> None:
         assert self._root is not None

@@ -19,6 +19,7 @@ from agentloop import (
     AudioBlock,
     BudgetWarnEvent,
     Cancel,
+    ContextCompactedEvent,
     DocumentBlock,
     Event,
     ImageBlock,
@@ -306,6 +307,12 @@ def summarize(event: Event) -> str:
             f"{event.limit} limit reached (turns={usage.turns} tool_calls={usage.tool_calls} "
             f"wall={usage.wall_seconds:g}s)"
         )
+    if isinstance(event, ContextCompactedEvent):
+        if event.summary is not None:
+            what = f"summary from message {event.start}: {short(event.summary.content, 40)}"
+        else:
+            what = f"tool results trimmed before message {event.trimmed_before}"
+        return f"{what} (~{event.tokens_before} -> ~{event.tokens_after} tokens)"
     if isinstance(event, SessionPauseEvent):
         return f"{event.reason} {short(event.payload, 50)}"
     if isinstance(event, SessionResumeEvent):

@@ -266,7 +266,7 @@ def run_durable(
             session it may be given again (the same call after a crash): it must
             then match what the session was started with (so must ``system``,
             ``max_steps``, ``budget``, ``parallel_tools``, ``limits``, ``output``,
-            ``output_retries`` and the tools' specs). Without it, the stored
+            ``output_retries``, ``compaction`` and the tools' specs). Without it, the stored
             configuration is used and those options are ignored -- except
             ``output``, which a session started with ``output=T`` needs again
             (a type cannot be stored), as for :func:`replay.resume`.
@@ -276,7 +276,8 @@ def run_durable(
             may serve sessions started with different tools). Tools can read
             :func:`agentloop.idempotency_key`.
         system, max_steps, budget, started_at, parallel_tools, limits, output,
-            output_retries: as for :func:`agentloop.run`, for a new session.
+            output_retries, compaction: as for :func:`agentloop.run`, for a new
+            session.
         on_event: called with each new event as the loop emits it (before it is
             committed), from the first one this call adds: a live view (a
             resumed session's stored events are in ``store.events``).

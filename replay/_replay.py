@@ -412,6 +412,7 @@ class _Session:
                 output=_output(start, events, output),
                 output_retries=start.output.retries if start.output is not None else 2,
                 parent=start.parent,
+                compaction=start.compaction,
             )
         except (ValueError, TypeError) as exc:
             raise ReplayDivergence(

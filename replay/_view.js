@@ -716,6 +716,30 @@
     "step.end"(e) {
       return { cls: "compact", label: "step end", head: [], body: [evExtras(e, [])] };
     },
+    "context.compacted"(e) {
+      const summary = e.summary || null;
+      const summarized = e.how === "summarize";
+      return {
+        cls: "pause",
+        label: "compacted",
+        head: [
+          chip(summarized ? "summary" : "trimmed tool results", "warn"),
+          h(
+            "span",
+            "muted",
+            `the model's view: about ${scalarText(e.tokens_before || 0)} → ${scalarText(e.tokens_after || 0)} tokens`,
+          ),
+        ],
+        body: [
+          kv([
+            ["view starts at message", scalarText(e.start || 0)],
+            ["tool results trimmed before", scalarText(e.trimmed_before || 0)],
+          ]),
+          summary ? textBlock(String(summary.content), "output") : null,
+          evExtras(e, ["how", "start", "summary", "trimmed_before", "tokens_before", "tokens_after"]),
+        ],
+      };
+    },
     "budget.warn"(e) {
       const u = e.usage || {};
       const b = e.budget || {};

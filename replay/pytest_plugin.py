@@ -70,7 +70,16 @@ _DRIVER_ONLY: Final = frozenset(
 )
 # run() options that shape the session's start, compared on replay.
 _CONFIG: Final = frozenset(
-    ("system", "max_steps", "budget", "parallel_tools", "limits", "output", "output_retries")
+    (
+        "system",
+        "max_steps",
+        "budget",
+        "parallel_tools",
+        "limits",
+        "output",
+        "output_retries",
+        "compaction",
+    )
 )
 _UNSAFE: Final = re.compile(r'[\x00-\x1f\\/:*?"<>|]')
 _MAX_NAME_BYTES: Final = 200

@@ -672,6 +672,17 @@ EXPECTED: dict[str, tuple[str, str | None, list[tuple[str, str | None]]]] = {
         [("chat", None), ("execute_tool add", "CALLER_PROTOCOL_ERROR")],
     ),
     "cancel_mid_tool": ("cancelled", None, [("chat", None), ("execute_tool weather", None)]),
+    "compacted_session": (
+        "completed",
+        None,
+        [
+            *[("chat", None), ("execute_tool weather", None)] * 4,
+            ("chat", None),  # the summary (agentloop.request.purpose: compaction)
+            ("chat", None),
+            ("execute_tool weather", None),
+            ("chat", None),
+        ],
+    ),
     "invalid_transcript": ("failed", "INVALID_TRANSCRIPT", []),
     "max_steps": (
         "max_steps",
