@@ -12,6 +12,7 @@ Commands::
     python -m replay sessions DB [--status S] [--json]  the sessions of a store
     python -m replay export DB --session ID -o FILE     a stored session as a log file
     python -m replay repair LOG                         drop a torn last line, keep the rest
+    python -m replay worker DB --factory MOD:FN [--json]   run the store's runnable sessions
     python -m replay --version
 
 ``show``, ``check``, ``stats``, ``verify``, ``view`` and ``otel`` read a session of a store

@@ -22,5 +22,5 @@ def test_the_big_log_bench_runs_and_reports() -> None:
     results = json.loads(done.stdout)
     assert set(results) == {"large", "small"}
     for result in results.values():
-        assert result["format_version"] == 2
+        assert result["format_version"] == 3
         assert result["events"] > 0 and result["peak_over_file_size"] > 0

@@ -79,6 +79,7 @@ def test_the_defaults_that_are_not_always_one_object_are_known() -> None:
         ("Limits", "assistant_blocks"),
         ("Limits", "argument_values"),
         ("Limits", "argument_string_code_points"),
+        ("Limits", "blob_bytes"),
     }
 
 

@@ -153,6 +153,7 @@ def test_the_temporal_client_and_wire_keep_agent_loop_s_defaults() -> None:
         "started_at",
         "limits",
         "output_retries",
+        "parallel_tools",
     }
     assert client == {name: defaults[name] for name in client}
     wire = {
