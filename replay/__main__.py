@@ -58,7 +58,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any, NamedTuple, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TextIO
 
 import msgspec
 
@@ -118,6 +118,9 @@ _SHOW_EPILOG = _EPILOG.rpartition("\n--json")[0]
 
 #: The positional LOG's help, on every command that reads a log.
 LOG_HELP = "the log file (or a session store, with --session ID)"
+
+if TYPE_CHECKING:
+    from ._worker import WorkerStats
 
 
 class _Fail(Exception):
@@ -1025,7 +1028,7 @@ def _factory(spec: str) -> Any:
 def _worker(args: argparse.Namespace) -> int:
     import signal
 
-    from ._worker import Worker, WorkerError, WorkerStats
+    from ._worker import Worker, WorkerError
 
     if args.processes < 1:
         raise _Fail(f"--processes must be 1 or more, got {args.processes}")
@@ -1074,8 +1077,6 @@ def _worker_processes(args: argparse.Namespace) -> int:
     import signal
     import subprocess
 
-    import msgspec
-
     command_line = [
         sys.executable,
         "-m",
@@ -1114,12 +1115,32 @@ def _worker_processes(args: argparse.Namespace) -> int:
     finally:
         for number, handler in handlers.items():
             signal.signal(number, handler)
+    summed = _summed_stats(
+        [(child.returncode, output) for child, output in zip(children, outputs, strict=True)]
+    )
+    if args.json:
+        _print_json({**summed.to_dict(), "processes": args.processes})
+    else:
+        _say(f"replay worker: {summed.line()} ({args.processes} processes)")
+    return EXIT_OK if not summed.failed else EXIT_DIFFERENT
+
+
+def _summed_stats(results: list[tuple[int, str]]) -> WorkerStats:
+    """The stats of ``--processes`` workers summed from each one's ``(exit status,
+    --json output)``: one that exited with an error counts as a failed session; one
+    stopped by SIGTERM before its handler was set (it ran nothing) counts as nothing."""
+    import signal
+
+    import msgspec
+
+    from ._worker import WorkerStats
+
     total: dict[str, Any] = {"finished": {}, "parked": 0, "stopped": 0, "skipped": 0, "failed": 0}
     seconds = 0.0
-    for child, output in zip(children, outputs, strict=True):
-        if child.returncode == -signal.SIGTERM and not output:
+    for returncode, output in results:
+        if returncode == -signal.SIGTERM and not output:
             continue  # stopped while it started, before its handler: it ran nothing
-        if child.returncode not in (EXIT_OK, EXIT_DIFFERENT):
+        if returncode not in (EXIT_OK, EXIT_DIFFERENT):
             total["failed"] += 1  # (its error went to stderr)
             continue
         stats = msgspec.json.decode(output.strip().splitlines()[-1])
@@ -1128,14 +1149,7 @@ def _worker_processes(args: argparse.Namespace) -> int:
         for key in ("parked", "stopped", "skipped", "failed"):
             total[key] += stats[key]
         seconds = max(seconds, stats["seconds"])
-    from ._worker import WorkerStats
-
-    summed = WorkerStats(**total, seconds=seconds)
-    if args.json:
-        _print_json({**summed.to_dict(), "processes": args.processes})
-    else:
-        _say(f"replay worker: {summed.line()} ({args.processes} processes)")
-    return EXIT_OK if not summed.failed else EXIT_DIFFERENT
+    return WorkerStats(**total, seconds=seconds)
 
 
 @command(

@@ -600,3 +600,27 @@ def test_a_stop_while_sessions_are_handed_out_hands_out_no_more(store):
     stats = worker[0].run()
     assert stats.advanced == 0 and stats.stopped >= 2
     assert len(store.runnable()) == 6  # every one still there, resumable
+
+
+def test_the_processes_stats_sum_what_each_printed():
+    from replay.__main__ import _summed_stats
+
+    line = json.dumps(
+        {"finished": {"completed": 3}, "parked": 1, "stopped": 0, "skipped": 2, "failed": 0}
+        | {"seconds": 1.5}
+    )
+    other = json.dumps(
+        {"finished": {"completed": 1, "failed": 1}, "parked": 0, "stopped": 1, "skipped": 0}
+        | {"failed": 1, "seconds": 2.5}
+    )
+    summed = _summed_stats(
+        [
+            (0, f"progress\n{line}\n"),
+            (1, other),  # EXIT_DIFFERENT: a session failed; its stats still count
+            (-signal.SIGTERM, ""),  # stopped before its handler was set: ran nothing
+            (-signal.SIGKILL, ""),  # died: counted as a failed session
+        ]
+    )
+    assert summed.finished == {"completed": 4, "failed": 1}
+    assert (summed.parked, summed.stopped, summed.skipped, summed.failed) == (1, 1, 2, 2)
+    assert summed.seconds == 2.5
