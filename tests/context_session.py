@@ -92,15 +92,15 @@ def main() -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
         return answer(request)
 
-    store = replay.SQLiteStore(args.db)
-    result = replay.run_durable(
-        store,
-        args.session,
-        list(MESSAGES),
-        model=FunctionModel(killing),
-        owner="context-worker",
-        **options(),
-    )
+    with replay.SQLiteStore(args.db) as store:
+        result = replay.run_durable(
+            store,
+            args.session,
+            list(MESSAGES),
+            model=FunctionModel(killing),
+            owner="context-worker",
+            **options(),
+        )
     assert isinstance(result, agentloop.RunResult)
     print(f"{result.status} {result.steps}", flush=True)
     return 0

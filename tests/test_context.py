@@ -521,13 +521,15 @@ def test_killed_in_the_middle_of_a_compaction_call_it_resumes_to_the_same_log(
         timeout=600,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    cut = replay.SQLiteStore(db).events("s1")
+    with replay.SQLiteStore(db) as store:
+        cut = store.events("s1")
     assert cut[-1].type == "step.start"  # the summary request was out, unanswered
     done = subprocess.run(
         command, capture_output=True, text=True, env=subprocess_env(), cwd=ROOT, timeout=600
     )
     assert done.returncode == 0 and done.stdout.strip() == "completed 500", done.stderr
-    events = replay.SQLiteStore(db).events("s1")
+    with replay.SQLiteStore(db) as store:
+        events = store.events("s1")
     _, _, log = _reference()
     assert [encode_event(e) for e in events] == encoded(log)
 

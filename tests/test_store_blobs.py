@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sqlite3
 from pathlib import Path
@@ -15,7 +16,7 @@ from tests.test_log_blobs import MEDIA, MEDIA_EVENTS, PNG, _encoded, _sha
 
 
 def _blob_rows(path: Path) -> list[tuple[str, int, int]]:
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         return db.execute(
             "SELECT hash, sequence, position FROM blobs ORDER BY sequence, position"
         ).fetchall()
@@ -84,7 +85,7 @@ def test_a_damaged_blob_row_is_a_store_error_naming_session_and_blob(
     tmp_path: Path, damage: Any, message: str
 ) -> None:
     path = _stored(tmp_path)
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         damage(db)
     with SQLiteStore(path) as store, pytest.raises(StoreError) as raised:
         store.events("s")
@@ -96,7 +97,7 @@ def test_an_event_row_that_is_a_blob_line_is_refused(tmp_path: Path) -> None:
     path = _stored(tmp_path)
     blob = bodies(MEDIA.read_bytes())[2]
     assert blob.startswith(b'{"blob":')
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         (header,) = db.execute("SELECT log_header FROM sessions").fetchone()
         start = link(b"", header.encode()[:-1])
         db.execute(
