@@ -30,7 +30,6 @@ processes, may serve one store, and no session is advanced by two at once.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import queue
@@ -263,7 +262,8 @@ class _LimitedModel:
 
     def stream(self, request: ModelRequest) -> Iterator[Any]:
         limiter = self.limiter
-        for attempt in itertools.count():
+        attempt = 0
+        while True:
             limiter.begin()
             response = None
             started = False
@@ -280,7 +280,7 @@ class _LimitedModel:
                 limiter.block(exc.retry_after)
             finally:
                 limiter.end(response)
-        raise AssertionError("unreachable")  # pragma: no cover - itertools.count() never ends
+            attempt += 1
 
 
 # --------------------------------------------------------------------------- the worker
