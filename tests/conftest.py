@@ -19,6 +19,12 @@ pytest_plugins = ["pytester"]
 # (seen: the idempotency-key property, 252 ms once, 7 ms when retried). Off for the suite.
 settings.register_profile("agentloop", deadline=None)
 settings.load_profile("agentloop")
+# `.ci/run` runs the whole suite under coverage on its main Python, every property
+# with its full count of examples; on the other Pythons it passes
+# `--hypothesis-profile=secondary`: every property still runs there, with a fifth of
+# its examples (tests/helpers.py `examples()` scales the counts tests set themselves),
+# so the same inputs are not generated four times over on two CPUs.
+settings.register_profile("secondary", parent=settings.get_profile("agentloop"), max_examples=20)
 
 #: The tests marked ``version_independent`` (node id prefixes, relative to the
 #: repository root). What they prove does not depend on the Python that runs pytest,
@@ -37,9 +43,12 @@ VERSION_INDEPENDENT = (
     "tests/test_idempotency.py::test_a_file_tier_session_killed_at_any_point",
     "tests/temporal/test_kill.py",
     "tests/test_view_browser.py",
+    "tests/test_bench_agents.py",
     "tests/test_bench_batches.py",
+    "tests/test_bench_context.py",
     "tests/test_bench_drivers.py",
     "tests/test_bench_durable.py",
+    "tests/test_bench_fleet.py",
     "tests/test_bench_smoke.py",
     "tests/test_big_log_bench.py",
 )

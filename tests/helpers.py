@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from hypothesis import settings
+
 from agentloop import (
     AgentLoop,
     Block,
@@ -45,6 +47,14 @@ ADD = ToolSpec(
     },
 )
 ECHO = ToolSpec("echo", "Echo the text.", {"type": "object"})
+
+
+def examples(count: int) -> int:
+    """A property's example count, scaled by the Hypothesis profile in use: ``count``
+    under the suite's own profile (Hypothesis' default of 100 examples), a fifth of it
+    (at least 10) under ``--hypothesis-profile=secondary``, which `.ci/run` uses on the
+    Pythons other than its main one (tests/conftest.py)."""
+    return max(10, count * settings.default.max_examples // 100)
 
 
 # --------------------------------------------------------------------------- driver scaffolding

@@ -35,6 +35,7 @@ from agentloop import (
     tool,
 )
 from replay import replay
+from tests.helpers import examples
 
 from .test_adrive import Ticker, encoded, go
 from .test_batches_run import PATIENCE, USER, arrival, results, script
@@ -143,7 +144,7 @@ def test_results_are_sent_in_completion_order_and_kept_in_source_order() -> None
     replays(log, calls.hooks)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(1, 5).flatmap(lambda n: st.permutations([f"k{i}" for i in range(1, n + 1)])))
 def test_any_completion_order_keeps_the_models_order_and_replays(order: list[str]) -> None:
     result, log, calls = arun_in_order(order)

@@ -38,6 +38,7 @@ from agentloop import (
     encode_event,
 )
 from agentloop._agent_tool import subtree_tool_calls
+from tests.helpers import examples
 
 from .helpers import Ticker
 
@@ -568,7 +569,7 @@ def drafted(log: EventLog) -> Usage:
     return total
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(tree=nodes, approve=st.booleans(), asynchronous=st.booleans())
 def test_random_trees_replay_and_roll_up_exactly(
     tree: Node, approve: bool, asynchronous: bool

@@ -34,7 +34,7 @@ from agentloop import (
     validate_transcript,
 )
 from replay import replay, resume
-from tests.helpers import check_log, response, types
+from tests.helpers import check_log, examples, response, types
 
 LOOKUP = ToolSpec("lookup", "Look a word up.", {"type": "object"})
 WRITE = ToolSpec("write", "Write a file.", {"type": "object"}, sequential=True)
@@ -388,7 +388,7 @@ def batch_run(order: list[int], n: int = 4, **options: Any) -> Any:
     return loop
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(order=st.permutations(range(4)))
 def test_any_arrival_order_gives_the_same_transcript_and_replays_byte_for_byte(
     order: list[int],

@@ -45,7 +45,7 @@ from agentloop import (
     tool,
     validate_transcript,
 )
-from tests.helpers import ADD, ECHO, call, check_log, drive, response
+from tests.helpers import ADD, ECHO, call, check_log, drive, examples, response
 
 USER = UserMessage("u1", "Sum some numbers.")
 
@@ -471,7 +471,7 @@ def expected_pauses(start: float, limit: float, times: list[float | None]) -> li
     return pauses
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     start=st.floats(min_value=0, max_value=1000, allow_nan=False),
     limit=st.floats(min_value=0.5, max_value=20, allow_nan=False),

@@ -32,6 +32,7 @@ from agentloop import (
     encode_event,
 )
 from replay import read_log
+from tests.helpers import examples
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURE_EVENTS = [event for path in sorted(FIXTURES.glob("**/*.jsonl")) for event in read_log(path)]
@@ -271,7 +272,7 @@ _arguments = st.dictionaries(_keys, _json, max_size=5)
 _at = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(arguments=_arguments, at=_at, tokens=st.integers(min_value=0))
 @example(arguments={"x": math.nan, "y": math.inf, "z": -math.inf}, at=None, tokens=0)
 @example(arguments={"$float": "nan"}, at=math.nan, tokens=2**64)

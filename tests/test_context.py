@@ -51,6 +51,7 @@ from agentloop import (
     validate_transcript,
 )
 from agentloop._context import TRIM_MARKER, policy_from_spec, trimmed
+from tests.helpers import examples
 
 from . import context_session as session
 from .helpers import encoded, subprocess_env
@@ -448,7 +449,7 @@ def transcripts() -> st.SearchStrategy[list[Message]]:
     return build()
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     transcripts(),
     st.integers(50, 2000),
@@ -631,7 +632,7 @@ def test_replay_show_prints_the_compaction() -> None:
     assert trims[0].startswith("tool results trimmed before message ")
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(
     st.lists(st.tuples(st.integers(1, 3), st.integers(0, 3000)), min_size=1, max_size=40),
     st.sampled_from(

@@ -31,6 +31,7 @@ from agentloop import (
     run,
     tool,
 )
+from tests.helpers import examples
 
 NAMES = ("add", "fail", "nope")
 
@@ -154,7 +155,7 @@ def session_log(session: dict[str, Any], asynchronous: bool) -> EventLog:
     return log
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(sessions())
 def test_run_and_arun_write_the_same_log_and_it_replays(session: dict[str, Any]) -> None:
     sync, concurrent = session_log(session, False), session_log(session, True)

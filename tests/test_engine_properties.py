@@ -35,7 +35,7 @@ from agentloop import (
     validate_transcript,
 )
 from replay import replay
-from tests.helpers import ADD, ECHO, check_log
+from tests.helpers import ADD, ECHO, check_log, examples
 
 json_leaf = st.one_of(
     st.none(),
@@ -115,7 +115,7 @@ def random_reply(data: st.DataObject, effect: Any) -> Any:
     return Cancel(data.draw(st.text(max_size=5)), at)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     data=st.data(),
     max_steps=st.integers(1, 6),

@@ -23,6 +23,7 @@ from agentloop.evals import (
     Regex,
     Trajectory,
 )
+from tests.helpers import examples
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -228,7 +229,9 @@ cases = st.builds(
 
 
 @settings(
-    suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60, deadline=None
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    max_examples=examples(60),
+    deadline=None,
 )
 @given(st.lists(cases, max_size=5, unique_by=lambda case: case.id))
 @example([Case(id="a\u2028", prompt="\n\x00")])
@@ -241,7 +244,9 @@ def test_any_dataset_round_trips_through_both_formats(tmp_path: Path, data: list
 
 
 @settings(
-    suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=100, deadline=None
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    max_examples=examples(100),
+    deadline=None,
 )
 @given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 @example(b'{"id": "a", "prompt": "x", "expect": [{"kind": "bounds", "max_steps": "x"}]}')

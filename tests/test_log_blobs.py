@@ -38,6 +38,7 @@ from replay import (
     read_log,
     write_log,
 )
+from tests.helpers import examples
 from tests.logfiles import FIXTURES, bodies, chain
 
 MEDIA = FIXTURES / "media" / "image_twice.jsonl"
@@ -318,7 +319,7 @@ def _media_events(draw: st.DrawFn) -> list[Any]:
     return events
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(_media_events(), st.data())
 def test_random_logs_with_blobs_round_trip_and_corruptions_are_detected(
     events: list[Any], data: st.DataObject

@@ -44,6 +44,7 @@ from agentloop import (
 )
 from replay import LogFormatError, LogWriter, diff_events, read_log, write_log
 from replay._diff import short
+from tests.helpers import examples
 from tests.logfiles import FIXTURES
 from tests.test_replay import _generated_session
 
@@ -102,7 +103,7 @@ def _edited(draw: st.DrawFn) -> tuple[str, bytes]:
     )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_edited())
 @example(("tool_calls", LOGS["tool_calls"].replace(b'"42"', b'"43"')))
 @example(("tool_calls", LOGS["tool_calls"].replace(b"\n", b"\r\n")))
@@ -122,7 +123,7 @@ def test_an_edited_log_is_refused_or_reads_the_same(case: tuple[str, bytes]) -> 
 
 
 @settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -227,7 +228,7 @@ def _events(draw: st.DrawFn) -> list[Any]:
     return [msgspec.structs.replace(e, sequence=i) for i, e in enumerate(events)]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_events())
 def test_hand_built_events_round_trip(events: list[Any]) -> None:
     path = SCRATCH / "log.jsonl"

@@ -65,7 +65,7 @@ from replay import (
     state_at,
     write_log,
 )
-from tests.helpers import ROOT, sigkilled
+from tests.helpers import ROOT, examples, sigkilled
 
 FIXTURES = ROOT / "fixtures"
 # Every recorded run. fixtures/media/ holds a file-format fixture made by editing a
@@ -281,7 +281,7 @@ def _generated_session(data: st.DataObject) -> AgentLoop:
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import replay
 from agentloop import SessionStartEvent
 from replay import ReplayDivergence, read_log
+from tests.helpers import examples
 
 from .helpers import nested
 
@@ -83,7 +84,7 @@ HOSTILE = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sequence=HOSTILE,
     expected=HOSTILE,

@@ -68,6 +68,7 @@ from agentloop import (
 )
 from agentloop._state import TRANSITIONS
 from replay import replay
+from tests.helpers import examples
 
 ECHO = ToolSpec("echo", "Echo the text.", {"type": "object"})
 DELETE = ToolSpec("delete", "Delete a path.", {"type": "object"}, requires_approval=True)
@@ -476,7 +477,7 @@ class AgentLoopMachine(RuleBasedStateMachine):
 
 
 AgentLoopMachine.TestCase.settings = settings(
-    max_examples=200,
+    max_examples=examples(200),
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

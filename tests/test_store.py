@@ -48,7 +48,7 @@ from replay import (
 )
 from replay import __main__ as replay_cli
 from replay import _store as store_module
-from tests.helpers import nested
+from tests.helpers import examples, nested
 from tests.logfiles import link, under_rules
 from tests.test_log_properties import _events as hand_built_events
 
@@ -683,7 +683,7 @@ def relink(store: SQLiteStore, session_id: str, *, header: str | None = None) ->
         )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=hand_built_events(), data=st.data())
 def test_any_session_in_any_batches_is_stored_as_its_log_file(events, data):
     # Stored in batches (group commits) split anywhere, by a store object that

@@ -35,6 +35,7 @@ from agentloop import (
 from replay import read_log, write_log
 from replay.__main__ import main
 from replay._view import Report, check_report, diff_report, embed_json, render_html
+from tests.helpers import examples
 
 from .logfiles import under_rules
 from .view_logs import FIXTURES, HOSTILE, hostile_events, tampered
@@ -171,7 +172,7 @@ def test_hostile_strings_stay_data() -> None:
     assert HOSTILE not in text
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     text=st.text(),
     name=st.text(min_size=1),

@@ -59,6 +59,7 @@ from agentloop.models import ModelSpecError, RetryAttempt, RetryPolicy, model_fr
 from agentloop.models.anthropic import AnthropicModel
 from agentloop.models.gemini import GeminiModel
 from agentloop.models.openai import OpenAIChatModel, OpenAIResponsesModel
+from tests.helpers import examples
 
 from .serve import (
     KINDS,
@@ -2082,7 +2083,7 @@ def test_every_turn_of_a_recorded_reasoning_loop_is_the_same() -> None:
         assert type(expected[0][-1]) is ModelResponse
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(case=st.sampled_from(STREAMS), data=st.data())
 def test_how_the_bytes_arrive_changes_nothing(case: tuple[str, str], data: st.DataObject) -> None:
     """The body cut into arbitrary pieces: the same replies as in one piece, from

@@ -32,6 +32,7 @@ from agentloop import (
 )
 from agentloop.models._common import END, Feed
 from agentloop.models.gemini import _model_error, _replies, _retry_info, _Usage
+from tests.helpers import examples
 
 from .serve import (
     WEATHER,
@@ -278,7 +279,7 @@ class TestStreamedArguments:
         with pytest.raises(ValueError, match="not compatible with automatic function calling"):
             replies(vertex(body(STREAMED), automatic_function_calling=calling))
 
-    @settings(max_examples=80, deadline=None)
+    @settings(max_examples=examples(80), deadline=None)
     @given(
         arguments=st.dictionaries(
             st.text(min_size=1, max_size=8),

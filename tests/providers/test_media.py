@@ -38,6 +38,7 @@ from agentloop import (
     UserMessage,
 )
 from agentloop.models import RetryPolicy
+from tests.helpers import examples
 
 from .serve import (
     KINDS,
@@ -494,7 +495,7 @@ def test_a_tool_results_media_is_refused_naming_the_tool_result(
     assert adapter.server.requests == []
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(
     st.lists(
         st.one_of(
