@@ -684,6 +684,11 @@ EXPECTED: dict[str, tuple[str, str | None, list[tuple[str, str | None]]]] = {
         ],
     ),
     "invalid_transcript": ("failed", "INVALID_TRANSCRIPT", []),
+    "media_session": (
+        "completed",
+        None,
+        [("chat", None), ("execute_tool chart", None), ("chat", None)],
+    ),
     "max_steps": (
         "max_steps",
         None,

@@ -68,10 +68,11 @@ from replay import (
 from tests.helpers import ROOT, examples, sigkilled
 
 FIXTURES = ROOT / "fixtures"
-# Every recorded run. fixtures/media/ holds a file-format fixture made by editing a
-# run's events (fixtures/media/make_logs.py: an empty WAV the loop refuses, blobs
-# shared across events): tests/test_log_blobs.py reads it byte for byte; runs with
-# media blocks are replayed by tests/test_content.py.
+# Every recorded run (fixtures/media_session.jsonl: a run with media blocks, a photo
+# and a PDF from the user, a chart from a tool). fixtures/media/ holds a file-format
+# fixture made by editing a run's events (fixtures/media/make_logs.py: an empty WAV
+# the loop refuses, blobs shared across events): tests/test_log_blobs.py reads it byte
+# for byte; it is not a run, so it is not replayed.
 FIXTURE_PATHS = sorted(path for path in FIXTURES.glob("**/*.jsonl") if path.parent.name != "media")
 
 
