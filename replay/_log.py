@@ -432,6 +432,44 @@ def _blob_ref(digest: str) -> bytes:
     return base64.b64decode(digest)
 
 
+def _plain(content: Any) -> bool:
+    """Whether message content (a ``str`` or a tuple of blocks) holds no media."""
+    return content.__class__ is str or _MEDIA.isdisjoint(map(type, content))
+
+
+def _result_plain(event: Any) -> bool:
+    content, reply = event.message.content, event.reply
+    return (content.__class__ is str or _MEDIA.isdisjoint(map(type, content))) and (
+        reply is None or reply.content.__class__ is str or _plain(reply.content)
+    )
+
+
+# Whether an event holds no media block, by its class, answered without a walk of
+# its fields for the events that hold media most often (most hold text only);
+# ``None`` for the classes that never hold one (see _media_check).
+_NO_MEDIA: Final[dict[type[Any], Callable[[Any], bool] | None]] = {
+    ModelChunkEvent: lambda event: event.chunk.block.__class__ not in _MEDIA,
+    PlanDraftEvent: lambda event: (
+        event.reply.__class__ is not ModelResponse or _plain(event.reply.content)
+    ),
+    PlanCommitEvent: lambda event: _plain(event.message.content),
+    MessageAcceptedEvent: lambda event: _plain(event.message.content),
+    ToolResultEvent: _result_plain,
+    ToolErrorEvent: _result_plain,
+}
+
+
+def _never(event: Any) -> bool:
+    return False
+
+
+def _media_check(cls: type[Any]) -> Callable[[Any], bool] | None:
+    """``_NO_MEDIA[cls]``, computed for a class it does not name yet: ``None`` if
+    ``cls`` holds no media, else a check that always says "walk its fields"."""
+    check = _NO_MEDIA[cls] = _never if _media_fields(cls) else None
+    return check
+
+
 def _swap_media(value: Any, swap: Callable[[Any], Any]) -> Any:
     """``value`` with every media block that holds bytes replaced by ``swap(block)``
     (a copy of the path to it; ``value`` itself when there is none)."""
@@ -573,7 +611,9 @@ class _Format2:
     def _parts(
         self, event: Event, parts: list[tuple[bytes | memoryview, bytes, _BlobLine | None]]
     ) -> None:
-        if self.version >= 3 and _media_fields(event.__class__):
+        cls = event.__class__
+        no_media = _NO_MEDIA[cls] if cls in _NO_MEDIA else _media_check(cls)
+        if no_media is not None and self.version >= 3 and not no_media(event):
             blobs = self.blobs
 
             def deflate(block: Any) -> Any:
