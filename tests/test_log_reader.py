@@ -172,3 +172,50 @@ def test_non_ascii_text_is_read_without_a_utf8_copy_inside(tmp_path: Path, text:
     assert back[3].message.content is result  # rebuilt from the reply: shared
     assert sys.getsizeof(chunk) == _fresh(text)
     assert sys.getsizeof(result) == _fresh(text)
+
+
+def _two_steps(tmp_path: Path) -> Path:
+    call = ToolCall("c", "f", {})
+    events = [
+        SessionStartEvent(sequence=0, max_steps=8),
+        ToolCallEvent(sequence=1, step=1, call=call),
+        ToolResultEvent(
+            sequence=2,
+            step=1,
+            message=ToolResultMessage("tool-result-c", "c", "f", "ok"),
+            reply=ToolResult("c", "ok"),
+        ),
+    ]
+    path = tmp_path / "log.jsonl"
+    write_log(path, events)
+    return path
+
+
+def test_a_line_that_leaves_its_message_out_is_checked_for_its_canonical_form(
+    tmp_path: Path,
+) -> None:
+    path = _two_steps(tmp_path)
+    parts = bodies(path.read_bytes())
+    assert parts[3].endswith(b',"=":"message"')
+    parts[3] = parts[3].replace(b'"step":1', b'"step": 1')
+    path.write_bytes(chain(parts))
+    with pytest.raises(LogFormatError, match="line 4: not in canonical form"):
+        read_log(path)
+
+
+def test_a_second_session_is_refused_whatever_the_line_ends(tmp_path: Path) -> None:
+    path = _two_steps(tmp_path)
+    parts = bodies(path.read_bytes())
+    data = chain(parts + parts[1:]).replace(b"\n", b"\r\n")
+    path.write_bytes(data)
+    with pytest.raises(LogFormatError, match=r"line 5: a second session\.start"):
+        read_log(path)
+
+
+def test_an_empty_line_in_a_format_1_log_is_refused(tmp_path: Path) -> None:
+    lines = (Path(__file__).parent.parent / "fixtures/v1/tool_calls.jsonl").read_bytes()
+    path = tmp_path / "v1.jsonl"
+    head, _, rest = lines.partition(b"\n")
+    path.write_bytes(head + b"\n\n" + rest)
+    with pytest.raises(LogFormatError, match="line 2: an empty line"):
+        read_log(path)
