@@ -34,6 +34,9 @@ SCENARIOS = {
     "S3-raw": (20, "the raw generator, S3 (50 steps: 49 tool calls, then the answer)"),
     "S3-run": (10, "run() + ScriptedModel, S3"),
     "replay-64": (10, "replay.replay of a recorded 64-step run() session"),
+    "read-log-64": (10, "replay.read_log of that session's log file (written by write_log)"),
+    "replay-file-64": (10, "replay.replay(replay.read_log(path)) of that file"),
+    "write-log-64": (10, "replay.write_log of that session"),
 }
 
 WORKER = r'''
@@ -89,19 +92,35 @@ def driven(steps):
         [USER], model=agentloop.ScriptedModel(lines), tools=[ADD], max_steps=steps
     )
 
-def replayer():
-    import replay
+def recorded():
     log, ticks = agentloop.EventLog(), iter(range(10**9))
     agentloop.run(
         [USER], model=agentloop.ScriptedModel(script(64)), tools=[ADD], max_steps=64,
         log=log, clock=lambda: 1.7e9 + next(ticks) / 1000,
     )
-    events = list(log)
+    return list(log)
+
+def replayer():
+    import replay
+    events = recorded()
     return lambda: replay.replay(events)
+
+def log_file(action):
+    import replay, tempfile
+    events = recorded()
+    path = os.path.join(tempfile.mkdtemp(), "session.jsonl")
+    replay.write_log(path, events)
+    if action == "write":
+        return lambda: replay.write_log(path, events)
+    if action == "read":
+        return lambda: replay.read_log(path)
+    return lambda: replay.replay(replay.read_log(path))
 
 name, count = sys.argv[1], int(sys.argv[2])
 make = {"S1-raw": lambda: raw(2), "S3-raw": lambda: raw(50), "S3-run": lambda: driven(50),
-        "replay-64": replayer}[name]
+        "replay-64": replayer, "read-log-64": lambda: log_file("read"),
+        "replay-file-64": lambda: log_file("replay"),
+        "write-log-64": lambda: log_file("write")}[name]
 fn = make()
 fn()
 gc.disable()

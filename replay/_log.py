@@ -67,6 +67,15 @@ decoded, and checked for its canonical form, without recursion (the iterative
 walks of ``agentloop/_deep.py``), whatever the interpreter's recursion limit, so
 every interpreter reads the same lines the same way.
 
+The common line (an event line ending with its link and ``\\n``, short or shallow
+enough for msgspec to decode, that stores nothing elsewhere or leaves out only its
+``message``) is checked with as few steps as the rules allow: its link (one
+SHA-256), one decode, one encode of what it decoded, and one comparison of the
+bytes. A line with non-ASCII text is decoded once more for the encode, so that
+the events kept hold no UTF-8 copy of their strings (encoding a ``str`` leaves
+one inside it). Every other line, and any line those steps refuse, takes the
+general path, which words the error.
+
 ``read_log`` checks the *file*, not the *story*: missing, extra or reordered events
 that a writer wrote that way are found by :func:`replay.replay`.
 
@@ -132,7 +141,7 @@ import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import IO, Any, Final
+from typing import IO, Any, Final, get_args
 
 import msgspec
 import msgspec.inspect
@@ -283,6 +292,7 @@ def _header_body() -> bytes:
 
 
 _HEADER_START: Final = b'{"format":'  # how a header line starts
+_EVENT_START: Final = b'{"type":"'  # how an event line starts
 
 
 # --------------------------------------------------------------------------- format 2
@@ -341,6 +351,7 @@ _WHOLE: Final = frozenset((PlanCommitEvent, ToolResultEvent, ToolErrorEvent, Run
 _STORED: Final[dict[type[Any], type[msgspec.Struct]]] = {
     cls: _without(cls, "message") for cls in (PlanCommitEvent, ToolResultEvent, ToolErrorEvent)
 }
+_stored_decoders: Final = {stored: msgspec.json.Decoder(stored) for stored in _STORED.values()}
 _STORED_DECODERS: Final = {
     b'{"type":"' + cls.type.encode() + b'",': (cls, stored) for cls, stored in _STORED.items()
 }
@@ -432,6 +443,44 @@ def _blob_ref(digest: str) -> bytes:
     return base64.b64decode(digest)
 
 
+def _plain(content: Any) -> bool:
+    """Whether message content (a ``str`` or a tuple of blocks) holds no media."""
+    return content.__class__ is str or _MEDIA.isdisjoint(map(type, content))
+
+
+def _result_plain(event: Any) -> bool:
+    content, reply = event.message.content, event.reply
+    return (content.__class__ is str or _MEDIA.isdisjoint(map(type, content))) and (
+        reply is None or reply.content.__class__ is str or _plain(reply.content)
+    )
+
+
+# Whether an event holds no media block, by its class, answered without a walk of
+# its fields for the events that hold media most often (most hold text only);
+# ``None`` for the classes that never hold one (see _media_check).
+_NO_MEDIA: Final[dict[type[Any], Callable[[Any], bool] | None]] = {
+    ModelChunkEvent: lambda event: event.chunk.block.__class__ not in _MEDIA,
+    PlanDraftEvent: lambda event: (
+        event.reply.__class__ is not ModelResponse or _plain(event.reply.content)
+    ),
+    PlanCommitEvent: lambda event: _plain(event.message.content),
+    MessageAcceptedEvent: lambda event: _plain(event.message.content),
+    ToolResultEvent: _result_plain,
+    ToolErrorEvent: _result_plain,
+}
+
+
+def _never(event: Any) -> bool:
+    return False
+
+
+def _media_check(cls: type[Any]) -> Callable[[Any], bool] | None:
+    """``_NO_MEDIA[cls]``, computed for a class it does not name yet: ``None`` if
+    ``cls`` holds no media, else a check that always says "walk its fields"."""
+    check = _NO_MEDIA[cls] = _never if _media_fields(cls) else None
+    return check
+
+
 def _swap_media(value: Any, swap: Callable[[Any], Any]) -> Any:
     """``value`` with every media block that holds bytes replaced by ``swap(block)``
     (a copy of the path to it; ``value`` itself when there is none)."""
@@ -474,6 +523,35 @@ _blob_decoder: Final = msgspec.json.Decoder(_BlobLine)
 # Every media block a line holds writes its media type (how a line without one
 # is known at once to refer to no blob).
 _MEDIA_MARK: Final = b'"media_type":'
+
+
+def _first_decode(data: bytes) -> Event:
+    """``msgspec.json.Decoder(Event).decode`` (``decode_event`` without its special
+    cases), made on first use (building it takes longer than importing this)."""
+    global _decode_event
+    _decode_event = msgspec.json.Decoder(Event).decode
+    return _decode_event(data)
+
+
+_decode_event: Callable[[bytes], Event] = _first_decode
+_EVENT_TYPES: Final = frozenset(get_args(Event))
+# The events whose lines _Format2._read_plain reads: every one but those that may
+# leave a field out (_WHOLE) and one that encode_event may write with tags (the
+# other, plan.draft, when its line holds no tag).
+_PLAIN_EVENTS: Final = _EVENT_TYPES - _WHOLE - {SessionCompleteEvent}
+_TAG_MARK: Final = b'{"$'  # how a tagged value starts (see agentloop/_codec.py)
+# A plan.draft without tags is written as msgspec writes it unless it holds an int
+# outside int64 and uint64 (encode_event tags those): 19 digits or more, found as
+# a run of 19 zeros once every digit is a zero (two passes at C speed).
+_ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER: Final = b"0" * 19
+# The events whose lines may leave their message out, by type: class and decoder
+# (see _Format2._read_stored).
+_STORED_TYPES: Final = {
+    cls.type.encode(): (cls, _stored_decoders[stored].decode) for cls, stored in _STORED.items()
+}
+# The events that may hold a media block.
+_MEDIA_EVENTS: Final = frozenset(cls for cls in _EVENT_TYPES if _media_fields(cls))
 
 
 class _Format2:
@@ -573,7 +651,9 @@ class _Format2:
     def _parts(
         self, event: Event, parts: list[tuple[bytes | memoryview, bytes, _BlobLine | None]]
     ) -> None:
-        if self.version >= 3 and _media_fields(event.__class__):
+        cls = event.__class__
+        no_media = _NO_MEDIA[cls] if cls in _NO_MEDIA else _media_check(cls)
+        if no_media is not None and self.version >= 3 and not no_media(event):
             blobs = self.blobs
 
             def deflate(block: Any) -> Any:
@@ -599,29 +679,99 @@ class _Format2:
         """Check and decode one line (``line[:end]``: its line end cut off); ``None``
         for a blob line (format 3), whose bytes the events after it refer to."""
         body_end = end - _LINK_TAIL
-        if (
-            body_end < 1
-            or line[end - 1] != 0x7D  # }
-            or line[end - 2] != 0x22  # "
-            or not line.startswith(_LINK_KEY, body_end)
-        ):
+        if body_end < 1 or line[end - 2 : end] != b'"}' or not line.startswith(_LINK_KEY, body_end):
             self.check_link(line, end, where)  # raises, saying what is wrong
         link = line[end - 18 : end - 2]
         digest = _SHA256.copy()
         digest.update(self.link)
-        digest.update(memoryview(line)[:body_end])
-        if link != digest.digest()[:8].hex().encode():
+        # (A short line's bytes are copied: cheaper than a view, and as cheap to hash.)
+        digest.update(line[:body_end] if end <= _SAFE_LENGTH else memoryview(line)[:body_end])
+        if digest.digest()[:8].hex().encode() != link:
             self.check_link(line, end, where)
         self.link = link
-        if self.version >= 3:
-            if line.startswith(_BLOB_START):
-                self._read_blob(line, body_end, where)
-                return None
+        if self.version >= 3 and line.startswith(_BLOB_START):
+            self._read_blob(line, body_end, where)
+            return None
+        event: Event | None = None
+        # The common lines at C speed (see _read_plain); any other line, or one
+        # that is not right, is read (and its problem worded) by _read_event.
+        if end <= _SAFE_LENGTH or line.count(b"[") + line.count(b"{") <= _MAX_DEPTH:
+            if line.endswith(_DERIVED["message"], 0, body_end):
+                event = self._read_stored(line, body_end)
+            elif not line.endswith(_DERIVED["final_text"], 0, body_end):
+                event = self._read_plain(line, body_end)
+        if event is None:
             event = self._read_event(line, end, body_end, where)
-            if _media_fields(event.__class__) and (self.blobs or _MEDIA_MARK in line):
-                event = _swap_media(event, lambda block: self._inflate(block, where))
-            return event
-        return self._read_event(line, end, body_end, where)
+        if (
+            self.version >= 3
+            and event.__class__ in _MEDIA_EVENTS
+            and (self.blobs or _MEDIA_MARK in line)
+        ):
+            event = self.inflate(event, where)
+        return event
+
+    def inflate(self, event: Event, where: _Where) -> Event:
+        """``event`` (as a format-3 line holds it: its blocks refer to blobs, or
+        leaves out a message rebuilt from such blocks) with its blobs' bytes."""
+        return _swap_media(event, lambda block: self._inflate(block, where))  # type: ignore[no-any-return]
+
+    def _read_plain(self, line: bytes, body_end: int) -> Event | None:
+        """Read the common line at C speed, a line nested no deeper than msgspec
+        decodes, of an event that leaves nothing out (no ``"="``) and holds no
+        tagged value; ``None`` for any other line, or one that is not what the
+        writer writes (:meth:`_read_event` then says why).
+
+        The canonical check encodes the decoded event and compares the bytes. A
+        line with non-ASCII text is decoded a second time for that: encoding a
+        ``str`` leaves a UTF-8 copy of it inside the object, which the events kept
+        must not carry (it would double the memory their text takes)."""
+        try:
+            event = _decode_event(line)
+        except msgspec.MsgspecError:
+            return None
+        cls = event.__class__
+        if cls not in _PLAIN_EVENTS:
+            return None
+        if cls is PlanDraftEvent and (_TAG_MARK in line or _LONG_NUMBER in line.translate(_ZEROS)):
+            # A tag (which decode_event reads), or a number that may be an int
+            # encode_event tags: let encode_event decide.
+            return None
+        encoded = _encode(event if line.isascii() else _decode_event(line))
+        if len(encoded) - 1 != body_end or not line.startswith(encoded[:-1]):
+            return None
+        if cls is ModelChunkEvent:
+            self._share(event)  # type: ignore[arg-type]
+        elif cls is ToolCallEvent:
+            self.call = event.call  # type: ignore[union-attr]
+        elif cls is PlanDraftEvent:
+            reply = event.reply  # type: ignore[union-attr]
+            self.draft = reply if reply.__class__ is ModelResponse else None
+        return event
+
+    def _read_stored(self, line: bytes, body_end: int) -> Event | None:
+        """Read a line that leaves its message out (``"=":"message"``) at C speed,
+        as :meth:`_read_plain` reads the others."""
+        end = line.find(b'"', 9)
+        known = _STORED_TYPES.get(line[9:end]) if line.startswith(b'{"type":"') else None
+        if known is None:
+            return None
+        cls, decode = known
+        try:
+            fields = decode(line)
+        except msgspec.MsgspecError:
+            return None
+        message = self._message(cls, fields)
+        if message is None:
+            return None
+        encoded = _encode(fields if line.isascii() else decode(line))
+        if len(encoded) - 1 + len(_DERIVED["message"]) != body_end or not line.startswith(
+            encoded[:-1]
+        ):
+            return None
+        event: Event = cls(**msgspec.structs.asdict(fields), message=message)
+        if cls is PlanCommitEvent:
+            self.committed = message  # type: ignore[assignment]
+        return event
 
     def _read_blob(self, line: bytes, body_end: int, where: _Where) -> None:
         """Check a blob line (``line[:body_end]``: up to its link) and keep its bytes."""
@@ -1002,8 +1152,6 @@ def _decode(line: bytes, where: _Where, into: Any = None) -> Any:
         raise where.error(f"not a valid agentloop event ({exc}){where.written_by()}") from None
 
 
-_stored_decoders: Final = {stored: msgspec.json.Decoder(stored) for stored in _STORED.values()}
-
 _JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
 # Opening brackets become +1, closing ones -1 (as signed bytes).
@@ -1185,7 +1333,9 @@ def _events(file: IO[bytes], path: str, scan: _Scan, limit: int) -> Iterator[Eve
     where = _Where(path)
     _read_header(file, where, scan)
     format2 = scan.format2
-    read = _read_v1 if format2 is None else format2.read
+    if format2 is not None:
+        yield from _events2(file, where, scan, limit, format2)
+        return
     readline = file.readline
     step = min(limit, _CHUNK) + 1
     number = 1
@@ -1195,6 +1345,91 @@ def _events(file: IO[bytes], path: str, scan: _Scan, limit: int) -> Iterator[Eve
         line = readline(step)
         if line.endswith(b"\n") and len(line) <= limit and not line.endswith(b"\r\n"):
             end = len(line) - 1  # the common case, without a call
+        else:
+            line, end, complete = _next_line(file, line, where, limit)
+            if not line:
+                return
+            if not complete:
+                _torn(line, end, where, format2)
+        if end == 0:
+            raise where.error("an empty line (a log has none; was the file edited?)")
+        if line.startswith(_HEADER_START):
+            raise where.error(
+                "a second log header: the file holds two logs (one file records one "
+                "session; were two files joined?)"
+            )
+        event = _read_v1(line, end, where)
+        if event.__class__ is SessionStartEvent and scan.count:
+            raise where.error(
+                "a second session.start: the file holds two sessions (one file records one session)"
+            )
+        scan.count += 1
+        yield event
+
+
+def _events2(
+    file: IO[bytes], where: _Where, scan: _Scan, limit: int, format2: _Format2
+) -> Iterator[Event]:
+    """:func:`_events` of a format-2 or format-3 log.
+
+    The common line (an event line ending with ``\\n``, nested no deeper than
+    msgspec decodes, whose link is right) is checked here and read by
+    :meth:`_Format2._read_plain` or :meth:`_Format2._read_stored`, at C speed; any
+    other line, or one they do not accept, by :meth:`_Format2.read`, which says
+    what is wrong with it."""
+    readline = file.readline
+    step = min(limit, _CHUNK) + 1
+    number = 1
+    sha256 = hashlib.sha256
+    read_plain, read_stored, read = format2._read_plain, format2._read_stored, format2.read
+    media = _MEDIA_EVENTS if format2.version >= 3 else frozenset()
+    message, final_text = _DERIVED["message"], _DERIVED["final_text"]
+    stored_from, text_from = -len(message) - 25, -len(final_text) - 25
+    # (Slices and ==, not startswith/endswith with bounds: those parse their
+    # arguments, which costs more than the slice.)
+    while True:
+        number += 1
+        line = readline(step)
+        size = len(line)
+        tail = line[-25:]  # ,"#":"<16 hex>"}\n
+        if (
+            tail[:6] == _LINK_KEY
+            and tail[22:] == b'"}\n'
+            and line[:9] == _EVENT_START
+            and size <= limit
+            and (size <= _SAFE_LENGTH or line.count(b"[") + line.count(b"{") <= _MAX_DEPTH)
+        ):
+            link = tail[6:22]
+            if size <= _SAFE_LENGTH:
+                digest = sha256(format2.link + line[:-25])
+            else:  # (not copied)
+                digest = sha256(format2.link)
+                digest.update(memoryview(line)[:-25])
+            if digest.digest()[:8].hex().encode() == link:
+                if line[stored_from:-25] == message:
+                    event = read_stored(line, size - 25)
+                elif line[text_from:-25] == final_text:
+                    event = None
+                else:
+                    event = read_plain(line, size - 25)
+                if event is not None:
+                    format2.link = link
+                    cls = event.__class__
+                    if cls in media and (format2.blobs or _MEDIA_MARK in line):
+                        where.number = number
+                        event = format2.inflate(event, where)
+                    elif cls is SessionStartEvent and scan.count:
+                        where.number = number
+                        raise where.error(
+                            "a second session.start: the file holds two sessions (one file "
+                            "records one session)"
+                        )
+                    scan.count += 1
+                    yield event
+                    continue
+        where.number = number
+        if line.endswith(b"\n") and size <= limit and not line.endswith(b"\r\n"):
+            end = size - 1
         else:
             line, end, complete = _next_line(file, line, where, limit)
             if not line:

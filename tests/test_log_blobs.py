@@ -23,10 +23,17 @@ from agentloop import (
     EventLog,
     ImageBlock,
     MessageAcceptedEvent,
+    ModelChunk,
+    ModelChunkEvent,
+    ModelResponse,
     PlanCommitEvent,
     PlanDraftEvent,
     TextBlock,
     ToolCall,
+    ToolErrorEvent,
+    ToolResult,
+    ToolResultEvent,
+    ToolResultMessage,
     UserMessage,
     encode_event,
 )
@@ -35,6 +42,7 @@ from replay import (
     LogIntegrityError,
     LogWriter,
     TornLogError,
+    _log,
     read_log,
     write_log,
 )
@@ -293,6 +301,51 @@ def test_media_by_url_and_text_only_lines_hold_no_blob(tmp_path: Path) -> None:
     write_log(path, events)
     assert b'{"blob":' not in path.read_bytes()
     assert read_log(path) == events
+
+
+def _holding(part: Any, where: str) -> list[Any]:
+    """One event of each kind the writer checks for media without a walk (and
+    one it walks), holding ``part`` (text, an image by URL, or bytes) in ``where``."""
+    blocks = (TextBlock("a"), part)
+    text_or: Any = lambda here: blocks if where == here else "text"  # noqa: E731
+    response = ModelResponse("r", "m", blocks, "stop")
+    return [
+        MessageAcceptedEvent(sequence=0, message=UserMessage("u", blocks)),
+        MessageAcceptedEvent(sequence=0, message=AssistantMessage("a", blocks)),
+        ModelChunkEvent(sequence=0, chunk=ModelChunk("r", part)),
+        PlanDraftEvent(sequence=0, reply=response),
+        PlanCommitEvent(sequence=0, message=AssistantMessage("a", blocks)),
+        *(
+            cls(
+                sequence=0,
+                message=ToolResultMessage("t", "c", "f", text_or("message")),
+                reply=ToolResult("c", text_or("reply")),
+            )
+            for cls in (ToolResultEvent, ToolErrorEvent)
+        ),
+        ToolResultEvent(sequence=0, message=ToolResultMessage("t", "c", "f", text_or("message"))),
+    ]
+
+
+@pytest.mark.parametrize("where", ["message", "reply"])
+def test_the_writer_finds_media_bytes_wherever_an_event_holds_them(where: str) -> None:
+    # The writer answers "no media" for the common events without walking their
+    # fields; bytes anywhere still become a blob line, a URL or text never does.
+    image = ImageBlock("image/png", data=PNG)
+    for part, blob in (
+        (TextBlock("b"), False),
+        (ImageBlock("image/png", url="https://a"), False),
+        (image, True),
+    ):
+        for event in _holding(part, where):
+            holds = blob and (
+                not isinstance(event, (ToolResultEvent, ToolErrorEvent))
+                or where == "message"
+                or event.reply is not None
+            )
+            line = _log._Format2().line(event)
+            assert line.startswith(b'{"blob":') is holds, (event, line[:60])
+            assert _log._Format2().line(_log._swap_media(event, lambda block: block)) == line
 
 
 # --------------------------------------------------------------------------- properties

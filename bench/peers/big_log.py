@@ -13,7 +13,10 @@ Each log is one real session, driven through ``agent_loop`` and written with
   megabytes of results take (at most 64, the most a run may take: 100 MB is 64
   steps); the same session whatever the log format, so formats compare;
 - ``small``: the same number of steps, each a streamed answer in 1,000 small chunks
-  (the most events per byte a session can have; about 11 MB).
+  (the most events per byte a session can have; about 11 MB);
+- ``non-ascii`` (``--kind non-ascii``, not run by default): ``large`` with
+  Cyrillic comments in every line of the files (text a reader must not keep a
+  UTF-8 copy of).
 
 Then a fresh child process imports ``replay``, notes its resident memory, reads the
 log with ``read_log`` (timed) and reports the peak resident memory (``ru_maxrss``)
@@ -71,15 +74,17 @@ def _peak_mib() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
-def _file_text(name: str) -> str:
-    """About RESULT_BYTES of source-like text, different for every file."""
+def _file_text(name: str, non_ascii: bool = False) -> str:
+    """About RESULT_BYTES (UTF-8) of source-like text, different for every file;
+    ``non_ascii``: with Cyrillic comments and names (2 bytes a letter in UTF-8)."""
     lines = []
     size = 0
     n = 0
+    comment = "строка номер" if non_ascii else "line"
     while size < RESULT_BYTES:
-        line = f"def {name.replace('/', '_')}_{n}(value: int) -> int:  # line {n}\n"
+        line = f"def {name.replace('/', '_')}_{n}(value: int) -> int:  # {comment} {n}\n"
         lines.append(line)
-        size += len(line)
+        size += len(line.encode())
         n += 1
     return "".join(lines)
 
@@ -100,7 +105,8 @@ def generate(path: str, kind: str, megabytes: int, steps: int = STEPS) -> None:
     )
     from replay import LogWriter
 
-    if kind == "large":
+    large = kind in ("large", "non-ascii")
+    if large:
         per_step = CALLS_PER_STEP * RESULT_BYTES
         steps = min(steps, max(1, -(-megabytes * 2**20 // per_step)))
     spec = ToolSpec(
@@ -123,7 +129,8 @@ def generate(path: str, kind: str, megabytes: int, steps: int = STEPS) -> None:
             clock += 0.001
             if type(effect) is ToolRequest:
                 call = effect.call
-                content = _file_text(call.arguments["path"]) if kind == "large" else "ok"
+                path_arg = call.arguments["path"]
+                content = _file_text(path_arg, kind == "non-ascii") if large else "ok"
                 effect = loop.send(ToolResult(call.id, content, at=clock))
                 continue
             assert type(effect) is ModelRequest
@@ -142,7 +149,7 @@ def generate(path: str, kind: str, megabytes: int, steps: int = STEPS) -> None:
                     loop.send(final)
                 except StopIteration:
                     return
-            count = CALLS_PER_STEP if kind == "large" else 1
+            count = CALLS_PER_STEP if large else 1
             calls = [
                 ToolCall(f"call-{step}-{i}", "read_file", {"path": f"src/m{step}_{i}.py"})
                 for i in range(count)
@@ -232,7 +239,7 @@ def report(results: dict[str, Any]) -> str:
     ]
     for kind, r in results.items():
         lines.append(
-            f"  {kind:<5} {r['file_mib']:7.1f} MiB, format {r['format_version']}, "
+            f"  {kind:<9} {r['file_mib']:7.1f} MiB, format {r['format_version']}, "
             f"{r['events']:,} events, {r['steps']} steps ({r['bytes_per_step']:,.0f} B each): "
             f"{r['seconds']:.2f} s, {r['events_per_s']:,.0f} events/s, "
             f"{r['mib_per_s']:.0f} MiB/s; peak RSS +{r['peak_rss_above_baseline_mib']:.1f} MiB "
@@ -245,7 +252,12 @@ def report(results: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--mb", type=int, default=100, help="size of the large log (MiB)")
-    parser.add_argument("--kind", choices=("large", "small"), action="append")
+    parser.add_argument(
+        "--kind",
+        choices=("large", "small", "non-ascii"),
+        action="append",
+        help="large, small (the default: both) or non-ascii (large, with Cyrillic text)",
+    )
     parser.add_argument("--steps", type=int, default=STEPS, help="at most this many steps")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--generate", metavar="PATH", help=argparse.SUPPRESS)
