@@ -51,6 +51,7 @@ from temporalio.exceptions import ApplicationError
 from agentloop import (
     MODEL_ERROR,
     MODEL_PROTOCOL_ERROR,
+    Content,
     Message,
     ModelChunk,
     ModelError,
@@ -62,6 +63,7 @@ from agentloop import (
     ToolSpec,
     idempotency_session,
 )
+from agentloop._spi import content_structure_problem
 
 from ._wire import (
     ModelCall,
@@ -74,6 +76,7 @@ from ._wire import (
     decode,
     decode_pending,
     encode,
+    oversized,
     raw,
 )
 from ._workflow import MODEL_ACTIVITY, PENDING_QUERY, TOOL_ACTIVITY
@@ -175,7 +178,13 @@ class _Collector:
         """The activity result: every item, and a failure if the stream just ended."""
         if not self.done and len(self.items) < self.cap:
             self._fail("model stream ended without a response", MODEL_ERROR)
-        return b'{"items":[' + b",".join(self.items) + b"]}"
+        data = b'{"items":[' + b",".join(self.items) + b"]}"
+        problem = oversized(data, "the model's answer")
+        if problem is None:
+            return data
+        self.items.clear()
+        self._fail(problem, MODEL_ERROR)
+        return b'{"items":[' + self.items[0] + b"]}"
 
     def _fail(self, message: str, code: str) -> bool:
         self.items.append(encode(ModelFailure(self.request_id, message, code=code)))
@@ -312,7 +321,15 @@ class SessionActivities:
             cache.move_to_end(call.session)
             if len(cache) > self._cache_size:
                 cache.popitem(last=False)
-        return ModelRequest(call.request_id, call.step, messages, config.tools, config.system)
+        return ModelRequest(
+            call.request_id,
+            call.step,
+            messages,
+            config.tools,
+            config.system,
+            config.output,
+            call.purpose,
+        )
 
     async def _ask_workflow(self, call: ModelCall) -> tuple[ModelConfig, tuple[Message, ...]]:
         handle = activity.client().get_workflow_handle(call.session, run_id=call.run_id)
@@ -324,7 +341,7 @@ class SessionActivities:
                 type="NotPending",
                 non_retryable=True,
             )
-        return ModelConfig(pending.tools, pending.system), pending.messages
+        return ModelConfig(pending.tools, pending.system, pending.output), pending.messages
 
     # ------------------------------------------------------------------ tools
 
@@ -337,10 +354,28 @@ class SessionActivities:
         with idempotency_session(value.session):
             # to_thread copies this context: the tool sees the key.
             content, is_error = await _heartbeating(asyncio.to_thread(registry.execute, value.call))
-        if type(content) is not str:
-            # Blocks would travel by value in every activity payload: not yet (DESIGN §25).
-            content, is_error = "a tool's blocks cannot pass through Temporal yet", True
-        return raw(encode(ToolOutput(_valid_unicode(content), is_error)))
+        return raw(_tool_output(content, is_error))
+
+
+def _tool_output(content: Content, is_error: bool) -> bytes:
+    """The tool activity's result for a tool's outcome, as JSON.
+
+    Text with lone surrogates escaped, and blocks that are not well formed refused,
+    as :func:`agentloop.run`'s driver does (the workflow checks the session's
+    limits on blocks: it has them); a result too large for one payload is a tool
+    error the model sees, naming its size.
+    """
+    if type(content) is str:
+        content = _valid_unicode(content)
+    else:
+        problem = content_structure_problem(content, "the tool's result")
+        if problem is not None:
+            content, is_error = f"the tool's result was refused: {problem}", True
+    data = encode(ToolOutput(content, is_error))
+    problem = oversized(data, "the tool's result")
+    if problem is None:
+        return data
+    return encode(ToolOutput(f"the tool's result was refused: {problem}", True))
 
 
 async def _next(items: Any, collector: _Collector) -> bool:

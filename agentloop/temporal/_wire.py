@@ -14,10 +14,25 @@ are *new* since the previous model request of the session plus a digest of the
 prefix it should already have (see ``agentloop.temporal._activities``), not the
 whole transcript; a tool activity receives one call. History then grows with the
 new content of each step, not with the transcript.
+
+Media blocks (``ImageBlock``, ``AudioBlock``, ``DocumentBlock``, DESIGN §25) travel
+inline, their bytes base64 in the JSON, inside the payload that brings them in: the
+session's input, a steer or follow-up, a tool activity's result, a model
+activity's result. Temporal has no store for bytes outside its history, so a
+reference would still need a payload (or a store the library does not own); the
+delta above already keeps a block out of every later activity input (the model
+activity worker holds it in its transcript cache; another worker reads it with the
+``pending`` query, which is not recorded). So a block is in the history about
+twice (where it came in, and the first model request after that), never once per
+step. Temporal refuses a payload above 2 MiB (the server's default
+``limit.blobSize.error``); :data:`MAX_PAYLOAD_BYTES` is checked before anything is
+sent, and each side says what was too large instead of the server's rejection
+(see docs/durable.md, "Media"). Larger media go by ``url=``.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 from typing import Any, Final, TypeVar
@@ -29,24 +44,33 @@ from temporalio.exceptions import ApplicationError
 
 from agentloop import (
     MAX_CHUNKS_PER_STEP,
+    AudioBlock,
     Budget,
+    Content,
+    DocumentBlock,
+    Event,
     FollowUp,
+    ImageBlock,
     Limits,
     Message,
     ModelChunk,
     ModelFailure,
+    ModelRequest,
     ModelResponse,
+    OutputSpec,
     Resume,
     Steer,
     ToolCall,
     ToolResult,
     ToolSpec,
     UserMessage,
+    encode_event,
 )
 
 __all__ = [
     "DEFAULT_MODEL_ACTIVITY",
     "DEFAULT_TOOL_ACTIVITY",
+    "MAX_PAYLOAD_BYTES",
     "ActivityOptions",
     "Answer",
     "ModelCall",
@@ -65,6 +89,9 @@ __all__ = [
     "decode",
     "decode_pending",
     "encode",
+    "inflate",
+    "log_page",
+    "oversized",
     "raw",
 ]
 
@@ -72,6 +99,12 @@ T = TypeVar("T")
 
 _JSON: Final = b"json/plain"
 _encode = msgspec.json.Encoder().encode
+
+#: The largest JSON document one payload of :mod:`agentloop.temporal` may hold: under
+#: the 2 MiB (2,097,152 bytes) Temporal's server refuses by default, with room for
+#: the payload's metadata and the rest of the request. A base64 block takes 4/3 of
+#: its bytes: an image of about 1.4 MiB still fits.
+MAX_PAYLOAD_BYTES: Final = 2_000_000
 
 #: Starts every digest chain; bump it if the digest recipe ever changes.
 _DIGEST_SEED: Final = b"agentloop.temporal/1\n"
@@ -85,6 +118,18 @@ def encode(value: Any) -> bytes:
 def raw(data: bytes) -> RawValue:
     """A ``json/plain`` payload holding ``data`` (already JSON) as is."""
     return RawValue(Payload(metadata={"encoding": _JSON}, data=data))
+
+
+def oversized(data: bytes, what: str) -> str | None:
+    """Why ``data`` cannot travel as one payload (it is larger than
+    :data:`MAX_PAYLOAD_BYTES`), naming ``what`` it is; ``None`` when it can."""
+    if len(data) <= MAX_PAYLOAD_BYTES:
+        return None
+    return (
+        f"{what} is {len(data):,} bytes as JSON, more than the {MAX_PAYLOAD_BYTES:,} "
+        "one Temporal payload may hold (media blocks travel inline, base64): "
+        "pass large media by url= instead of data="
+    )
 
 
 def decode(value: RawValue, type_: type[T], what: str) -> T:
@@ -187,6 +232,11 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     (the output type itself comes from the workflow class:
     :meth:`AgentLoopWorkflow.output`).
 
+    ``compaction``: a built-in compaction policy's ``spec()`` (DESIGN §27;
+    ``agent_loop`` rebuilds it; a custom policy comes from the workflow class:
+    :meth:`AgentLoopWorkflow.compaction`). Its summary requests are model
+    activities like any other (``ModelCall.purpose``).
+
     ``steps_per_run``: after this many model requests in one workflow run, the
     workflow continues as new (Temporal's continue-as-new) at the next step's
     start; ``None``: when Temporal suggests it (its history grew past the
@@ -207,6 +257,7 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     output_retries: int = 2
     parallel_tools: bool = False
     steps_per_run: int | None = None
+    compaction: dict[str, Any] | None = None
     replies: tuple[CarriedReply, ...] = ()
 
     def __post_init__(self) -> None:
@@ -234,10 +285,12 @@ class UserInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 
 class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The part of a model request that does not change from step to step."""
+    """The part of a model request that does not change from step to step
+    (``output``: the run's structured output, sent only when it has one)."""
 
     tools: tuple[ToolSpec, ...]
     system: str | None
+    output: OutputSpec | None = None
 
 
 class ModelCall(
@@ -252,7 +305,9 @@ class ModelCall(
     not hold that prefix asks the workflow (query ``pending``) for the request.
     ``chunks_per_step`` is the session's limit (``Limits.chunks_per_step``; sent
     only when it is not the default): the activity reads no further than the
-    chunk the loop would fail the step on.
+    chunk the loop would fail the step on. ``purpose`` is the request's
+    (``"compaction"`` for a summary the session's compaction policy asks for,
+    DESIGN §27; sent only then).
     """
 
     session: str
@@ -264,6 +319,7 @@ class ModelCall(
     messages: tuple[Message, ...]
     config: ModelConfig | None = None
     chunks_per_step: int = MAX_CHUNKS_PER_STEP
+    purpose: str = "step"
 
 
 class ModelOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -280,16 +336,19 @@ class ToolInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ToolOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The tool activity's result, as ``ToolRegistry.execute`` returns it."""
+    """The tool activity's result, as ``ToolRegistry.execute`` returns it: text, or
+    the tool's blocks (their bytes inline)."""
 
-    content: str
+    content: Content
     is_error: bool = False
 
 
 # --------------------------------------------------------------------------- the pending query
 
 
-class PendingModel(msgspec.Struct, frozen=True, tag_field="effect", tag="model_request"):
+class PendingModel(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="effect", tag="model_request"
+):
     """A ``ModelRequest`` as the ``pending`` query returns it."""
 
     id: str
@@ -297,6 +356,14 @@ class PendingModel(msgspec.Struct, frozen=True, tag_field="effect", tag="model_r
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
     system: str | None
+    output: OutputSpec | None = None
+    purpose: str = "step"
+
+    def request(self) -> ModelRequest:
+        """The ``ModelRequest`` it stands for."""
+        return ModelRequest(
+            self.id, self.step, self.messages, self.tools, self.system, self.output, self.purpose
+        )
 
 
 class PendingTool(msgspec.Struct, frozen=True, tag_field="effect", tag="tool_request"):
@@ -340,3 +407,88 @@ _pending_decoder: msgspec.json.Decoder[Pending] = msgspec.json.Decoder(Pending)
 def decode_pending(value: RawValue) -> Pending:
     """Decode the ``pending`` query's result."""
     return _pending_decoder.decode(value.payload.data)
+
+
+# --------------------------------------------------------------------------- the log query
+
+_MEDIA: Final = frozenset((ImageBlock, AudioBlock, DocumentBlock))
+_BLOB_ITEM: Final = b'{"blob":"'
+
+
+class _Blob(msgspec.Struct, frozen=True):
+    blob: str
+    data: bytes
+
+
+def _swap_media(value: Any, swap: Any) -> Any:
+    """``value`` (an event, or part of one) with each media block holding bytes
+    replaced by ``swap(block)``; ``value`` itself when it holds none. Walks Structs
+    and tuples (plain data -- dicts, lists -- holds no block)."""
+    cls = value.__class__
+    if cls in _MEDIA:
+        return value if value.data is None else swap(value)
+    if cls is tuple:
+        items = tuple(_swap_media(item, swap) for item in value)
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if not isinstance(value, msgspec.Struct):
+        return value
+    changes = {}
+    for name in value.__struct_fields__:
+        field = getattr(value, name)
+        new = _swap_media(field, swap)
+        if new is not field:
+            changes[name] = new
+    return msgspec.structs.replace(value, **changes) if changes else value
+
+
+def log_page(events: list[Event], max_bytes: int) -> bytes:
+    """The ``log`` query's answer: a JSON array of encoded events, as many as fit
+    in ``max_bytes`` (at least one).
+
+    As in log format 3, the bytes of a media block are in the page once, as an
+    item ``{"blob": <sha-256 hex>, "data": <base64>}`` before the first event that
+    refers to them, and the events hold ``"data": "<sha-256 hex>"`` (64 hex
+    digits are base64 too); :func:`inflate` puts the bytes back. A tool result's
+    event holds its content twice (the reply and the message): by value, an image
+    of 1 MiB would make it too large for any query answer.
+    """
+    items: list[bytes] = []
+    size = 2
+    seen: set[str] = set()
+    blobs: list[bytes] = []  # the blob items of the event at hand
+
+    def deflate(block: Any) -> Any:
+        digest = hashlib.sha256(block.data).hexdigest()
+        if digest not in seen:
+            seen.add(digest)
+            blobs.append(_encode(_Blob(digest, block.data)))
+        return msgspec.structs.replace(block, data=base64.b64decode(digest))
+
+    for event in events:
+        blobs.clear()
+        data = encode_event(_swap_media(event, deflate))
+        size += len(data) + 1 + sum(len(blob) + 1 for blob in blobs)
+        if items and size > max_bytes:
+            break
+        items += blobs
+        items.append(data)
+    return b"[" + b",".join(items) + b"]"
+
+
+def inflate(items: list[bytes], blobs: dict[str, bytes], decode_event: Any) -> list[Event]:
+    """The events of a ``log`` page (see :func:`log_page`); ``blobs`` keeps the
+    bytes seen so far (pages after the first may refer to them)."""
+    events: list[Event] = []
+
+    def swap(block: Any) -> Any:
+        data = blobs.get(base64.b64encode(block.data).decode())
+        return block if data is None else msgspec.structs.replace(block, data=data)
+
+    for item in items:
+        if item.startswith(_BLOB_ITEM):
+            blob = msgspec.json.decode(item, type=_Blob)
+            blobs[blob.blob] = blob.data
+        else:
+            event = decode_event(item)
+            events.append(_swap_media(event, swap) if blobs else event)
+    return events

@@ -83,8 +83,10 @@ from agentloop import (
     AgentLoopError,
     CallerProtocolError,
     Cancel,
+    Content,
     FollowUp,
     HookRegistry,
+    Limits,
     Message,
     ModelChunk,
     ModelFailure,
@@ -100,10 +102,11 @@ from agentloop import (
     ToolResult,
     UserMessage,
     agent_loop,
-    encode_event,
 )
+from agentloop._spi import parts_problem
 
 from ._wire import (
+    MAX_PAYLOAD_BYTES,
     ActivityOptions,
     Answer,
     ModelCall,
@@ -121,6 +124,8 @@ from ._wire import (
     config_digest,
     decode,
     encode,
+    log_page,
+    oversized,
     raw,
 )
 
@@ -220,7 +225,7 @@ class ActivityModel:
 
     def call_for(self, request: ModelRequest) -> ModelCall:
         """The activity input for ``request``: the delta from the previous one."""
-        config = ModelConfig(request.tools, request.system)
+        config = ModelConfig(request.tools, request.system, request.output)
         send_config = None
         if config != self._config:
             # The first request, or a before_plan hook changed the system prompt.
@@ -251,6 +256,7 @@ class ActivityModel:
             messages=new,
             config=send_config,
             chunks_per_step=self._chunks_per_step,
+            purpose=request.purpose,
         )
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[ModelReply]:
@@ -263,8 +269,14 @@ class ActivityModel:
         """
         argument = encode(self.call_for(request))
         items: tuple[ModelReply, ...]
+        too_large = oversized(argument, "the model request (its new messages)")
         try:
+            if too_large is not None:
+                # (Scheduling it would fail the workflow task on the server.)
+                raise _NotSent(too_large)
             result = await _run(self._options, MODEL_ACTIVITY, argument, f"model/{request.id}")
+        except _NotSent as error:
+            items = (ModelFailure(request.id, str(error), code=MODEL_ERROR),)
         except ActivityError as error:
             message, cause = _describe(error), error.cause
             code = (
@@ -283,18 +295,26 @@ class ActivityModel:
         yield last
 
 
+class _NotSent(Exception):
+    """A model request too large to send as an activity input."""
+
+
 class ActivityTools:
     """The tools as an async driver sees them; each call is one tool activity."""
 
-    def __init__(self, session: str, options: ActivityOptions) -> None:
+    def __init__(self, session: str, options: ActivityOptions, limits: Limits) -> None:
         self._session = session
         self._options = options
+        self._limits = limits
 
-    async def aexecute(self, call: ToolCall) -> tuple[str, bool]:
+    async def aexecute(self, call: ToolCall) -> tuple[Content, bool]:
         """``(content, is_error)`` for ``call``, like ``ToolRegistry.execute``.
 
         A tool activity that fails for good (timeouts, a worker lost on every
         attempt) is an error result the model can read, as a tool that raises is.
+        A tool's blocks are checked against the session's limits as
+        :func:`agentloop.run`'s driver checks them: one that breaks them is a
+        tool error naming it.
         """
         argument = encode(ToolInput(self._session, call))
         try:
@@ -302,7 +322,12 @@ class ActivityTools:
         except ActivityError as error:
             return f"the tool call failed: {_describe(error)}", True
         output = decode(result, ToolOutput, "tool activity result")
-        return output.content, output.is_error
+        content = output.content
+        if type(content) is tuple:
+            problem, _ = parts_problem(content, "the tool's result", self._limits)
+            if problem is not None:
+                return f"the tool's result was refused: {problem}", True
+        return content, output.is_error
 
 
 # --------------------------------------------------------------------------- the private driver
@@ -313,7 +338,7 @@ class _AsyncModel(Protocol):
 
 
 class _AsyncTools(Protocol):
-    async def aexecute(self, call: ToolCall) -> tuple[str, bool]: ...
+    async def aexecute(self, call: ToolCall) -> tuple[Content, bool]: ...
 
 
 class _ContinueAsNew(Exception):
@@ -330,7 +355,7 @@ class _Batch:
 
     def __init__(self, tools: _AsyncTools) -> None:
         self._tools = tools
-        self._tasks: dict[str, asyncio.Task[tuple[str, bool]]] = {}
+        self._tasks: dict[str, asyncio.Task[tuple[Content, bool]]] = {}
         self._answered: set[str] = set()
 
     async def next_result(self, batch: ToolBatch) -> ToolResult:
@@ -475,7 +500,7 @@ class AgentLoopWorkflow:
             spec.model_activity,
             self._loop.limits.chunks_per_step,
         )
-        self._tools = ActivityTools(info.workflow_id, spec.tool_activity)
+        self._tools = ActivityTools(info.workflow_id, spec.tool_activity, self._loop.limits)
         self._answer: Resume | None = None
         self._cancel_reason: str | None = None
         self._driver: asyncio.Task[RunResult] | None = None
@@ -529,6 +554,7 @@ class AgentLoopWorkflow:
             spec = decode(session, SessionInput, "session input")
             if spec.started_at is None:
                 spec = msgspec.structs.replace(spec, started_at=_now())
+            policy = self.compaction()
             loop = agent_loop(
                 spec.messages,
                 tools=spec.tools,
@@ -541,6 +567,7 @@ class AgentLoopWorkflow:
                 output=self.output(),
                 output_retries=spec.output_retries,
                 parallel_tools=spec.parallel_tools,
+                compaction=spec.compaction if policy is None else policy,
             )
             if spec.replies:
                 # A run continued as new: feed a fresh loop every reply of the
@@ -571,6 +598,14 @@ class AgentLoopWorkflow:
         ``AgentSession.result(output=...)``."""
         return None
 
+    def compaction(self) -> Any:
+        """The compaction policy of every session of this workflow type
+        (``agent_loop(..., compaction=...)``, DESIGN §27; none here, and then the
+        session's own built-in policy, ``start_session(compaction=...)``, applies).
+        Override it for a policy of your own: like hooks, it runs inside the
+        workflow and must be deterministic (a pure function of its argument)."""
+        return None
+
     @workflow.run
     async def run(self, session: RawValue) -> RawValue:
         """Drive the session to the end and return its ``RunResult`` as JSON."""
@@ -595,7 +630,16 @@ class AgentLoopWorkflow:
             result = self._finished()
         # Let the update handlers report (they wait for the loop) before completing.
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return raw(encode(result))
+        data = encode(result)
+        problem = oversized(data, "the session's result (its RunResult)")
+        if problem is not None:
+            # The server would refuse it; the log stays readable (query ``log``).
+            raise ApplicationError(
+                f"{problem}; the session ran to its end: read its log (query 'log')",
+                type="PayloadTooLarge",
+                non_retryable=True,
+            )
+        return raw(data)
 
     def _finished(self) -> RunResult:
         result = self._loop.result
@@ -784,7 +828,13 @@ class AgentLoopWorkflow:
         value: Any = None
         if type(effect) is ModelRequest:
             value = PendingModel(
-                effect.id, effect.step, tuple(effect.messages), effect.tools, effect.system
+                effect.id,
+                effect.step,
+                tuple(effect.messages),
+                effect.tools,
+                effect.system,
+                effect.output,
+                effect.purpose,
             )
         elif type(effect) is ToolRequest:
             value = PendingTool(effect.call, effect.step)
@@ -795,6 +845,9 @@ class AgentLoopWorkflow:
         return raw(encode(value))
 
     @workflow.query(name="log")
-    def log(self, since: int = 0) -> RawValue:
-        """The events from sequence ``since`` on, as a JSON array of encoded events."""
-        return raw(b"[" + b",".join(map(encode_event, self._loop.log.since(since))) + b"]")
+    def log(self, since: int = 0, max_bytes: int = MAX_PAYLOAD_BYTES) -> RawValue:
+        """The events from sequence ``since`` on, as a JSON array of encoded events:
+        as many as fit in ``max_bytes`` (always at least one; Temporal refuses a
+        query answer above 2 MiB), each media block's bytes once, by hash (see
+        ``_wire.log_page``). :meth:`AgentSession.log` reads page after page."""
+        return raw(log_page(self._loop.log.since(since), max_bytes))
