@@ -51,6 +51,7 @@ from temporalio.exceptions import ApplicationError
 from agentloop import (
     MODEL_ERROR,
     MODEL_PROTOCOL_ERROR,
+    AgentTool,
     Content,
     Message,
     ModelChunk,
@@ -255,6 +256,10 @@ class SessionActivities:
             raise ValueError(f"transcript_cache must be an int >= 0, got {transcript_cache!r}")
         self._model = model
         self._registry = None if tools is None else ToolRegistry(tools)
+        #: The agent tools of the tree, by name: their children's models and tools.
+        self._agents: dict[str, AgentTool] = {}
+        if self._registry is not None:
+            _collect_agents(self._registry, self._agents)
         self._cache_size = transcript_cache
         # Only the worker's event loop thread touches it (the activities are async).
         self._cache: collections.OrderedDict[str, _Transcript] = collections.OrderedDict()
@@ -262,7 +267,7 @@ class SessionActivities:
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register with a worker."""
         out: list[Callable[..., Any]] = []
-        if self._model is not None:
+        if self._model is not None or self._agents:
             out.append(self.model)
         if self._registry is not None:
             out.append(self.tool)
@@ -279,7 +284,7 @@ class SessionActivities:
         # session over): heartbeat meanwhile, or the attempt times out.
         request = await _heartbeating(self._request(value))
         collector = _Collector(request.id, value.chunks_per_step)
-        model = self._model
+        model = self._model if value.agent is None else self._agent(value.agent).model
         try:
             astream = getattr(model, "astream", None)
             if callable(astream):
@@ -331,6 +336,17 @@ class SessionActivities:
             call.purpose,
         )
 
+    def _agent(self, name: str) -> AgentTool:
+        """The agent tool ``name`` (a child session's model and tools)."""
+        agent = self._agents.get(name)
+        if agent is None:
+            raise ApplicationError(
+                f"this worker has no agent tool {name!r}: give it to worker(tools=...)",
+                type="UnknownAgent",
+                non_retryable=True,
+            )
+        return agent
+
     async def _ask_workflow(self, call: ModelCall) -> tuple[ModelConfig, tuple[Message, ...]]:
         handle = activity.client().get_workflow_handle(call.session, run_id=call.run_id)
         pending = decode_pending(await handle.query(PENDING_QUERY, result_type=RawValue))
@@ -349,7 +365,7 @@ class SessionActivities:
     async def tool(self, call: RawValue) -> RawValue:
         """Run one tool call; the tool can read :func:`agentloop.idempotency_key`."""
         value = decode(call, ToolInput, "tool call")
-        registry = self._registry
+        registry = self._registry if value.agent is None else self._agent(value.agent).tools
         assert registry is not None
         with idempotency_session(value.session):
             # to_thread copies this context: the tool sees the key.
@@ -385,3 +401,11 @@ async def _next(items: Any, collector: _Collector) -> bool:
     except StopAsyncIteration:
         return False
     return collector.add(item)
+
+
+def _collect_agents(registry: ToolRegistry, agents: dict[str, AgentTool]) -> None:
+    """Every agent tool in ``registry`` and in its children's tools, by name."""
+    for entry in registry:
+        if isinstance(entry, AgentTool) and entry.name not in agents:
+            agents[entry.name] = entry
+            _collect_agents(entry.tools, agents)

@@ -10,6 +10,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import RawValue
 
 from agentloop import (
+    AgentTool,
     Budget,
     Effect,
     Event,
@@ -31,7 +32,9 @@ from ._wire import (
     DEFAULT_MODEL_ACTIVITY,
     DEFAULT_TOOL_ACTIVITY,
     ActivityOptions,
+    AgentConfig,
     Answer,
+    ChildOutcome,
     PendingBatch,
     PendingModel,
     PendingTool,
@@ -80,7 +83,10 @@ class AgentSession:
             ValueError: the output does not decode to ``output``.
         """
         value = await self.handle.result()
-        result = decode(value, RunResult, "session result")
+        if value.payload.data.startswith(b'{"result":'):  # a child session (agent tool)
+            result = decode(value, ChildOutcome, "child session result").result
+        else:
+            result = decode(value, RunResult, "session result")
         check = output_check(output, 0)
         if check is None or result.output is None:
             return result
@@ -173,6 +179,36 @@ class AgentSession:
         await self.handle.execute_update("cancel", reason)
 
 
+def _agents(registry: ToolRegistry, agents: dict[str, AgentConfig]) -> None:
+    """Every agent tool in ``registry`` and in its children's tools, as it travels.
+
+    Raises:
+        ValueError: two agent tools share a name, or one has hooks or an output
+            type (neither can travel in a workflow's input).
+    """
+    for entry in registry:
+        if not isinstance(entry, AgentTool):
+            continue
+        name, options = entry.name, entry.options
+        if options.get("hooks") is not None or "output" in options:
+            raise ValueError(
+                f"agent tool {name!r} has hooks or an output type: neither can travel "
+                "to a Temporal child workflow (not supported yet)"
+            )
+        config = AgentConfig(
+            tools=entry.tools.specs(),
+            system=options["system"],
+            max_steps=options["max_steps"],
+            budget=options["budget"],
+            limits=options["limits"],
+            parallel_tools=options["parallel_tools"],
+            output_retries=options["output_retries"],
+        )
+        if agents.setdefault(name, config) != config:
+            raise ValueError(f"two agent tools are named {name!r}: agent tool names must differ")
+        _agents(entry.tools, agents)
+
+
 def _message(message: UserMessage, name: str) -> RawValue:
     data = encode(UserInput(message=message))
     problem = oversized(data, f"the {name} message")
@@ -216,7 +252,10 @@ async def start_session(
         messages: the initial transcript (Message structs or dicts of that shape).
         task_queue: the queue of the workers that run the workflow.
         tools: the tools the model is shown; only their specs travel (the workers
-            hold the implementations).
+            hold the implementations). An agent tool (:func:`agentloop.agent_tool`)
+            runs its child as a child workflow (session ``<session_id>/<call id>``)
+            whose model and tools are the agent tool's on the workers (give the
+            same agent tool to :func:`worker`).
         system, max_steps, budget, limits, output_retries: as for
             :func:`agentloop.agent_loop` (the structured-output type comes from
             the workflow class: :meth:`AgentLoopWorkflow.output`).
@@ -243,13 +282,17 @@ async def start_session(
 
     Raises:
         TypeError: a message or tool cannot be encoded as JSON.
-        ValueError: ``compaction`` is not a built-in policy or needs a window
+        ValueError: an agent tool has hooks or an output type, or two share a
+            name; ``compaction`` is not a built-in policy or needs a window
             ``limits`` does not give; ``steps_per_run`` is not an int >= 1 (or
             ``None``); or the
             session's input (its messages' media blocks travel inline) is larger
             than one Temporal payload may hold
             (:data:`~agentloop.temporal.MAX_PAYLOAD_BYTES`); nothing was started.
     """
+    registry = ToolRegistry(tools)
+    agents: dict[str, AgentConfig] = {}
+    _agents(registry, agents)
     spec = None
     if compaction is not None:
         spec = compaction if type(compaction) is dict else compaction.spec()
@@ -257,7 +300,8 @@ async def start_session(
         agent_loop((), tools=(), limits=limits, compaction=spec)
     session = SessionInput(
         messages=tuple(messages),
-        tools=ToolRegistry(tools).specs(),
+        tools=registry.specs(),
+        agents=agents,
         system=system,
         max_steps=max_steps,
         budget=budget,

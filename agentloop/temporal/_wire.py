@@ -58,7 +58,9 @@ from agentloop import (
     ModelRequest,
     ModelResponse,
     OutputSpec,
+    ParentLink,
     Resume,
+    RunResult,
     Steer,
     ToolCall,
     ToolResult,
@@ -72,7 +74,9 @@ __all__ = [
     "DEFAULT_TOOL_ACTIVITY",
     "MAX_PAYLOAD_BYTES",
     "ActivityOptions",
+    "AgentConfig",
     "Answer",
+    "ChildOutcome",
     "ModelCall",
     "ModelConfig",
     "ModelOutput",
@@ -169,6 +173,16 @@ class ActivityOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         max_attempts: attempts before the call fails for good (``0``: unlimited).
         initial_interval_seconds, backoff_coefficient, max_interval_seconds:
             the delay before each retry.
+        local: run it as a Temporal *local activity*: on the worker running the
+            workflow, inside its workflow task, with no activity task to
+            schedule, poll and complete on the server (DESIGN §29: fewer round
+            trips per step). The workflow's workers must then hold the model (or
+            the tools); ``task_queue`` and ``heartbeat_seconds`` do not apply (a
+            worker that dies mid-call is noticed when the workflow task times
+            out, and the call runs again: at least once, as always). A local
+            model call carries the whole request (a local activity's input is not
+            recorded in the history, and it must not query its own workflow).
+            For cheap, fast calls; see docs/durable.md, "Fewer round trips".
 
     The defaults are chosen for recovery (see docs/durable.md, "When a worker
     dies"): with :func:`~agentloop.temporal.worker`'s own defaults, a session
@@ -186,8 +200,11 @@ class ActivityOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     initial_interval_seconds: float = 0.5
     backoff_coefficient: float = 2.0
     max_interval_seconds: float = 60.0
+    local: bool = False
 
     def __post_init__(self) -> None:
+        if type(self.local) is not bool:
+            raise ValueError(f"ActivityOptions.local must be a bool, got {self.local!r}")
         for name in ("start_to_close_seconds", "initial_interval_seconds", "max_interval_seconds"):
             _positive(self, name, getattr(self, name))
         if self.heartbeat_seconds is not None:
@@ -216,6 +233,32 @@ DEFAULT_MODEL_ACTIVITY: Final = ActivityOptions(start_to_close_seconds=300.0)
 DEFAULT_TOOL_ACTIVITY: Final = ActivityOptions()
 
 
+class AgentConfig(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """An agent tool's child, as it travels (DESIGN §26): what its ``agent_loop`` is
+    built from. Its model and its tools' implementations stay on the workers
+    (:func:`~agentloop.temporal.worker` finds them in the agent tools it is given,
+    by name); hooks and an output type cannot travel (start_session refuses them).
+    """
+
+    tools: tuple[ToolSpec, ...] = ()
+    system: str | None = None
+    max_steps: int = 8
+    budget: Budget | None = None
+    limits: Limits | None = None
+    parallel_tools: bool = False
+    output_retries: int = 2
+
+
+class ChildOutcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A child session's workflow result (its parent reads it): the ``RunResult``
+    and the tool calls its log records, its own children's included."""
+
+    result: RunResult
+    tool_calls: int
+
+
 #: A reply the workflow sent its loop, carried into the next run (continue-as-new).
 CarriedReply = ModelChunk | ModelResponse | ModelFailure | ToolResult | Resume | Steer | FollowUp
 
@@ -236,6 +279,11 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     ``agent_loop`` rebuilds it; a custom policy comes from the workflow class:
     :meth:`AgentLoopWorkflow.compaction`). Its summary requests are model
     activities like any other (``ModelCall.purpose``).
+
+    ``agents``: the agent tools of the whole tree, by name (every session of the
+    tree gets them all); a call to one runs a child workflow. ``agent`` and
+    ``parent``: set on a child session: whose model and tools its activities use,
+    and its place in the tree (recorded in its ``session.start``).
 
     ``steps_per_run``: after this many model requests in one workflow run, the
     workflow continues as new (Temporal's continue-as-new) at the next step's
@@ -258,6 +306,9 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     parallel_tools: bool = False
     steps_per_run: int | None = None
     compaction: dict[str, Any] | None = None
+    agents: dict[str, AgentConfig] = msgspec.field(default_factory=dict)
+    agent: str | None = None
+    parent: ParentLink | None = None
     replies: tuple[CarriedReply, ...] = ()
 
     def __post_init__(self) -> None:
@@ -320,6 +371,7 @@ class ModelCall(
     config: ModelConfig | None = None
     chunks_per_step: int = MAX_CHUNKS_PER_STEP
     purpose: str = "step"
+    agent: str | None = None
 
 
 class ModelOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -328,11 +380,13 @@ class ModelOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     items: tuple[ModelChunk | ModelResponse | ModelFailure, ...]
 
 
-class ToolInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The tool activity's input: the session (workflow id) and one call."""
+class ToolInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """The tool activity's input: the session (workflow id) and one call (``agent``:
+    the agent tool whose child session made it, whose tools run it)."""
 
     session: str
     call: ToolCall
+    agent: str | None = None
 
 
 class ToolOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

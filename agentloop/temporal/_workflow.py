@@ -72,7 +72,12 @@ from typing import Any, Final, Protocol
 import msgspec
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 
 from agentloop import (
     CALLER_PROTOCOL_ERROR,
@@ -83,6 +88,7 @@ from agentloop import (
     AgentLoopError,
     CallerProtocolError,
     Cancel,
+    ChildRun,
     Content,
     FollowUp,
     HookRegistry,
@@ -92,14 +98,19 @@ from agentloop import (
     ModelFailure,
     ModelRequest,
     ModelResponse,
+    ParentLink,
     Pause,
     Resume,
     RunResult,
     Steer,
     ToolBatch,
     ToolCall,
+    ToolCallEvent,
+    ToolErrorEvent,
     ToolRequest,
     ToolResult,
+    ToolResultEvent,
+    Usage,
     UserMessage,
     agent_loop,
 )
@@ -108,7 +119,9 @@ from agentloop._spi import parts_problem
 from ._wire import (
     MAX_PAYLOAD_BYTES,
     ActivityOptions,
+    AgentConfig,
     Answer,
+    ChildOutcome,
     ModelCall,
     ModelConfig,
     ModelOutput,
@@ -176,6 +189,21 @@ def _describe(error: ActivityError) -> str:
 
 
 def _run(options: ActivityOptions, activity: str, argument: bytes, activity_id: str) -> Any:
+    retry = RetryPolicy(
+        initial_interval=timedelta(seconds=options.initial_interval_seconds),
+        backoff_coefficient=options.backoff_coefficient,
+        maximum_interval=timedelta(seconds=options.max_interval_seconds),
+        maximum_attempts=options.max_attempts,
+    )
+    if options.local:
+        return workflow.execute_local_activity(
+            activity,
+            raw(argument),
+            result_type=RawValue,
+            activity_id=activity_id,
+            start_to_close_timeout=timedelta(seconds=options.start_to_close_seconds),
+            retry_policy=retry,
+        )
     return workflow.execute_activity(
         activity,
         raw(argument),
@@ -188,12 +216,7 @@ def _run(options: ActivityOptions, activity: str, argument: bytes, activity_id: 
             if options.heartbeat_seconds is None
             else timedelta(seconds=options.heartbeat_seconds)
         ),
-        retry_policy=RetryPolicy(
-            initial_interval=timedelta(seconds=options.initial_interval_seconds),
-            backoff_coefficient=options.backoff_coefficient,
-            maximum_interval=timedelta(seconds=options.max_interval_seconds),
-            maximum_attempts=options.max_attempts,
-        ),
+        retry_policy=retry,
     )
 
 
@@ -213,7 +236,9 @@ class ActivityModel:
         run_id: str,
         options: ActivityOptions,
         chunks_per_step: int = MAX_CHUNKS_PER_STEP,
+        agent: str | None = None,
     ) -> None:
+        self._agent = agent
         self._session = session
         self._run_id = run_id
         self._options = options
@@ -227,7 +252,9 @@ class ActivityModel:
         """The activity input for ``request``: the delta from the previous one."""
         config = ModelConfig(request.tools, request.system, request.output)
         send_config = None
-        if config != self._config:
+        if config != self._config or self._options.local:
+            # A local activity gets the whole request: its input is not recorded,
+            # and it must not ask its own workflow (the query would wait for it).
             # The first request, or a before_plan hook changed the system prompt.
             self._config = send_config = config
             self._sent = []
@@ -257,6 +284,7 @@ class ActivityModel:
             config=send_config,
             chunks_per_step=self._chunks_per_step,
             purpose=request.purpose,
+            agent=self._agent,
         )
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[ModelReply]:
@@ -299,13 +327,27 @@ class _NotSent(Exception):
     """A model request too large to send as an activity input."""
 
 
-class ActivityTools:
-    """The tools as an async driver sees them; each call is one tool activity."""
+class _Task(msgspec.Struct, forbid_unknown_fields=True):
+    """An agent tool's arguments."""
 
-    def __init__(self, session: str, options: ActivityOptions, limits: Limits) -> None:
+    task: str
+
+
+class ActivityTools:
+    """The tools as an async driver sees them; each call is one tool activity, or,
+    for an agent tool, one child workflow (see :meth:`_child`)."""
+
+    def __init__(self, session: str, spec: SessionInput, limits: Limits) -> None:
         self._session = session
-        self._options = options
+        self._spec = spec
+        self._options = spec.tool_activity
         self._limits = limits
+        #: The ``ChildRun`` of each agent tool call answered, until the driver takes it.
+        self._children: dict[str, ChildRun] = {}
+
+    def child(self, call_id: str) -> ChildRun | None:
+        """The ``ChildRun`` of call ``call_id``'s result, if an agent tool answered it."""
+        return self._children.pop(call_id, None)
 
     async def aexecute(self, call: ToolCall) -> tuple[Content, bool]:
         """``(content, is_error)`` for ``call``, like ``ToolRegistry.execute``.
@@ -316,7 +358,10 @@ class ActivityTools:
         :func:`agentloop.run`'s driver checks them: one that breaks them is a
         tool error naming it.
         """
-        argument = encode(ToolInput(self._session, call))
+        agent = self._spec.agents.get(call.name)
+        if agent is not None:
+            return await self._child(call, agent)
+        argument = encode(ToolInput(self._session, call, self._spec.agent))
         try:
             result = await _run(self._options, TOOL_ACTIVITY, argument, f"tool/{call.id}")
         except ActivityError as error:
@@ -329,6 +374,69 @@ class ActivityTools:
                 return f"the tool's result was refused: {problem}", True
         return content, output.is_error
 
+    async def _child(self, call: ToolCall, agent: AgentConfig) -> tuple[Content, bool]:
+        """Run agent tool ``call`` as a child workflow, as :class:`agentloop.AgentTool`
+        runs its child in process: the same session id (``<parent>/<call id>``), the
+        same ``ParentLink``, the same answer and ``ChildRun`` (DESIGN §26). The child
+        is this workflow's type, on this workflow's task queue; cancelling this
+        session cancels it."""
+        name, spec = call.name, self._spec
+        try:  # checked as the agent tool checks them in process
+            task = msgspec.convert(call.arguments, type=_Task).task
+        except msgspec.ValidationError as exc:
+            return f"invalid arguments: {exc}", True
+        parent_depth = 0 if spec.parent is None else spec.parent.depth
+        depth, bound = parent_depth + 1, self._limits.agent_depth
+        if depth > bound:
+            return (
+                f"agent {name!r} not started: it would run {depth} agents deep, "
+                f"past Limits.agent_depth ({bound}) of session {self._session!r}"
+            ), True
+        link = ParentLink(session=self._session, call_id=call.id, depth=depth)
+        session = f"{self._session}/{call.id}"
+        child = SessionInput(
+            messages=(UserMessage("task", task),),
+            tools=agent.tools,
+            system=agent.system,
+            max_steps=agent.max_steps,
+            budget=agent.budget,
+            started_at=_now(),
+            model_activity=spec.model_activity,
+            tool_activity=spec.tool_activity,
+            limits=agent.limits,
+            output_retries=agent.output_retries,
+            parallel_tools=agent.parallel_tools,
+            agents=spec.agents,
+            agent=name,
+            parent=link,
+        )
+        try:
+            value = await workflow.execute_child_workflow(
+                workflow.info().workflow_type,
+                raw(encode(child)),
+                id=session,
+                result_type=RawValue,
+            )
+        except ChildWorkflowError as error:
+            cause = error.cause
+            why = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            return f"agent {name!r} (session {session!r}) failed: {why}", True
+        outcome = decode(value, ChildOutcome, "child session result")
+        result = outcome.result
+        self._children[call.id] = ChildRun(
+            session=session,
+            status=result.status,
+            usage=None if result.usage == Usage() else result.usage,
+            tool_calls=outcome.tool_calls,
+        )
+        if result.status == "completed":
+            return result.final_text or "", False
+        if result.error is not None:
+            why = f"{result.error.code}: {result.error.message}"
+        else:
+            why = result.reason or result.status
+        return f"agent {name!r} (session {session!r}) ended {result.status}: {why}", True
+
 
 # --------------------------------------------------------------------------- the private driver
 
@@ -339,6 +447,8 @@ class _AsyncModel(Protocol):
 
 class _AsyncTools(Protocol):
     async def aexecute(self, call: ToolCall) -> tuple[Content, bool]: ...
+
+    def child(self, call_id: str) -> ChildRun | None: ...
 
 
 class _ContinueAsNew(Exception):
@@ -372,7 +482,7 @@ class _Batch:
         call_id = next(r.call.id for r in waiting if tasks[r.call.id].done())
         content, is_error = tasks.pop(call_id).result()
         self._answered.add(call_id)
-        return ToolResult(call_id, content, is_error)
+        return ToolResult(call_id, content, is_error, child=self._tools.child(call_id))
 
     def cancel(self) -> None:
         """Cancel the calls still running (their activities get Temporal's cancel)."""
@@ -425,8 +535,9 @@ async def _adrive(
                     if type(reply) is not ModelChunk:
                         stream = None
                 elif isinstance(effect, ToolRequest):
+                    call_id = effect.call.id
                     content, is_error = await tools.aexecute(effect.call)
-                    reply = ToolResult(effect.call.id, content, is_error)
+                    reply = ToolResult(call_id, content, is_error, child=tools.child(call_id))
                 elif isinstance(effect, ToolBatch):
                     reply = await batch.next_result(effect)
                 else:
@@ -499,8 +610,9 @@ class AgentLoopWorkflow:
             info.run_id,
             spec.model_activity,
             self._loop.limits.chunks_per_step,
+            spec.agent,
         )
-        self._tools = ActivityTools(info.workflow_id, spec.tool_activity, self._loop.limits)
+        self._tools = ActivityTools(info.workflow_id, spec, self._loop.limits)
         self._answer: Resume | None = None
         self._cancel_reason: str | None = None
         self._driver: asyncio.Task[RunResult] | None = None
@@ -568,6 +680,7 @@ class AgentLoopWorkflow:
                 output_retries=spec.output_retries,
                 parallel_tools=spec.parallel_tools,
                 compaction=spec.compaction if policy is None else policy,
+                parent=spec.parent,
             )
             if spec.replies:
                 # A run continued as new: feed a fresh loop every reply of the
@@ -630,7 +743,10 @@ class AgentLoopWorkflow:
             result = self._finished()
         # Let the update handlers report (they wait for the loop) before completing.
         await workflow.wait_condition(workflow.all_handlers_finished)
-        data = encode(result)
+        if self._spec.parent is None:
+            data = encode(result)
+        else:  # a child session: its parent reads the ChildOutcome
+            data = encode(ChildOutcome(result, _tool_calls(self._loop.log)))
         problem = oversized(data, "the session's result (its RunResult)")
         if problem is not None:
             # The server would refuse it; the log stays readable (query ``log``).
@@ -851,3 +967,18 @@ class AgentLoopWorkflow:
         query answer above 2 MiB), each media block's bytes once, by hash (see
         ``_wire.log_page``). :meth:`AgentSession.log` reads page after page."""
         return raw(log_page(self._loop.log.since(since), max_bytes))
+
+
+def _tool_calls(log: Any) -> int:
+    """The tool calls a session's log records, its children's included (as
+    ``agentloop``'s agent tool counts them for ``ChildRun.tool_calls``)."""
+    count = 0
+    for event in log:
+        kind = type(event)
+        if kind is ToolCallEvent:
+            count += 1
+        elif kind is ToolResultEvent or kind is ToolErrorEvent:
+            reply = event.reply
+            if reply is not None and reply.child is not None:
+                count += reply.child.tool_calls
+    return count

@@ -118,6 +118,7 @@ def drive_by_hand(
         output_retries=2 if start.output is None else start.output.retries,
         parallel_tools=start.parallel_tools,
         compaction=start.compaction if compaction is None else compaction,
+        parent=start.parent,
     )
     next(loop)
     for _, reply in replay.recorded_replies(events):
