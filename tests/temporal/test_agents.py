@@ -26,6 +26,7 @@ from agentloop import (
     ScriptedResponse,
     SessionStartEvent,
     ToolCall,
+    ToolErrorEvent,
     ToolResultEvent,
     ToolResultMessage,
     Usage,
@@ -259,3 +260,53 @@ def test_a_child_that_fails_or_whose_worker_lacks_its_agent_is_an_error_result(
     assert terminated.final_text == (
         f"Done: agent 'researcher' (session '{parent_id}/r1') failed: Terminated"
     )
+
+
+OUTER2 = agent_tool(
+    "outer2", "Delegates to the researcher.", model=PARENT, tools=[RESEARCHER], system="outer"
+)
+SHORT = agent_tool(
+    "short", "Runs out of steps.", model=FunctionModel(child_answer), tools=[add], max_steps=1
+)
+
+
+def delegate(request: ModelRequest) -> ScriptedResponse:
+    """Calls the tool the system prompt names, then repeats its answer."""
+    last = request.messages[-1]
+    if type(last) is UserMessage:
+        call = ToolCall("d1", request.system or "", {"task": last.content})
+        return ScriptedResponse.tool_calls("t1", call)
+    return ScriptedResponse.text("t2", f"Top: {last.content}")
+
+
+@pytest.mark.parametrize("name", ["outer2", "short"])
+def test_grandchildren_roll_up_and_a_child_out_of_steps_says_so(
+    temporal: Temporal, name: str
+) -> None:
+    model, tools = FunctionModel(delegate), [OUTER2, SHORT]
+
+    async def scenario() -> Any:
+        async with serving(temporal, model=model, tools=tools) as start:
+            session = await start([UserMessage("u1", "the sum")], system=name)
+            return session.id, await session.result(), await session.log()
+
+    parent_id, result, log = temporal.run(scenario())
+    (recorded,) = [e.reply for e in log if type(e) in (ToolResultEvent, ToolErrorEvent)]
+    if name == "outer2":
+        assert result.final_text == 'Top: Done: found {"sum":42} for the sum'
+        assert recorded.child.tool_calls == 2  # outer2's call of researcher, and its add
+    else:
+        assert result.final_text == (
+            f"Top: agent 'short' (session '{parent_id}/d1') ended max_steps: no_more_steps"
+        )
+    in_process_log = EventLog()
+    with idempotency_session(parent_id):
+        run(
+            [UserMessage("u1", "the sum")],
+            model=model,
+            tools=tools,
+            system=name,
+            log=in_process_log,
+            started_at=log[0].at,
+        )
+    assert untimed(in_process_log) == untimed(log)
