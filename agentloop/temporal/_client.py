@@ -110,7 +110,7 @@ class AgentSession:
             return ToolRequest(value.call, value.step)
         if isinstance(value, PendingBatch):
             return ToolBatch(tuple(ToolRequest(c, value.step) for c in value.calls), value.step)
-        return Pause(value.reason, value.payload)
+        return Pause(value.reason, value.payload, value.path)
 
     async def log(self, since: int = 0) -> list[Event]:
         """The session's events so far, from sequence ``since`` on (read in pages of

@@ -77,6 +77,7 @@ __all__ = [
     "AgentConfig",
     "Answer",
     "ChildOutcome",
+    "ChildPause",
     "ModelCall",
     "ModelConfig",
     "ModelOutput",
@@ -435,10 +436,20 @@ class PendingBatch(msgspec.Struct, frozen=True, tag_field="effect", tag="tool_ba
 
 
 class PendingPause(msgspec.Struct, frozen=True, tag_field="effect", tag="pause"):
-    """A ``Pause`` as the ``pending`` query returns it."""
+    """A ``Pause`` as the ``pending`` query returns it (``path``: the child sessions
+    down to the one that paused, for a pause of an agent tool's child)."""
 
     reason: str
     payload: Any = None
+    path: tuple[str, ...] = ()
+
+
+class ChildPause(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The ``child_paused`` signal a child session sends its parent: it (or one of
+    its own children, by ``pause.path``) waits for an answer."""
+
+    session: str
+    pause: PendingPause
 
 
 # --------------------------------------------------------------------------- digests

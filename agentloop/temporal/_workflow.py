@@ -122,6 +122,7 @@ from ._wire import (
     AgentConfig,
     Answer,
     ChildOutcome,
+    ChildPause,
     ModelCall,
     ModelConfig,
     ModelOutput,
@@ -344,6 +345,9 @@ class ActivityTools:
         self._limits = limits
         #: The ``ChildRun`` of each agent tool call answered, until the driver takes it.
         self._children: dict[str, ChildRun] = {}
+        #: The pauses of running children, by child session (see the workflow's
+        #: ``child_paused`` signal); a child's entry goes when the child ends.
+        self.child_pauses: dict[str, PendingPause] = {}
 
     def child(self, call_id: str) -> ChildRun | None:
         """The ``ChildRun`` of call ``call_id``'s result, if an agent tool answered it."""
@@ -418,9 +422,11 @@ class ActivityTools:
                 result_type=RawValue,
             )
         except ChildWorkflowError as error:
+            self.child_pauses.pop(session, None)
             cause = error.cause
             why = cause.message if isinstance(cause, ApplicationError) else str(cause)
             return f"agent {name!r} (session {session!r}) failed: {why}", True
+        self.child_pauses.pop(session, None)
         outcome = decode(value, ChildOutcome, "child session result")
         result = outcome.result
         self._children[call.id] = ChildRun(
@@ -614,6 +620,8 @@ class AgentLoopWorkflow:
         )
         self._tools = ActivityTools(info.workflow_id, spec, self._loop.limits)
         self._answer: Resume | None = None
+        #: The pauses of this session's children (agent tools), by child session.
+        self._child_pauses = self._tools.child_pauses
         self._cancel_reason: str | None = None
         self._driver: asyncio.Task[RunResult] | None = None
 
@@ -802,16 +810,49 @@ class AgentLoopWorkflow:
         return started >= limit
 
     async def _wait_for_answer(self, pause: Pause) -> Resume:
+        # A child session tells its parent, which shows the pause (with this
+        # session in its path) and forwards the answer: as in process, where a
+        # child's pause reaches the parent's on_pause.
+        mine = PendingPause(pause.reason, pause.payload, pause.path)
+        await self._tell_parent("child_paused", ChildPause(workflow.info().workflow_id, mine))
         await workflow.wait_condition(lambda: self._answer is not None)
         answer, self._answer = self._answer, None
         assert answer is not None
+        await self._tell_parent("child_resumed", workflow.info().workflow_id)
         return answer
+
+    async def _tell_parent(self, signal: str, value: Any) -> None:
+        parent = self._spec.parent
+        if parent is not None:
+            handle = workflow.get_external_workflow_handle(parent.session)
+            await handle.signal(signal, raw(encode(value)))
+
+    @workflow.signal(name="child_paused")
+    async def child_paused(self, value: RawValue) -> None:
+        """A child session (an agent tool's) waits for an answer: show it in
+        ``pending`` (and tell this session's own parent)."""
+        note = decode(value, ChildPause, "child pause")
+        path = (note.session, *note.pause.path)
+        self._child_pauses[note.session] = msgspec.structs.replace(note.pause, path=path)
+        await self._tell_parent(
+            "child_paused",
+            ChildPause(workflow.info().workflow_id, self._child_pauses[note.session]),
+        )
+
+    @workflow.signal(name="child_resumed")
+    async def child_resumed(self, value: RawValue) -> None:
+        """A child session took its answer."""
+        self._child_pauses.pop(decode(value, str, "child session"), None)
+        await self._tell_parent("child_resumed", workflow.info().workflow_id)
 
     # ------------------------------------------------------------------ resume
 
     @workflow.update(name="resume")
     async def resume(self, answer: RawValue) -> None:
-        """Answer the pending pause; returns once the loop has taken the answer."""
+        """Answer the pending pause; returns once the loop has taken the answer (a
+        child's pause: once the answer is sent to the child)."""
+        if await self._forward(answer):
+            return
         self._accept(answer)
         await workflow.wait_condition(lambda: self._answer is None or self._loop.result is not None)
         result = self._loop.result
@@ -819,8 +860,20 @@ class AgentLoopWorkflow:
         if error is not None and error.code == CALLER_PROTOCOL_ERROR:
             raise ApplicationError(error.message, type=CALLER_PROTOCOL_ERROR)
 
+    async def _forward(self, answer: RawValue) -> bool:
+        """Send ``answer`` to the paused child, when the pause is a child's."""
+        if type(self._loop.pending) is Pause or not self._child_pauses:
+            return False
+        child = next(iter(self._child_pauses))
+        del self._child_pauses[child]
+        await workflow.get_external_workflow_handle(child).signal("resume", answer)
+        return True
+
     @resume.validator
     def _check_resume(self, answer: RawValue) -> None:
+        if self._child_pauses and type(self._loop.pending) is not Pause:
+            decode(answer, Answer, "resume answer")
+            return
         if type(self._loop.pending) is not Pause or self._answer is not None:
             raise ApplicationError(
                 "the session is not waiting for an answer (no pause is pending)",
@@ -829,14 +882,15 @@ class AgentLoopWorkflow:
         decode(answer, Answer, "resume answer")
 
     @workflow.signal(name="resume")
-    def resume_signal(self, answer: RawValue) -> None:
+    async def resume_signal(self, answer: RawValue) -> None:
         """Answer the pending pause; ignored (and logged) when none is pending."""
         try:
             self._check_resume(answer)
         except ApplicationError as exc:
             workflow.logger.warning("resume signal ignored: %s", exc.message)
             return
-        self._accept(answer)
+        if not await self._forward(answer):
+            self._accept(answer)
 
     def _accept(self, answer: RawValue) -> None:
         value = decode(answer, Answer, "resume answer")
@@ -958,6 +1012,8 @@ class AgentLoopWorkflow:
             value = PendingBatch(tuple(r.call for r in effect.requests), effect.step)
         elif type(effect) is Pause:
             value = PendingPause(effect.reason, effect.payload)
+        if type(effect) is not Pause and self._child_pauses:
+            value = next(iter(self._child_pauses.values()))  # an agent tool's child waits
         return raw(encode(value))
 
     @workflow.query(name="log")

@@ -22,6 +22,7 @@ from agentloop import (
     Limits,
     ModelRequest,
     Pause,
+    Resume,
     RunFinishedEvent,
     ScriptedResponse,
     SessionStartEvent,
@@ -310,3 +311,60 @@ def test_grandchildren_roll_up_and_a_child_out_of_steps_says_so(
             started_at=log[0].at,
         )
     assert untimed(in_process_log) == untimed(log)
+
+
+def test_a_childs_pause_is_the_parents_to_answer(temporal: Temporal) -> None:
+    async def scenario() -> Any:
+        async with serving(temporal, model=PARENT, tools=[add, RESEARCHER]) as start:
+            session = await start([UserMessage("u1", "approve")])
+            pause = await wait_for(session, Pause)
+            await session.resume({"approved": True})
+            result = await session.result()
+            child = get_session(temporal.client, f"{session.id}/r1")
+            return session.id, pause, result, await session.log(), await child.log()
+
+    parent_id, pause, result, log, child_log = temporal.run(scenario())
+    assert pause.reason == "approval" and pause.path == (f"{parent_id}/r1",)
+    assert result.final_text == "Done: found done for approve"
+    assert drive_by_hand(child_log) == encoded(child_log)
+    # As in process, where the child's pause reaches the parent's on_pause.
+    seen: list[Pause] = []
+
+    def on_pause(pause: Pause) -> Any:
+        seen.append(pause)
+        return Resume({"approved": True})
+
+    in_process_log = EventLog()
+    with idempotency_session(parent_id):
+        run(
+            [UserMessage("u1", "approve")],
+            model=PARENT,
+            tools=[add, RESEARCHER],
+            on_pause=on_pause,
+            log=in_process_log,
+            started_at=log[0].at,
+        )
+    assert [(p.reason, p.path) for p in seen] == [(pause.reason, pause.path)]
+    assert untimed(in_process_log) == untimed(log)
+    assert untimed(RESEARCHER.logs[f"{parent_id}/r1"]) == untimed(child_log)
+
+
+def test_a_grandchilds_pause_goes_up_the_tree_and_a_signal_answers_it(
+    temporal: Temporal,
+) -> None:
+    from agentloop.temporal._wire import encode, raw
+
+    model = FunctionModel(delegate)
+
+    async def scenario() -> Any:
+        async with serving(temporal, model=model, tools=[OUTER2]) as start:
+            session = await start([UserMessage("u1", "approve")], system="outer2")
+            pause = await wait_for(session, Pause)
+            await session.handle.signal("resume", raw(encode({"payload": {"approved": True}})))
+            return session.id, pause, await session.result(), await session.log()
+
+    parent_id, pause, result, log = temporal.run(scenario())
+    child = f"{parent_id}/d1"
+    assert pause.path == (child, f"{child}/r1")
+    assert result.final_text == "Top: Done: found done for approve"
+    assert drive_by_hand(log) == encoded(log)
