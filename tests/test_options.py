@@ -154,6 +154,7 @@ def test_the_temporal_client_and_wire_keep_agent_loop_s_defaults() -> None:
         "limits",
         "output_retries",
         "parallel_tools",
+        "compaction",
     }
     assert client == {name: defaults[name] for name in client}
     wire = {

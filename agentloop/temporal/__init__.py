@@ -29,6 +29,7 @@ from ._client import AgentSession, get_session, start_session
 from ._wire import (
     DEFAULT_MODEL_ACTIVITY,
     DEFAULT_TOOL_ACTIVITY,
+    MAX_PAYLOAD_BYTES,
     ActivityOptions,
     SessionInput,
 )
@@ -38,6 +39,7 @@ from ._workflow import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_NAME, AgentLoopWo
 __all__ = [
     "DEFAULT_MODEL_ACTIVITY",
     "DEFAULT_TOOL_ACTIVITY",
+    "MAX_PAYLOAD_BYTES",
     "MODEL_ACTIVITY",
     "PASSTHROUGH_MODULES",
     "RECOVERY_OPTIONS",

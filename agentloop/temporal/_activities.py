@@ -51,6 +51,8 @@ from temporalio.exceptions import ApplicationError
 from agentloop import (
     MODEL_ERROR,
     MODEL_PROTOCOL_ERROR,
+    AgentTool,
+    Content,
     Message,
     ModelChunk,
     ModelError,
@@ -62,6 +64,7 @@ from agentloop import (
     ToolSpec,
     idempotency_session,
 )
+from agentloop._spi import content_structure_problem
 
 from ._wire import (
     ModelCall,
@@ -74,6 +77,7 @@ from ._wire import (
     decode,
     decode_pending,
     encode,
+    oversized,
     raw,
 )
 from ._workflow import MODEL_ACTIVITY, PENDING_QUERY, TOOL_ACTIVITY
@@ -175,7 +179,13 @@ class _Collector:
         """The activity result: every item, and a failure if the stream just ended."""
         if not self.done and len(self.items) < self.cap:
             self._fail("model stream ended without a response", MODEL_ERROR)
-        return b'{"items":[' + b",".join(self.items) + b"]}"
+        data = b'{"items":[' + b",".join(self.items) + b"]}"
+        problem = oversized(data, "the model's answer")
+        if problem is None:
+            return data
+        self.items.clear()
+        self._fail(problem, MODEL_ERROR)
+        return b'{"items":[' + self.items[0] + b"]}"
 
     def _fail(self, message: str, code: str) -> bool:
         self.items.append(encode(ModelFailure(self.request_id, message, code=code)))
@@ -246,6 +256,10 @@ class SessionActivities:
             raise ValueError(f"transcript_cache must be an int >= 0, got {transcript_cache!r}")
         self._model = model
         self._registry = None if tools is None else ToolRegistry(tools)
+        #: The agent tools of the tree, by name: their children's models and tools.
+        self._agents: dict[str, AgentTool] = {}
+        if self._registry is not None:
+            _collect_agents(self._registry, self._agents)
         self._cache_size = transcript_cache
         # Only the worker's event loop thread touches it (the activities are async).
         self._cache: collections.OrderedDict[str, _Transcript] = collections.OrderedDict()
@@ -253,7 +267,7 @@ class SessionActivities:
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register with a worker."""
         out: list[Callable[..., Any]] = []
-        if self._model is not None:
+        if self._model is not None or self._agents:
             out.append(self.model)
         if self._registry is not None:
             out.append(self.tool)
@@ -270,7 +284,7 @@ class SessionActivities:
         # session over): heartbeat meanwhile, or the attempt times out.
         request = await _heartbeating(self._request(value))
         collector = _Collector(request.id, value.chunks_per_step)
-        model = self._model
+        model = self._model if value.agent is None else self._agent(value.agent).model
         try:
             astream = getattr(model, "astream", None)
             if callable(astream):
@@ -312,7 +326,26 @@ class SessionActivities:
             cache.move_to_end(call.session)
             if len(cache) > self._cache_size:
                 cache.popitem(last=False)
-        return ModelRequest(call.request_id, call.step, messages, config.tools, config.system)
+        return ModelRequest(
+            call.request_id,
+            call.step,
+            messages,
+            config.tools,
+            config.system,
+            config.output,
+            call.purpose,
+        )
+
+    def _agent(self, name: str) -> AgentTool:
+        """The agent tool ``name`` (a child session's model and tools)."""
+        agent = self._agents.get(name)
+        if agent is None:
+            raise ApplicationError(
+                f"this worker has no agent tool {name!r}: give it to worker(tools=...)",
+                type="UnknownAgent",
+                non_retryable=True,
+            )
+        return agent
 
     async def _ask_workflow(self, call: ModelCall) -> tuple[ModelConfig, tuple[Message, ...]]:
         handle = activity.client().get_workflow_handle(call.session, run_id=call.run_id)
@@ -324,7 +357,7 @@ class SessionActivities:
                 type="NotPending",
                 non_retryable=True,
             )
-        return ModelConfig(pending.tools, pending.system), pending.messages
+        return ModelConfig(pending.tools, pending.system, pending.output), pending.messages
 
     # ------------------------------------------------------------------ tools
 
@@ -332,15 +365,33 @@ class SessionActivities:
     async def tool(self, call: RawValue) -> RawValue:
         """Run one tool call; the tool can read :func:`agentloop.idempotency_key`."""
         value = decode(call, ToolInput, "tool call")
-        registry = self._registry
+        registry = self._registry if value.agent is None else self._agent(value.agent).tools
         assert registry is not None
         with idempotency_session(value.session):
             # to_thread copies this context: the tool sees the key.
             content, is_error = await _heartbeating(asyncio.to_thread(registry.execute, value.call))
-        if type(content) is not str:
-            # Blocks would travel by value in every activity payload: not yet (DESIGN §25).
-            content, is_error = "a tool's blocks cannot pass through Temporal yet", True
-        return raw(encode(ToolOutput(_valid_unicode(content), is_error)))
+        return raw(_tool_output(content, is_error))
+
+
+def _tool_output(content: Content, is_error: bool) -> bytes:
+    """The tool activity's result for a tool's outcome, as JSON.
+
+    Text with lone surrogates escaped, and blocks that are not well formed refused,
+    as :func:`agentloop.run`'s driver does (the workflow checks the session's
+    limits on blocks: it has them); a result too large for one payload is a tool
+    error the model sees, naming its size.
+    """
+    if type(content) is str:
+        content = _valid_unicode(content)
+    else:
+        problem = content_structure_problem(content, "the tool's result")
+        if problem is not None:
+            content, is_error = f"the tool's result was refused: {problem}", True
+    data = encode(ToolOutput(content, is_error))
+    problem = oversized(data, "the tool's result")
+    if problem is None:
+        return data
+    return encode(ToolOutput(f"the tool's result was refused: {problem}", True))
 
 
 async def _next(items: Any, collector: _Collector) -> bool:
@@ -350,3 +401,11 @@ async def _next(items: Any, collector: _Collector) -> bool:
     except StopAsyncIteration:
         return False
     return collector.add(item)
+
+
+def _collect_agents(registry: ToolRegistry, agents: dict[str, AgentTool]) -> None:
+    """Every agent tool in ``registry`` and in its children's tools, by name."""
+    for entry in registry:
+        if isinstance(entry, AgentTool) and entry.name not in agents:
+            agents[entry.name] = entry
+            _collect_agents(entry.tools, agents)

@@ -10,11 +10,11 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import RawValue
 
 from agentloop import (
+    AgentTool,
     Budget,
     Effect,
     Event,
     Limits,
-    ModelRequest,
     Pause,
     RunResult,
     Tool,
@@ -23,6 +23,7 @@ from agentloop import (
     ToolRequest,
     ToolSpec,
     UserMessage,
+    agent_loop,
     decode_event,
 )
 from agentloop._spi import answer_problem, output_check
@@ -31,7 +32,9 @@ from ._wire import (
     DEFAULT_MODEL_ACTIVITY,
     DEFAULT_TOOL_ACTIVITY,
     ActivityOptions,
+    AgentConfig,
     Answer,
+    ChildOutcome,
     PendingBatch,
     PendingModel,
     PendingTool,
@@ -40,6 +43,8 @@ from ._wire import (
     decode,
     decode_pending,
     encode,
+    inflate,
+    oversized,
     raw,
 )
 from ._workflow import PENDING_QUERY, WORKFLOW_NAME
@@ -78,7 +83,10 @@ class AgentSession:
             ValueError: the output does not decode to ``output``.
         """
         value = await self.handle.result()
-        result = decode(value, RunResult, "session result")
+        if value.payload.data.startswith(b'{"result":'):  # a child session (agent tool)
+            result = decode(value, ChildOutcome, "child session result").result
+        else:
+            result = decode(value, RunResult, "session result")
         check = output_check(output, 0)
         if check is None or result.output is None:
             return result
@@ -97,17 +105,24 @@ class AgentSession:
         if value is None:
             return None
         if isinstance(value, PendingModel):
-            return ModelRequest(value.id, value.step, value.messages, value.tools, value.system)
+            return value.request()
         if isinstance(value, PendingTool):
             return ToolRequest(value.call, value.step)
         if isinstance(value, PendingBatch):
             return ToolBatch(tuple(ToolRequest(c, value.step) for c in value.calls), value.step)
-        return Pause(value.reason, value.payload)
+        return Pause(value.reason, value.payload, value.path)
 
     async def log(self, since: int = 0) -> list[Event]:
-        """The session's events so far, from sequence ``since`` on."""
-        value = await self.handle.query("log", since, result_type=RawValue)
-        return [decode_event(bytes(item)) for item in _raws.decode(value.payload.data)]
+        """The session's events so far, from sequence ``since`` on (read in pages of
+        at most one Temporal payload each: query ``log``)."""
+        events: list[Event] = []
+        blobs: dict[str, bytes] = {}
+        while True:
+            value = await self.handle.query("log", since + len(events), result_type=RawValue)
+            page = [bytes(item) for item in _raws.decode(value.payload.data)]
+            if not page:
+                return events
+            events += inflate(page, blobs, decode_event)
 
     async def resume(self, payload: Any = None, *, budget: Budget | None = None) -> None:
         """Answer the pending ``Pause`` (update ``resume``); returns once the loop
@@ -133,13 +148,16 @@ class AgentSession:
         message are skipped; DESIGN §19). Returns once the loop recorded it.
 
         Raises:
+            ValueError: the message (its media blocks, which travel inline) is
+                larger than one Temporal payload may hold
+                (:data:`~agentloop.temporal.MAX_PAYLOAD_BYTES`); nothing was sent.
             temporalio.client.WorkflowUpdateFailedError: the session has finished,
                 or the loop refused the message (its id is already used, or is
                 one the loop makes, such as ``tool-result-...``: the run then ends
                 ``failed``).
             temporalio.service.RPCError: the workflow has completed.
         """
-        await self.handle.execute_update("steer", raw(encode(UserInput(message=message))))
+        await self.handle.execute_update("steer", _message(message, "steer"))
 
     async def follow_up(self, message: UserMessage) -> None:
         """Send ``FollowUp(message)`` (update ``follow_up``): when the run would
@@ -149,7 +167,7 @@ class AgentSession:
         Raises:
             As for :meth:`steer`.
         """
-        await self.handle.execute_update("follow_up", raw(encode(UserInput(message=message))))
+        await self.handle.execute_update("follow_up", _message(message, "follow_up"))
 
     async def cancel(self, reason: str = "") -> None:
         """End the session ``cancelled`` (update ``cancel``); returns once its log
@@ -159,6 +177,44 @@ class AgentSession:
             temporalio.service.RPCError: the session has finished.
         """
         await self.handle.execute_update("cancel", reason)
+
+
+def _agents(registry: ToolRegistry, agents: dict[str, AgentConfig]) -> None:
+    """Every agent tool in ``registry`` and in its children's tools, as it travels.
+
+    Raises:
+        ValueError: two agent tools share a name, or one has hooks or an output
+            type (neither can travel in a workflow's input).
+    """
+    for entry in registry:
+        if not isinstance(entry, AgentTool):
+            continue
+        name, options = entry.name, entry.options
+        if options.get("hooks") is not None or "output" in options:
+            raise ValueError(
+                f"agent tool {name!r} has hooks or an output type: neither can travel "
+                "to a Temporal child workflow (not supported yet)"
+            )
+        config = AgentConfig(
+            tools=entry.tools.specs(),
+            system=options["system"],
+            max_steps=options["max_steps"],
+            budget=options["budget"],
+            limits=options["limits"],
+            parallel_tools=options["parallel_tools"],
+            output_retries=options["output_retries"],
+        )
+        if agents.setdefault(name, config) != config:
+            raise ValueError(f"two agent tools are named {name!r}: agent tool names must differ")
+        _agents(entry.tools, agents)
+
+
+def _message(message: UserMessage, name: str) -> RawValue:
+    data = encode(UserInput(message=message))
+    problem = oversized(data, f"the {name} message")
+    if problem is not None:
+        raise ValueError(f"{problem}; nothing was sent")
+    return raw(data)
 
 
 def get_session(client: Client, session_id: str, *, run_id: str | None = None) -> AgentSession:
@@ -181,6 +237,7 @@ async def start_session(
     output_retries: int = 2,
     parallel_tools: bool = False,
     steps_per_run: int | None = None,
+    compaction: Any = None,
     model_activity: ActivityOptions | None = None,
     tool_activity: ActivityOptions | None = None,
     workflow: str = WORKFLOW_NAME,
@@ -195,7 +252,10 @@ async def start_session(
         messages: the initial transcript (Message structs or dicts of that shape).
         task_queue: the queue of the workers that run the workflow.
         tools: the tools the model is shown; only their specs travel (the workers
-            hold the implementations).
+            hold the implementations). An agent tool (:func:`agentloop.agent_tool`)
+            runs its child as a child workflow (session ``<session_id>/<call id>``)
+            whose model and tools are the agent tool's on the workers (give the
+            same agent tool to :func:`worker`).
         system, max_steps, budget, limits, output_retries: as for
             :func:`agentloop.agent_loop` (the structured-output type comes from
             the workflow class: :meth:`AgentLoopWorkflow.output`).
@@ -203,6 +263,13 @@ async def start_session(
         steps_per_run: continue as new after this many model requests in one
             workflow run (default: when Temporal suggests it); the log carries
             over byte for byte (see :class:`SessionInput`).
+        compaction: a built-in compaction policy (:class:`agentloop.SummarizeOlder`,
+            :class:`agentloop.TrimToolResults`, or the ``spec()`` dict one
+            recorded), as for :func:`agentloop.agent_loop`: it needs
+            ``limits=Limits(context_tokens=...)``. Only its ``spec()`` travels;
+            a policy of your own comes from the workflow class
+            (:meth:`AgentLoopWorkflow.compaction`). Summary requests are model
+            activities with ``ModelRequest.purpose == "compaction"``.
         parallel_tools: run the calls of a step that may run together as
             concurrent tool activities (as :func:`agentloop.agent_loop`'s option
             of that name; each result is recorded as its activity completes).
@@ -215,11 +282,26 @@ async def start_session(
 
     Raises:
         TypeError: a message or tool cannot be encoded as JSON.
-        ValueError: ``steps_per_run`` is not an int >= 1 (or ``None``).
+        ValueError: an agent tool has hooks or an output type, or two share a
+            name; ``compaction`` is not a built-in policy or needs a window
+            ``limits`` does not give; ``steps_per_run`` is not an int >= 1 (or
+            ``None``); or the
+            session's input (its messages' media blocks travel inline) is larger
+            than one Temporal payload may hold
+            (:data:`~agentloop.temporal.MAX_PAYLOAD_BYTES`); nothing was started.
     """
+    registry = ToolRegistry(tools)
+    agents: dict[str, AgentConfig] = {}
+    _agents(registry, agents)
+    spec = None
+    if compaction is not None:
+        spec = compaction if type(compaction) is dict else compaction.spec()
+        # The workflow would refuse it the same way: say so before starting.
+        agent_loop((), tools=(), limits=limits, compaction=spec)
     session = SessionInput(
         messages=tuple(messages),
-        tools=ToolRegistry(tools).specs(),
+        tools=registry.specs(),
+        agents=agents,
         system=system,
         max_steps=max_steps,
         budget=budget,
@@ -228,12 +310,17 @@ async def start_session(
         output_retries=output_retries,
         parallel_tools=parallel_tools,
         steps_per_run=steps_per_run,
+        compaction=spec,
         model_activity=DEFAULT_MODEL_ACTIVITY if model_activity is None else model_activity,
         tool_activity=DEFAULT_TOOL_ACTIVITY if tool_activity is None else tool_activity,
     )
+    data = encode(session)
+    problem = oversized(data, "the session's input")
+    if problem is not None:
+        raise ValueError(f"{problem}; nothing was started")
     handle = await client.start_workflow(
         workflow,
-        raw(encode(session)),
+        raw(data),
         id=session_id,
         task_queue=task_queue,
         result_type=RawValue,

@@ -14,10 +14,25 @@ are *new* since the previous model request of the session plus a digest of the
 prefix it should already have (see ``agentloop.temporal._activities``), not the
 whole transcript; a tool activity receives one call. History then grows with the
 new content of each step, not with the transcript.
+
+Media blocks (``ImageBlock``, ``AudioBlock``, ``DocumentBlock``, DESIGN §25) travel
+inline, their bytes base64 in the JSON, inside the payload that brings them in: the
+session's input, a steer or follow-up, a tool activity's result, a model
+activity's result. Temporal has no store for bytes outside its history, so a
+reference would still need a payload (or a store the library does not own); the
+delta above already keeps a block out of every later activity input (the model
+activity worker holds it in its transcript cache; another worker reads it with the
+``pending`` query, which is not recorded). So a block is in the history about
+twice (where it came in, and the first model request after that), never once per
+step. Temporal refuses a payload above 2 MiB (the server's default
+``limit.blobSize.error``); :data:`MAX_PAYLOAD_BYTES` is checked before anything is
+sent, and each side says what was too large instead of the server's rejection
+(see docs/durable.md, "Media"). Larger media go by ``url=``.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 from typing import Any, Final, TypeVar
@@ -29,26 +44,40 @@ from temporalio.exceptions import ApplicationError
 
 from agentloop import (
     MAX_CHUNKS_PER_STEP,
+    AudioBlock,
     Budget,
+    Content,
+    DocumentBlock,
+    Event,
     FollowUp,
+    ImageBlock,
     Limits,
     Message,
     ModelChunk,
     ModelFailure,
+    ModelRequest,
     ModelResponse,
+    OutputSpec,
+    ParentLink,
     Resume,
+    RunResult,
     Steer,
     ToolCall,
     ToolResult,
     ToolSpec,
     UserMessage,
+    encode_event,
 )
 
 __all__ = [
     "DEFAULT_MODEL_ACTIVITY",
     "DEFAULT_TOOL_ACTIVITY",
+    "MAX_PAYLOAD_BYTES",
     "ActivityOptions",
+    "AgentConfig",
     "Answer",
+    "ChildOutcome",
+    "ChildPause",
     "ModelCall",
     "ModelConfig",
     "ModelOutput",
@@ -65,6 +94,9 @@ __all__ = [
     "decode",
     "decode_pending",
     "encode",
+    "inflate",
+    "log_page",
+    "oversized",
     "raw",
 ]
 
@@ -72,6 +104,12 @@ T = TypeVar("T")
 
 _JSON: Final = b"json/plain"
 _encode = msgspec.json.Encoder().encode
+
+#: The largest JSON document one payload of :mod:`agentloop.temporal` may hold: under
+#: the 2 MiB (2,097,152 bytes) Temporal's server refuses by default, with room for
+#: the payload's metadata and the rest of the request. A base64 block takes 4/3 of
+#: its bytes: an image of about 1.4 MiB still fits.
+MAX_PAYLOAD_BYTES: Final = 2_000_000
 
 #: Starts every digest chain; bump it if the digest recipe ever changes.
 _DIGEST_SEED: Final = b"agentloop.temporal/1\n"
@@ -85,6 +123,18 @@ def encode(value: Any) -> bytes:
 def raw(data: bytes) -> RawValue:
     """A ``json/plain`` payload holding ``data`` (already JSON) as is."""
     return RawValue(Payload(metadata={"encoding": _JSON}, data=data))
+
+
+def oversized(data: bytes, what: str) -> str | None:
+    """Why ``data`` cannot travel as one payload (it is larger than
+    :data:`MAX_PAYLOAD_BYTES`), naming ``what`` it is; ``None`` when it can."""
+    if len(data) <= MAX_PAYLOAD_BYTES:
+        return None
+    return (
+        f"{what} is {len(data):,} bytes as JSON, more than the {MAX_PAYLOAD_BYTES:,} "
+        "one Temporal payload may hold (media blocks travel inline, base64): "
+        "pass large media by url= instead of data="
+    )
 
 
 def decode(value: RawValue, type_: type[T], what: str) -> T:
@@ -124,6 +174,16 @@ class ActivityOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         max_attempts: attempts before the call fails for good (``0``: unlimited).
         initial_interval_seconds, backoff_coefficient, max_interval_seconds:
             the delay before each retry.
+        local: run it as a Temporal *local activity*: on the worker running the
+            workflow, inside its workflow task, with no activity task to
+            schedule, poll and complete on the server (DESIGN §29: fewer round
+            trips per step). The workflow's workers must then hold the model (or
+            the tools); ``task_queue`` and ``heartbeat_seconds`` do not apply (a
+            worker that dies mid-call is noticed when the workflow task times
+            out, and the call runs again: at least once, as always). A local
+            model call carries the whole request (a local activity's input is not
+            recorded in the history, and it must not query its own workflow).
+            For cheap, fast calls; see docs/durable.md, "Fewer round trips".
 
     The defaults are chosen for recovery (see docs/durable.md, "When a worker
     dies"): with :func:`~agentloop.temporal.worker`'s own defaults, a session
@@ -141,8 +201,11 @@ class ActivityOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     initial_interval_seconds: float = 0.5
     backoff_coefficient: float = 2.0
     max_interval_seconds: float = 60.0
+    local: bool = False
 
     def __post_init__(self) -> None:
+        if type(self.local) is not bool:
+            raise ValueError(f"ActivityOptions.local must be a bool, got {self.local!r}")
         for name in ("start_to_close_seconds", "initial_interval_seconds", "max_interval_seconds"):
             _positive(self, name, getattr(self, name))
         if self.heartbeat_seconds is not None:
@@ -171,6 +234,32 @@ DEFAULT_MODEL_ACTIVITY: Final = ActivityOptions(start_to_close_seconds=300.0)
 DEFAULT_TOOL_ACTIVITY: Final = ActivityOptions()
 
 
+class AgentConfig(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """An agent tool's child, as it travels (DESIGN §26): what its ``agent_loop`` is
+    built from. Its model and its tools' implementations stay on the workers
+    (:func:`~agentloop.temporal.worker` finds them in the agent tools it is given,
+    by name); hooks and an output type cannot travel (start_session refuses them).
+    """
+
+    tools: tuple[ToolSpec, ...] = ()
+    system: str | None = None
+    max_steps: int = 8
+    budget: Budget | None = None
+    limits: Limits | None = None
+    parallel_tools: bool = False
+    output_retries: int = 2
+
+
+class ChildOutcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A child session's workflow result (its parent reads it): the ``RunResult``
+    and the tool calls its log records, its own children's included."""
+
+    result: RunResult
+    tool_calls: int
+
+
 #: A reply the workflow sent its loop, carried into the next run (continue-as-new).
 CarriedReply = ModelChunk | ModelResponse | ModelFailure | ToolResult | Resume | Steer | FollowUp
 
@@ -186,6 +275,16 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     ``output_retries`` and ``parallel_tools`` are :func:`agentloop.agent_loop`'s
     (the output type itself comes from the workflow class:
     :meth:`AgentLoopWorkflow.output`).
+
+    ``compaction``: a built-in compaction policy's ``spec()`` (DESIGN §27;
+    ``agent_loop`` rebuilds it; a custom policy comes from the workflow class:
+    :meth:`AgentLoopWorkflow.compaction`). Its summary requests are model
+    activities like any other (``ModelCall.purpose``).
+
+    ``agents``: the agent tools of the whole tree, by name (every session of the
+    tree gets them all); a call to one runs a child workflow. ``agent`` and
+    ``parent``: set on a child session: whose model and tools its activities use,
+    and its place in the tree (recorded in its ``session.start``).
 
     ``steps_per_run``: after this many model requests in one workflow run, the
     workflow continues as new (Temporal's continue-as-new) at the next step's
@@ -207,6 +306,10 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     output_retries: int = 2
     parallel_tools: bool = False
     steps_per_run: int | None = None
+    compaction: dict[str, Any] | None = None
+    agents: dict[str, AgentConfig] = msgspec.field(default_factory=dict)
+    agent: str | None = None
+    parent: ParentLink | None = None
     replies: tuple[CarriedReply, ...] = ()
 
     def __post_init__(self) -> None:
@@ -234,10 +337,12 @@ class UserInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 
 class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The part of a model request that does not change from step to step."""
+    """The part of a model request that does not change from step to step
+    (``output``: the run's structured output, sent only when it has one)."""
 
     tools: tuple[ToolSpec, ...]
     system: str | None
+    output: OutputSpec | None = None
 
 
 class ModelCall(
@@ -252,7 +357,9 @@ class ModelCall(
     not hold that prefix asks the workflow (query ``pending``) for the request.
     ``chunks_per_step`` is the session's limit (``Limits.chunks_per_step``; sent
     only when it is not the default): the activity reads no further than the
-    chunk the loop would fail the step on.
+    chunk the loop would fail the step on. ``purpose`` is the request's
+    (``"compaction"`` for a summary the session's compaction policy asks for,
+    DESIGN §27; sent only then).
     """
 
     session: str
@@ -264,6 +371,8 @@ class ModelCall(
     messages: tuple[Message, ...]
     config: ModelConfig | None = None
     chunks_per_step: int = MAX_CHUNKS_PER_STEP
+    purpose: str = "step"
+    agent: str | None = None
 
 
 class ModelOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -272,24 +381,29 @@ class ModelOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     items: tuple[ModelChunk | ModelResponse | ModelFailure, ...]
 
 
-class ToolInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The tool activity's input: the session (workflow id) and one call."""
+class ToolInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """The tool activity's input: the session (workflow id) and one call (``agent``:
+    the agent tool whose child session made it, whose tools run it)."""
 
     session: str
     call: ToolCall
+    agent: str | None = None
 
 
 class ToolOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The tool activity's result, as ``ToolRegistry.execute`` returns it."""
+    """The tool activity's result, as ``ToolRegistry.execute`` returns it: text, or
+    the tool's blocks (their bytes inline)."""
 
-    content: str
+    content: Content
     is_error: bool = False
 
 
 # --------------------------------------------------------------------------- the pending query
 
 
-class PendingModel(msgspec.Struct, frozen=True, tag_field="effect", tag="model_request"):
+class PendingModel(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag_field="effect", tag="model_request"
+):
     """A ``ModelRequest`` as the ``pending`` query returns it."""
 
     id: str
@@ -297,6 +411,14 @@ class PendingModel(msgspec.Struct, frozen=True, tag_field="effect", tag="model_r
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
     system: str | None
+    output: OutputSpec | None = None
+    purpose: str = "step"
+
+    def request(self) -> ModelRequest:
+        """The ``ModelRequest`` it stands for."""
+        return ModelRequest(
+            self.id, self.step, self.messages, self.tools, self.system, self.output, self.purpose
+        )
 
 
 class PendingTool(msgspec.Struct, frozen=True, tag_field="effect", tag="tool_request"):
@@ -314,10 +436,20 @@ class PendingBatch(msgspec.Struct, frozen=True, tag_field="effect", tag="tool_ba
 
 
 class PendingPause(msgspec.Struct, frozen=True, tag_field="effect", tag="pause"):
-    """A ``Pause`` as the ``pending`` query returns it."""
+    """A ``Pause`` as the ``pending`` query returns it (``path``: the child sessions
+    down to the one that paused, for a pause of an agent tool's child)."""
 
     reason: str
     payload: Any = None
+    path: tuple[str, ...] = ()
+
+
+class ChildPause(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The ``child_paused`` signal a child session sends its parent: it (or one of
+    its own children, by ``pause.path``) waits for an answer."""
+
+    session: str
+    pause: PendingPause
 
 
 # --------------------------------------------------------------------------- digests
@@ -340,3 +472,88 @@ _pending_decoder: msgspec.json.Decoder[Pending] = msgspec.json.Decoder(Pending)
 def decode_pending(value: RawValue) -> Pending:
     """Decode the ``pending`` query's result."""
     return _pending_decoder.decode(value.payload.data)
+
+
+# --------------------------------------------------------------------------- the log query
+
+_MEDIA: Final = frozenset((ImageBlock, AudioBlock, DocumentBlock))
+_BLOB_ITEM: Final = b'{"blob":"'
+
+
+class _Blob(msgspec.Struct, frozen=True):
+    blob: str
+    data: bytes
+
+
+def _swap_media(value: Any, swap: Any) -> Any:
+    """``value`` (an event, or part of one) with each media block holding bytes
+    replaced by ``swap(block)``; ``value`` itself when it holds none. Walks Structs
+    and tuples (plain data -- dicts, lists -- holds no block)."""
+    cls = value.__class__
+    if cls in _MEDIA:
+        return value if value.data is None else swap(value)
+    if cls is tuple:
+        items = tuple(_swap_media(item, swap) for item in value)
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if not isinstance(value, msgspec.Struct):
+        return value
+    changes = {}
+    for name in value.__struct_fields__:
+        field = getattr(value, name)
+        new = _swap_media(field, swap)
+        if new is not field:
+            changes[name] = new
+    return msgspec.structs.replace(value, **changes) if changes else value
+
+
+def log_page(events: list[Event], max_bytes: int) -> bytes:
+    """The ``log`` query's answer: a JSON array of encoded events, as many as fit
+    in ``max_bytes`` (at least one).
+
+    As in log format 3, the bytes of a media block are in the page once, as an
+    item ``{"blob": <sha-256 hex>, "data": <base64>}`` before the first event that
+    refers to them, and the events hold ``"data": "<sha-256 hex>"`` (64 hex
+    digits are base64 too); :func:`inflate` puts the bytes back. A tool result's
+    event holds its content twice (the reply and the message): by value, an image
+    of 1 MiB would make it too large for any query answer.
+    """
+    items: list[bytes] = []
+    size = 2
+    seen: set[str] = set()
+    blobs: list[bytes] = []  # the blob items of the event at hand
+
+    def deflate(block: Any) -> Any:
+        digest = hashlib.sha256(block.data).hexdigest()
+        if digest not in seen:
+            seen.add(digest)
+            blobs.append(_encode(_Blob(digest, block.data)))
+        return msgspec.structs.replace(block, data=base64.b64decode(digest))
+
+    for event in events:
+        blobs.clear()
+        data = encode_event(_swap_media(event, deflate))
+        size += len(data) + 1 + sum(len(blob) + 1 for blob in blobs)
+        if items and size > max_bytes:
+            break
+        items += blobs
+        items.append(data)
+    return b"[" + b",".join(items) + b"]"
+
+
+def inflate(items: list[bytes], blobs: dict[str, bytes], decode_event: Any) -> list[Event]:
+    """The events of a ``log`` page (see :func:`log_page`); ``blobs`` keeps the
+    bytes seen so far (pages after the first may refer to them)."""
+    events: list[Event] = []
+
+    def swap(block: Any) -> Any:
+        data = blobs.get(base64.b64encode(block.data).decode())
+        return block if data is None else msgspec.structs.replace(block, data=data)
+
+    for item in items:
+        if item.startswith(_BLOB_ITEM):
+            blob = msgspec.json.decode(item, type=_Blob)
+            blobs[blob.blob] = blob.data
+        else:
+            event = decode_event(item)
+            events.append(_swap_media(event, swap) if blobs else event)
+    return events

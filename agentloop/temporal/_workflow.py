@@ -72,7 +72,12 @@ from typing import Any, Final, Protocol
 import msgspec
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 
 from agentloop import (
     CALLER_PROTOCOL_ERROR,
@@ -83,29 +88,41 @@ from agentloop import (
     AgentLoopError,
     CallerProtocolError,
     Cancel,
+    ChildRun,
+    Content,
     FollowUp,
     HookRegistry,
+    Limits,
     Message,
     ModelChunk,
     ModelFailure,
     ModelRequest,
     ModelResponse,
+    ParentLink,
     Pause,
     Resume,
     RunResult,
     Steer,
     ToolBatch,
     ToolCall,
+    ToolCallEvent,
+    ToolErrorEvent,
     ToolRequest,
     ToolResult,
+    ToolResultEvent,
+    Usage,
     UserMessage,
     agent_loop,
-    encode_event,
 )
+from agentloop._spi import parts_problem
 
 from ._wire import (
+    MAX_PAYLOAD_BYTES,
     ActivityOptions,
+    AgentConfig,
     Answer,
+    ChildOutcome,
+    ChildPause,
     ModelCall,
     ModelConfig,
     ModelOutput,
@@ -121,6 +138,8 @@ from ._wire import (
     config_digest,
     decode,
     encode,
+    log_page,
+    oversized,
     raw,
 )
 
@@ -171,6 +190,21 @@ def _describe(error: ActivityError) -> str:
 
 
 def _run(options: ActivityOptions, activity: str, argument: bytes, activity_id: str) -> Any:
+    retry = RetryPolicy(
+        initial_interval=timedelta(seconds=options.initial_interval_seconds),
+        backoff_coefficient=options.backoff_coefficient,
+        maximum_interval=timedelta(seconds=options.max_interval_seconds),
+        maximum_attempts=options.max_attempts,
+    )
+    if options.local:
+        return workflow.execute_local_activity(
+            activity,
+            raw(argument),
+            result_type=RawValue,
+            activity_id=activity_id,
+            start_to_close_timeout=timedelta(seconds=options.start_to_close_seconds),
+            retry_policy=retry,
+        )
     return workflow.execute_activity(
         activity,
         raw(argument),
@@ -183,12 +217,7 @@ def _run(options: ActivityOptions, activity: str, argument: bytes, activity_id: 
             if options.heartbeat_seconds is None
             else timedelta(seconds=options.heartbeat_seconds)
         ),
-        retry_policy=RetryPolicy(
-            initial_interval=timedelta(seconds=options.initial_interval_seconds),
-            backoff_coefficient=options.backoff_coefficient,
-            maximum_interval=timedelta(seconds=options.max_interval_seconds),
-            maximum_attempts=options.max_attempts,
-        ),
+        retry_policy=retry,
     )
 
 
@@ -208,7 +237,9 @@ class ActivityModel:
         run_id: str,
         options: ActivityOptions,
         chunks_per_step: int = MAX_CHUNKS_PER_STEP,
+        agent: str | None = None,
     ) -> None:
+        self._agent = agent
         self._session = session
         self._run_id = run_id
         self._options = options
@@ -220,9 +251,11 @@ class ActivityModel:
 
     def call_for(self, request: ModelRequest) -> ModelCall:
         """The activity input for ``request``: the delta from the previous one."""
-        config = ModelConfig(request.tools, request.system)
+        config = ModelConfig(request.tools, request.system, request.output)
         send_config = None
-        if config != self._config:
+        if config != self._config or self._options.local:
+            # A local activity gets the whole request: its input is not recorded,
+            # and it must not ask its own workflow (the query would wait for it).
             # The first request, or a before_plan hook changed the system prompt.
             self._config = send_config = config
             self._sent = []
@@ -251,6 +284,8 @@ class ActivityModel:
             messages=new,
             config=send_config,
             chunks_per_step=self._chunks_per_step,
+            purpose=request.purpose,
+            agent=self._agent,
         )
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[ModelReply]:
@@ -263,8 +298,14 @@ class ActivityModel:
         """
         argument = encode(self.call_for(request))
         items: tuple[ModelReply, ...]
+        too_large = oversized(argument, "the model request (its new messages)")
         try:
+            if too_large is not None:
+                # (Scheduling it would fail the workflow task on the server.)
+                raise _NotSent(too_large)
             result = await _run(self._options, MODEL_ACTIVITY, argument, f"model/{request.id}")
+        except _NotSent as error:
+            items = (ModelFailure(request.id, str(error), code=MODEL_ERROR),)
         except ActivityError as error:
             message, cause = _describe(error), error.cause
             code = (
@@ -283,26 +324,124 @@ class ActivityModel:
         yield last
 
 
+class _NotSent(Exception):
+    """A model request too large to send as an activity input."""
+
+
+class _Task(msgspec.Struct, forbid_unknown_fields=True):
+    """An agent tool's arguments."""
+
+    task: str
+
+
 class ActivityTools:
-    """The tools as an async driver sees them; each call is one tool activity."""
+    """The tools as an async driver sees them; each call is one tool activity, or,
+    for an agent tool, one child workflow (see :meth:`_child`)."""
 
-    def __init__(self, session: str, options: ActivityOptions) -> None:
+    def __init__(self, session: str, spec: SessionInput, limits: Limits) -> None:
         self._session = session
-        self._options = options
+        self._spec = spec
+        self._options = spec.tool_activity
+        self._limits = limits
+        #: The ``ChildRun`` of each agent tool call answered, until the driver takes it.
+        self._children: dict[str, ChildRun] = {}
+        #: The pauses of running children, by child session (see the workflow's
+        #: ``child_paused`` signal); a child's entry goes when the child ends.
+        self.child_pauses: dict[str, PendingPause] = {}
 
-    async def aexecute(self, call: ToolCall) -> tuple[str, bool]:
+    def child(self, call_id: str) -> ChildRun | None:
+        """The ``ChildRun`` of call ``call_id``'s result, if an agent tool answered it."""
+        return self._children.pop(call_id, None)
+
+    async def aexecute(self, call: ToolCall) -> tuple[Content, bool]:
         """``(content, is_error)`` for ``call``, like ``ToolRegistry.execute``.
 
         A tool activity that fails for good (timeouts, a worker lost on every
         attempt) is an error result the model can read, as a tool that raises is.
+        A tool's blocks are checked against the session's limits as
+        :func:`agentloop.run`'s driver checks them: one that breaks them is a
+        tool error naming it.
         """
-        argument = encode(ToolInput(self._session, call))
+        agent = self._spec.agents.get(call.name)
+        if agent is not None:
+            return await self._child(call, agent)
+        argument = encode(ToolInput(self._session, call, self._spec.agent))
         try:
             result = await _run(self._options, TOOL_ACTIVITY, argument, f"tool/{call.id}")
         except ActivityError as error:
             return f"the tool call failed: {_describe(error)}", True
         output = decode(result, ToolOutput, "tool activity result")
-        return output.content, output.is_error
+        content = output.content
+        if type(content) is tuple:
+            problem, _ = parts_problem(content, "the tool's result", self._limits)
+            if problem is not None:
+                return f"the tool's result was refused: {problem}", True
+        return content, output.is_error
+
+    async def _child(self, call: ToolCall, agent: AgentConfig) -> tuple[Content, bool]:
+        """Run agent tool ``call`` as a child workflow, as :class:`agentloop.AgentTool`
+        runs its child in process: the same session id (``<parent>/<call id>``), the
+        same ``ParentLink``, the same answer and ``ChildRun`` (DESIGN §26). The child
+        is this workflow's type, on this workflow's task queue; cancelling this
+        session cancels it."""
+        name, spec = call.name, self._spec
+        try:  # checked as the agent tool checks them in process
+            task = msgspec.convert(call.arguments, type=_Task).task
+        except msgspec.ValidationError as exc:
+            return f"invalid arguments: {exc}", True
+        parent_depth = 0 if spec.parent is None else spec.parent.depth
+        depth, bound = parent_depth + 1, self._limits.agent_depth
+        if depth > bound:
+            return (
+                f"agent {name!r} not started: it would run {depth} agents deep, "
+                f"past Limits.agent_depth ({bound}) of session {self._session!r}"
+            ), True
+        link = ParentLink(session=self._session, call_id=call.id, depth=depth)
+        session = f"{self._session}/{call.id}"
+        child = SessionInput(
+            messages=(UserMessage("task", task),),
+            tools=agent.tools,
+            system=agent.system,
+            max_steps=agent.max_steps,
+            budget=agent.budget,
+            started_at=_now(),
+            model_activity=spec.model_activity,
+            tool_activity=spec.tool_activity,
+            limits=agent.limits,
+            output_retries=agent.output_retries,
+            parallel_tools=agent.parallel_tools,
+            agents=spec.agents,
+            agent=name,
+            parent=link,
+        )
+        try:
+            value = await workflow.execute_child_workflow(
+                workflow.info().workflow_type,
+                raw(encode(child)),
+                id=session,
+                result_type=RawValue,
+            )
+        except ChildWorkflowError as error:
+            self.child_pauses.pop(session, None)
+            cause = error.cause
+            why = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            return f"agent {name!r} (session {session!r}) failed: {why}", True
+        self.child_pauses.pop(session, None)
+        outcome = decode(value, ChildOutcome, "child session result")
+        result = outcome.result
+        self._children[call.id] = ChildRun(
+            session=session,
+            status=result.status,
+            usage=None if result.usage == Usage() else result.usage,
+            tool_calls=outcome.tool_calls,
+        )
+        if result.status == "completed":
+            return result.final_text or "", False
+        if result.error is not None:
+            why = f"{result.error.code}: {result.error.message}"
+        else:
+            why = result.reason or result.status
+        return f"agent {name!r} (session {session!r}) ended {result.status}: {why}", True
 
 
 # --------------------------------------------------------------------------- the private driver
@@ -313,7 +452,9 @@ class _AsyncModel(Protocol):
 
 
 class _AsyncTools(Protocol):
-    async def aexecute(self, call: ToolCall) -> tuple[str, bool]: ...
+    async def aexecute(self, call: ToolCall) -> tuple[Content, bool]: ...
+
+    def child(self, call_id: str) -> ChildRun | None: ...
 
 
 class _ContinueAsNew(Exception):
@@ -330,7 +471,7 @@ class _Batch:
 
     def __init__(self, tools: _AsyncTools) -> None:
         self._tools = tools
-        self._tasks: dict[str, asyncio.Task[tuple[str, bool]]] = {}
+        self._tasks: dict[str, asyncio.Task[tuple[Content, bool]]] = {}
         self._answered: set[str] = set()
 
     async def next_result(self, batch: ToolBatch) -> ToolResult:
@@ -347,7 +488,7 @@ class _Batch:
         call_id = next(r.call.id for r in waiting if tasks[r.call.id].done())
         content, is_error = tasks.pop(call_id).result()
         self._answered.add(call_id)
-        return ToolResult(call_id, content, is_error)
+        return ToolResult(call_id, content, is_error, child=self._tools.child(call_id))
 
     def cancel(self) -> None:
         """Cancel the calls still running (their activities get Temporal's cancel)."""
@@ -400,8 +541,9 @@ async def _adrive(
                     if type(reply) is not ModelChunk:
                         stream = None
                 elif isinstance(effect, ToolRequest):
+                    call_id = effect.call.id
                     content, is_error = await tools.aexecute(effect.call)
-                    reply = ToolResult(effect.call.id, content, is_error)
+                    reply = ToolResult(call_id, content, is_error, child=tools.child(call_id))
                 elif isinstance(effect, ToolBatch):
                     reply = await batch.next_result(effect)
                 else:
@@ -474,9 +616,12 @@ class AgentLoopWorkflow:
             info.run_id,
             spec.model_activity,
             self._loop.limits.chunks_per_step,
+            spec.agent,
         )
-        self._tools = ActivityTools(info.workflow_id, spec.tool_activity)
+        self._tools = ActivityTools(info.workflow_id, spec, self._loop.limits)
         self._answer: Resume | None = None
+        #: The pauses of this session's children (agent tools), by child session.
+        self._child_pauses = self._tools.child_pauses
         self._cancel_reason: str | None = None
         self._driver: asyncio.Task[RunResult] | None = None
 
@@ -529,6 +674,7 @@ class AgentLoopWorkflow:
             spec = decode(session, SessionInput, "session input")
             if spec.started_at is None:
                 spec = msgspec.structs.replace(spec, started_at=_now())
+            policy = self.compaction()
             loop = agent_loop(
                 spec.messages,
                 tools=spec.tools,
@@ -541,6 +687,8 @@ class AgentLoopWorkflow:
                 output=self.output(),
                 output_retries=spec.output_retries,
                 parallel_tools=spec.parallel_tools,
+                compaction=spec.compaction if policy is None else policy,
+                parent=spec.parent,
             )
             if spec.replies:
                 # A run continued as new: feed a fresh loop every reply of the
@@ -571,6 +719,14 @@ class AgentLoopWorkflow:
         ``AgentSession.result(output=...)``."""
         return None
 
+    def compaction(self) -> Any:
+        """The compaction policy of every session of this workflow type
+        (``agent_loop(..., compaction=...)``, DESIGN §27; none here, and then the
+        session's own built-in policy, ``start_session(compaction=...)``, applies).
+        Override it for a policy of your own: like hooks, it runs inside the
+        workflow and must be deterministic (a pure function of its argument)."""
+        return None
+
     @workflow.run
     async def run(self, session: RawValue) -> RawValue:
         """Drive the session to the end and return its ``RunResult`` as JSON."""
@@ -595,7 +751,19 @@ class AgentLoopWorkflow:
             result = self._finished()
         # Let the update handlers report (they wait for the loop) before completing.
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return raw(encode(result))
+        if self._spec.parent is None:
+            data = encode(result)
+        else:  # a child session: its parent reads the ChildOutcome
+            data = encode(ChildOutcome(result, _tool_calls(self._loop.log)))
+        problem = oversized(data, "the session's result (its RunResult)")
+        if problem is not None:
+            # The server would refuse it; the log stays readable (query ``log``).
+            raise ApplicationError(
+                f"{problem}; the session ran to its end: read its log (query 'log')",
+                type="PayloadTooLarge",
+                non_retryable=True,
+            )
+        return raw(data)
 
     def _finished(self) -> RunResult:
         result = self._loop.result
@@ -642,16 +810,49 @@ class AgentLoopWorkflow:
         return started >= limit
 
     async def _wait_for_answer(self, pause: Pause) -> Resume:
+        # A child session tells its parent, which shows the pause (with this
+        # session in its path) and forwards the answer: as in process, where a
+        # child's pause reaches the parent's on_pause.
+        mine = PendingPause(pause.reason, pause.payload, pause.path)
+        await self._tell_parent("child_paused", ChildPause(workflow.info().workflow_id, mine))
         await workflow.wait_condition(lambda: self._answer is not None)
         answer, self._answer = self._answer, None
         assert answer is not None
+        await self._tell_parent("child_resumed", workflow.info().workflow_id)
         return answer
+
+    async def _tell_parent(self, signal: str, value: Any) -> None:
+        parent = self._spec.parent
+        if parent is not None:
+            handle = workflow.get_external_workflow_handle(parent.session)
+            await handle.signal(signal, raw(encode(value)))
+
+    @workflow.signal(name="child_paused")
+    async def child_paused(self, value: RawValue) -> None:
+        """A child session (an agent tool's) waits for an answer: show it in
+        ``pending`` (and tell this session's own parent)."""
+        note = decode(value, ChildPause, "child pause")
+        path = (note.session, *note.pause.path)
+        self._child_pauses[note.session] = msgspec.structs.replace(note.pause, path=path)
+        await self._tell_parent(
+            "child_paused",
+            ChildPause(workflow.info().workflow_id, self._child_pauses[note.session]),
+        )
+
+    @workflow.signal(name="child_resumed")
+    async def child_resumed(self, value: RawValue) -> None:
+        """A child session took its answer."""
+        self._child_pauses.pop(decode(value, str, "child session"), None)
+        await self._tell_parent("child_resumed", workflow.info().workflow_id)
 
     # ------------------------------------------------------------------ resume
 
     @workflow.update(name="resume")
     async def resume(self, answer: RawValue) -> None:
-        """Answer the pending pause; returns once the loop has taken the answer."""
+        """Answer the pending pause; returns once the loop has taken the answer (a
+        child's pause: once the answer is sent to the child)."""
+        if await self._forward(answer):
+            return
         self._accept(answer)
         await workflow.wait_condition(lambda: self._answer is None or self._loop.result is not None)
         result = self._loop.result
@@ -659,8 +860,20 @@ class AgentLoopWorkflow:
         if error is not None and error.code == CALLER_PROTOCOL_ERROR:
             raise ApplicationError(error.message, type=CALLER_PROTOCOL_ERROR)
 
+    async def _forward(self, answer: RawValue) -> bool:
+        """Send ``answer`` to the paused child, when the pause is a child's."""
+        if type(self._loop.pending) is Pause or not self._child_pauses:
+            return False
+        child = next(iter(self._child_pauses))
+        del self._child_pauses[child]
+        await workflow.get_external_workflow_handle(child).signal("resume", answer)
+        return True
+
     @resume.validator
     def _check_resume(self, answer: RawValue) -> None:
+        if self._child_pauses and type(self._loop.pending) is not Pause:
+            decode(answer, Answer, "resume answer")
+            return
         if type(self._loop.pending) is not Pause or self._answer is not None:
             raise ApplicationError(
                 "the session is not waiting for an answer (no pause is pending)",
@@ -669,14 +882,15 @@ class AgentLoopWorkflow:
         decode(answer, Answer, "resume answer")
 
     @workflow.signal(name="resume")
-    def resume_signal(self, answer: RawValue) -> None:
+    async def resume_signal(self, answer: RawValue) -> None:
         """Answer the pending pause; ignored (and logged) when none is pending."""
         try:
             self._check_resume(answer)
         except ApplicationError as exc:
             workflow.logger.warning("resume signal ignored: %s", exc.message)
             return
-        self._accept(answer)
+        if not await self._forward(answer):
+            self._accept(answer)
 
     def _accept(self, answer: RawValue) -> None:
         value = decode(answer, Answer, "resume answer")
@@ -784,7 +998,13 @@ class AgentLoopWorkflow:
         value: Any = None
         if type(effect) is ModelRequest:
             value = PendingModel(
-                effect.id, effect.step, tuple(effect.messages), effect.tools, effect.system
+                effect.id,
+                effect.step,
+                tuple(effect.messages),
+                effect.tools,
+                effect.system,
+                effect.output,
+                effect.purpose,
             )
         elif type(effect) is ToolRequest:
             value = PendingTool(effect.call, effect.step)
@@ -792,9 +1012,29 @@ class AgentLoopWorkflow:
             value = PendingBatch(tuple(r.call for r in effect.requests), effect.step)
         elif type(effect) is Pause:
             value = PendingPause(effect.reason, effect.payload)
+        if type(effect) is not Pause and self._child_pauses:
+            value = next(iter(self._child_pauses.values()))  # an agent tool's child waits
         return raw(encode(value))
 
     @workflow.query(name="log")
-    def log(self, since: int = 0) -> RawValue:
-        """The events from sequence ``since`` on, as a JSON array of encoded events."""
-        return raw(b"[" + b",".join(map(encode_event, self._loop.log.since(since))) + b"]")
+    def log(self, since: int = 0, max_bytes: int = MAX_PAYLOAD_BYTES) -> RawValue:
+        """The events from sequence ``since`` on, as a JSON array of encoded events:
+        as many as fit in ``max_bytes`` (always at least one; Temporal refuses a
+        query answer above 2 MiB), each media block's bytes once, by hash (see
+        ``_wire.log_page``). :meth:`AgentSession.log` reads page after page."""
+        return raw(log_page(self._loop.log.since(since), max_bytes))
+
+
+def _tool_calls(log: Any) -> int:
+    """The tool calls a session's log records, its children's included (as
+    ``agentloop``'s agent tool counts them for ``ChildRun.tool_calls``)."""
+    count = 0
+    for event in log:
+        kind = type(event)
+        if kind is ToolCallEvent:
+            count += 1
+        elif kind is ToolResultEvent or kind is ToolErrorEvent:
+            reply = event.reply
+            if reply is not None and reply.child is not None:
+                count += reply.child.tool_calls
+    return count

@@ -162,3 +162,36 @@ class OutputWorkflow(AgentLoopWorkflow):
     @workflow.run
     async def run(self, session: RawValue) -> RawValue:
         return await super().run(session)
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+class EveryFewMessages:
+    """A compaction policy of one's own: once the view holds 7 messages or more,
+    summarise all but its last few (at a cut that keeps calls with their results)."""
+
+    def decide(self, state: Any) -> Any:
+        from agentloop import Summarize
+
+        first = 1 if state.summarized else 0
+        size = len(state.messages) - first
+        if size < 7:
+            return None
+        cuts = [c for c in state.cuts() if state.start < c <= state.start + size - 3]
+        return Summarize(cuts[-1], "summarise") if cuts else None
+
+    def spec(self) -> dict[str, Any]:
+        return {"policy": "every_few_messages"}
+
+
+@workflow.defn(name="agentloop-compacting")
+class CompactingWorkflow(AgentLoopWorkflow):
+    """Sessions with :class:`EveryFewMessages` (a policy that is not a built-in)."""
+
+    def compaction(self) -> Any:
+        return EveryFewMessages()
+
+    @workflow.run
+    async def run(self, session: RawValue) -> RawValue:
+        return await super().run(session)

@@ -95,7 +95,10 @@ def _config(events: list[Any]) -> tuple[SessionStartEvent, list[Any]]:
 
 
 def drive_by_hand(
-    events: list[Any], hooks: HookRegistry | None = None, output: Any = None
+    events: list[Any],
+    hooks: HookRegistry | None = None,
+    output: Any = None,
+    compaction: Any = None,
 ) -> list[bytes]:
     """``agent_loop(...)`` driven with ``send()`` and the replies ``events`` record
     (the limits the session recorded; ``output``: its structured-output type)."""
@@ -114,6 +117,8 @@ def drive_by_hand(
         output=output,
         output_retries=2 if start.output is None else start.output.retries,
         parallel_tools=start.parallel_tools,
+        compaction=start.compaction if compaction is None else compaction,
+        parent=start.parent,
     )
     next(loop)
     for _, reply in replay.recorded_replies(events):
@@ -132,6 +137,7 @@ def run_in_process(
     hooks: HookRegistry | None = None,
     on_pause: Any = None,
     output: Any = None,
+    compaction: Any = None,
 ) -> tuple[RunResult, list[bytes]]:
     """:func:`agentloop.run` with the same model and tools, its clock reading the
     times the Temporal run stamped on its replies, in order."""
@@ -153,5 +159,6 @@ def run_in_process(
         limits=start.limits,
         output=output,
         output_retries=2 if start.output is None else start.output.retries,
+        compaction=start.compaction if compaction is None else compaction,
     )
     return result, encoded(log)

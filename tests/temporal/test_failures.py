@@ -183,22 +183,6 @@ def test_tools_see_their_idempotency_key_and_odd_text_is_kept(temporal: Temporal
     assert drive_by_hand(log) == encoded(log)
 
 
-def test_a_tools_blocks_are_an_error_result_through_temporal_for_now(temporal: Temporal) -> None:
-    from agentloop import ImageBlock
-
-    @tool
-    def add(left: int, right: int) -> Any:
-        """Return an image (blocks do not pass through activities yet: DESIGN §25)."""
-        return ImageBlock("image/png", data=b"\x89PNG")
-
-    outcomes = temporal.run(sessions(temporal, MODEL, ["add 1"], tools=[add]))
-    result, log = outcomes["add 1"]
-    (tool_result,) = [m for m in result.messages if type(m) is ToolResultMessage]
-    assert tool_result.is_error
-    assert tool_result.content == "a tool's blocks cannot pass through Temporal yet"
-    assert drive_by_hand(log) == encoded(log)
-
-
 def test_a_tool_activity_that_times_out_is_an_error_result(temporal: Temporal) -> None:
     import threading
 

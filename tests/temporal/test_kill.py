@@ -13,7 +13,10 @@ takes is measured by ``bench/temporal_kill.py``, not asserted here.
 The second test kills a worker during a model call, with the second worker already
 up (a fleet). The retried call lands on a worker that does not hold the session's
 transcript, so it asks the workflow (query ``pending``) before it calls the model.
-In both, the final log is the one the loop makes from its recorded replies, and it
+The first test runs again with the tool call as a local activity
+(``ActivityOptions(local=True)``): the lost call is noticed when the workflow
+task times out, and the second worker runs the workflow task, and the call, again.
+In all, the final log is the one the loop makes from its recorded replies, and it
 replays.
 """
 
@@ -24,11 +27,15 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import replay
 from agentloop import ToolCallEvent, ToolResultEvent, UserMessage
-from agentloop.temporal import start_session
+from agentloop.temporal import ActivityOptions, start_session
 
 from .app import NOTES_DIR, TOOLS
 from .conftest import Temporal
@@ -64,7 +71,17 @@ def wait_for_file(path: Path) -> None:
     raise AssertionError(f"{path} never appeared")
 
 
-def test_a_worker_killed_during_a_tool_call_is_replaced(temporal: Temporal, tmp_path) -> None:
+@pytest.mark.parametrize("local", [False, True], ids=["activity", "local activity"])
+def test_a_worker_killed_during_a_tool_call_is_replaced(
+    temporal: Temporal, tmp_path, local: bool
+) -> None:
+    # A local tool call is noticed lost when the workflow task times out (2 s here:
+    # the worker heartbeats its workflow task while the local activity runs).
+    options: dict[str, Any] = (
+        {"tool_activity": ActivityOptions(local=True), "task_timeout": timedelta(seconds=2)}
+        if local
+        else {}
+    )
     task_queue = queue()
     first = spawn(temporal, task_queue, tmp_path)
     second = None
@@ -77,6 +94,7 @@ def test_a_worker_killed_during_a_tool_call_is_replaced(temporal: Temporal, tmp_
                 task_queue=task_queue,
                 tools=TOOLS,
                 system="note",
+                **options,
             )
         )
         wait_for_file(tmp_path / "started")
