@@ -129,3 +129,18 @@ def test_the_report_lists_skipped_and_failed_peers_and_the_fleet(persistence):
     rates |= {"threads_1": 1.0, "threads_4": 2500.0, "threads_16": 3.0, "processes_4": 4.0}
     text = "\n".join(persistence.format_report(results, rates))
     assert "replay worker >= 2,000 sessions/s with 4 workers: 2,500/s  met" in text
+
+
+def test_temporal_part_is_skipped_when_its_tools_are_missing(persistence, monkeypatch):
+    monkeypatch.setattr(persistence, "_missing", lambda names: ["temporalio"])
+    assert persistence.run_temporal(True) == (0, "skipped: not installed: temporalio")
+    monkeypatch.setattr(persistence, "_missing", lambda names: [])
+    monkeypatch.setattr(persistence.shutil, "which", lambda name, path=None: None)
+    status, text = persistence.run_temporal(True)
+    assert status == 0 and text.startswith("skipped: no `temporal` CLI on PATH")
+
+
+def test_missing_names_distributions_not_import_names(persistence):
+    # bench/agents.py is importable as `agents` where bench/ is on the path: the check
+    # asks for openai-agents' distribution, which the dev environment lacks.
+    assert persistence._missing(["msgspec", "no-such-distribution-x"]) == ["no-such-distribution-x"]

