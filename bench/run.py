@@ -56,6 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="with --persistence: sessions per fleet run",
     )
+    parser.add_argument(
+        "--agentloop-at",
+        action="append",
+        metavar="REV",
+        help="with --persistence: also agentloop's row as of this git revision (repeatable)",
+    )
     args = parser.parse_args(argv)
     if args.persistence:
         return persistence.run(args)

@@ -144,3 +144,11 @@ def test_missing_names_distributions_not_import_names(persistence):
     # bench/agents.py is importable as `agents` where bench/ is on the path: the check
     # asks for openai-agents' distribution, which the dev environment lacks.
     assert persistence._missing(["msgspec", "no-such-distribution-x"]) == ["no-such-distribution-x"]
+
+
+def test_quick_run_of_agentloop_at_a_revision_uses_that_revisions_library(persistence):
+    data = persistence.run_at("HEAD", quick=True)
+    assert data["framework"] == "agentloop@HEAD", data
+    (row,) = data["rows"].values()
+    assert row["rows_per_step"] > 0
+    assert not data["versions"]["path"].startswith(str(ROOT))  # the archive's, not ours

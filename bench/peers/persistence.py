@@ -72,8 +72,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._harness import machine
-
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 
@@ -214,7 +212,11 @@ def agentloop_worker(quick: bool) -> None:
         row["synchronous"] = "NORMAL"
     worker_output(
         "agentloop",
-        {"agentloop": agentloop.__version__, "sqlite": sqlite3.sqlite_version},
+        {
+            "agentloop": agentloop.__version__,
+            "sqlite": sqlite3.sqlite_version,
+            "path": str(Path(replay.__file__).resolve().parent.parent),
+        },
         {"run_durable, SQLiteStore": row},
     )
 
@@ -290,6 +292,42 @@ def run_worker(worker: Worker, quick: bool) -> dict[str, Any]:
     return data
 
 
+def run_at(revision: str, quick: bool) -> dict[str, Any]:
+    """agentloop's worker over the ``agentloop``/``replay`` of git ``revision``.
+
+    This file runs as a script (no package: it imports nothing of ``bench`` at the
+    top) with the revision's files (``git archive``) first on ``sys.path``: the
+    same scenario and timing, that revision's library, the same run.
+    """
+    from ._harness import checkout
+
+    name = f"agentloop@{revision}"
+    with tempfile.TemporaryDirectory() as tmp:
+        root = checkout(revision, Path(tmp))
+        code = (
+            "import runpy, sys; sys.argv.pop(0); sys.path.insert(0, sys.argv.pop(0)); "
+            "runpy.run_path(sys.argv[0], run_name='__main__')"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(root), __file__, "--worker", "agentloop"]
+            + (["--quick"] if quick else []),
+            cwd=tmp,
+            env={**_env(), "PYTHONPATH": ""},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[-1].startswith("{"):
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"framework": name, "error": f"exit {done.returncode}: {tail}"}
+    data: dict[str, Any] = json.loads(lines[-1])
+    data["framework"] = name
+    if not data["versions"].get("path", "").startswith(str(root)):
+        return {"framework": name, "error": f"imported agentloop from {data['versions']}"}
+    return data
+
+
 def run_fleet(quick: bool, sessions: int | None) -> dict[str, Any]:
     """``bench/fleet.py`` in its own process: its JSON numbers."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -338,7 +376,7 @@ def fastest_peer(
     """The peer row with the least overhead per step (``key``): its label and overhead."""
     best: tuple[str, float] | None = None
     for data in results:
-        if data["framework"] == "agentloop":
+        if data["framework"].startswith("agentloop"):  # agentloop@REV too
             continue
         for label, row in data.get("rows", {}).items():
             value = float(row[key])
@@ -388,7 +426,11 @@ def format_report(results: Sequence[Mapping[str, Any]], fleet: Mapping[str, Any]
                 f"{row['rows_per_step']:9.2f}"
             )
     versions = ", ".join(
-        f"{key} {value}" for data in results for key, value in data.get("versions", {}).items()
+        f"{key} {value}"
+        for data in results
+        if "@" not in data["framework"]
+        for key, value in data.get("versions", {}).items()
+        if key != "path"
     )
     lines.append(f"  versions: {versions}")
     lines.append("P2 replay worker: scripted 4-step sessions per second (bench/fleet.py)")
@@ -423,6 +465,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fleet-sessions", type=int, default=None, help="sessions per bench/fleet.py run"
     )
+    parser.add_argument(
+        "--agentloop-at",
+        action="append",
+        metavar="REV",
+        help="also agentloop's row with the library as of this git revision, same run "
+        "(repeatable; the goal is checked for this checkout's row)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -435,8 +484,14 @@ def run(args: argparse.Namespace) -> int:
     for worker in WORKERS:
         progress(f"persistence: {worker.name} ...")
         results.append(run_worker(worker, args.quick))
+        if worker.name == "agentloop":
+            for revision in getattr(args, "agentloop_at", None) or ():
+                progress(f"persistence: agentloop@{revision} ...")
+                results.append(run_at(revision, args.quick))
     progress("persistence: replay worker (bench/fleet.py) ...")
     fleet = run_fleet(args.quick, args.fleet_sessions)
+    from ._harness import machine  # not at the top: see :func:`run_at`
+
     print(f"Persistence, side by side; {machine()}; load average {_load()}")
     print("\n".join(format_report(results, fleet)))
     status = 0
