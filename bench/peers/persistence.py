@@ -5,6 +5,7 @@ Run from a checkout (``python bench/run.py --persistence`` runs this)::
     python -m bench.peers.persistence             # a few minutes
     python -m bench.peers.persistence --quick     # smoke run (numbers mean nothing)
     python -m bench.peers.persistence --temporal  # + Temporal vs pydantic-ai on Temporal
+    python -m bench.peers.persistence --agentloop-at 05c03ac  # + agentloop as of a revision
 
 Theory of operation
 -------------------
@@ -63,6 +64,7 @@ import math
 import os
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,35 +101,41 @@ def _best(run: Sessions, count: int) -> tuple[int, int]:
 def measure(
     plain: Sessions, durable: Sessions, *, quick: bool, steps: int = STEPS
 ) -> dict[str, Any]:
-    """Time ``plain`` and ``durable`` (rounds interleaved); µs per step of each, the overhead.
+    """Time ``plain`` and ``durable`` in interleaved rounds; µs per step of each, the overhead.
 
     A batch is as many sessions as fill about 0.3 s of ``durable`` (20 ms with
-    ``quick``); the best batch of each side (wall clock and CPU time of this
-    process, apart) is kept.
+    ``quick``). Each round times one batch of each side, the order alternating from
+    round to round. ``plain``/``durable``: the best batch of each side (wall clock and
+    CPU time of this process, apart). The overhead is the median over the rounds of
+    the difference within a round: a peer's step costs milliseconds and its
+    persistence far less, so the difference of two best batches, taken in different
+    rounds, is mostly the machine's noise; two batches taken back to back see about
+    the same load.
     """
     plain(1)  # warm up both (imports, caches, the store's schema)
     durable(1)
     one, _ = _best(durable, 1)
     count = max(1, math.ceil((0.02 if quick else 0.3) * 1e9 / max(one, 1)))
-    rounds = 2 if quick else 7
-    best = {"plain": [math.inf, math.inf], "durable": [math.inf, math.inf]}
-    for _ in range(rounds):
-        for side, run in (("plain", plain), ("durable", durable)):
-            wall, cpu = _best(run, count)
-            best[side] = [min(best[side][0], wall), min(best[side][1], cpu)]
+    rounds = 2 if quick else 15
+    times: dict[str, list[tuple[int, int]]] = {"plain": [], "durable": []}
+    for index in range(rounds):
+        order = (("plain", plain), ("durable", durable))
+        for side, run in order if index % 2 == 0 else order[::-1]:
+            times[side].append(_best(run, count))
     per_step = count * steps * 1000  # ns per batch -> µs per step
-    plain_wall, plain_cpu = (value / per_step for value in best["plain"])
-    durable_wall, durable_cpu = (value / per_step for value in best["durable"])
-    return {
-        "sessions_per_batch": count,
-        "rounds": rounds,
-        "plain_us_per_step": plain_wall,
-        "durable_us_per_step": durable_wall,
-        "overhead_us_per_step": durable_wall - plain_wall,
-        "cpu_plain_us_per_step": plain_cpu,
-        "cpu_durable_us_per_step": durable_cpu,
-        "cpu_overhead_us_per_step": durable_cpu - plain_cpu,
-    }
+    out: dict[str, Any] = {"sessions_per_batch": count, "rounds": rounds}
+    for clock, at in (("", 0), ("cpu_", 1)):
+        out[f"{clock}plain_us_per_step"] = min(t[at] for t in times["plain"]) / per_step
+        out[f"{clock}durable_us_per_step"] = min(t[at] for t in times["durable"]) / per_step
+        differences = [
+            (d[at] - p[at]) / per_step
+            for p, d in zip(times["plain"], times["durable"], strict=True)
+        ]
+        out[f"{clock}overhead_us_per_step"] = statistics.median(differences)
+        out[f"{clock}overhead_quartiles"] = (
+            statistics.quantiles(differences, n=4)[::2] if len(differences) > 1 else differences * 2
+        )
+    return out
 
 
 def rows_stored(path: Path) -> int:
@@ -408,9 +416,11 @@ def format_report(results: Sequence[Mapping[str, Any]], fleet: Mapping[str, Any]
     """The P1 table, the P2 rates and each goal with met / MISSED."""
     lines = [
         f"P1 persistence overhead per step, {STEPS}-step sessions ({STEPS - 1} tool calls, then "
-        "the answer), SQLite in WAL mode with synchronous=NORMAL; µs per step, wall (CPU)",
-        f"  {'framework: persistence':<44} {'plain':>15} {'durable':>17} {'overhead':>17} "
-        f"{'rows/step':>9}",
+        "the answer), SQLite in WAL mode with synchronous=NORMAL; µs per step, wall (CPU);",
+        "   plain, durable: best batch; overhead: median of the rounds' differences "
+        "[CPU quartiles]",
+        f"  {'framework: persistence':<44} {'plain':>16} {'durable':>17} "
+        f"{'overhead (CPU [quartiles])':>36} {'rows/step':>9}",
     ]
     for data in results:
         name = data["framework"]
@@ -418,12 +428,13 @@ def format_report(results: Sequence[Mapping[str, Any]], fleet: Mapping[str, Any]
             lines.append(f"  {name:<44} {data.get('skipped') or data['error']}")
             continue
         for label, row in data["rows"].items():
+            low, high = row.get("cpu_overhead_quartiles", (math.nan, math.nan))
             lines.append(
                 f"  {(name + ': ' + label)[:44]:<44} "
                 f"{row['plain_us_per_step']:7.1f} ({row['cpu_plain_us_per_step']:6.1f}) "
                 f"{row['durable_us_per_step']:8.1f} ({row['cpu_durable_us_per_step']:7.1f}) "
-                f"{row['overhead_us_per_step']:8.1f} ({row['cpu_overhead_us_per_step']:7.1f}) "
-                f"{row['rows_per_step']:9.2f}"
+                f"{row['overhead_us_per_step']:8.1f} ({row['cpu_overhead_us_per_step']:7.1f} "
+                f"[{low:.0f}..{high:.0f}]) {row['rows_per_step']:9.2f}"
             )
     versions = ", ".join(
         f"{key} {value}"
