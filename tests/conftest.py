@@ -49,6 +49,7 @@ VERSION_INDEPENDENT = (
     "tests/test_bench_drivers.py",
     "tests/test_bench_durable.py",
     "tests/test_bench_fleet.py",
+    "tests/test_bench_persistence.py::test_quick_run",
     "tests/test_bench_smoke.py",
     "tests/test_big_log_bench.py",
 )
