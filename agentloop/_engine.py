@@ -95,6 +95,7 @@ from ._events import (
     StepEndEvent,
     StepStartEvent,
 )
+from ._handoffs import Handoffs, check_handoffs
 from ._hooks import SKIP, HookAbort, HookRegistry
 from ._limits import DEFAULT_LIMITS, Limits
 from ._messages import (
@@ -185,6 +186,8 @@ def agent_loop(
     output_retries: int = 2,
     parent: ParentLink | None = None,
     compaction: Any = None,
+    handoffs: Sequence[Any] | None = None,
+    agent_name: str | None = None,
 ) -> AgentLoop:
     """Create the agent loop for one run.
 
@@ -223,6 +226,10 @@ def agent_loop(
             transcript to fit ``Limits.context_tokens`` (which it needs). The log
             and ``RunResult.messages`` keep the full history (DESIGN §27). A dict is
             a built-in policy's ``spec()``, as ``session.start`` records it.
+        handoffs: the agents (:class:`Handoff`) the model may transfer the
+            conversation to, each offered as a ``transfer_to_<name>`` tool the loop
+            runs itself (DESIGN §26; ``agentloop/_handoffs.py``).
+        agent_name: the starting agent's name (default ``"main"``; with ``handoffs``).
 
     Returns:
         An :class:`AgentLoop`; prime it with ``next()``.
@@ -249,6 +256,15 @@ def agent_loop(
         raise TypeError(problem) if type(parent) is not ParentLink else ValueError(problem)
     policy = check_compaction(compaction, checked_limits.context_tokens)
     specs = tool_specs(tools)
+    agents = check_handoffs(
+        handoffs,
+        agent_name,
+        system=system,
+        specs=specs,
+        output=checked_output,
+        output_retries=output_retries,
+        context_tokens=checked_limits.context_tokens,
+    )
     snapshot = snapshot_transcript(messages, checked_limits)
     return AgentLoop(
         transcript=snapshot.messages,
@@ -269,6 +285,7 @@ def agent_loop(
         output=checked_output,
         parent=parent,
         compaction=policy,
+        handoffs=agents,
     )
 
 
@@ -306,6 +323,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         output: OutputCheck | None = None,
         parent: ParentLink | None = None,
         compaction: Any = None,
+        handoffs: Handoffs | None = None,
     ) -> None:
         # The configuration: fixed for the run.
         self._limits = limits
@@ -325,6 +343,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._pauses = Pauses(run, log, hooks, self._ask)
         self._calls = ToolCalls(run, log, hooks, specs, limits, self._ask, self._pauses)
         self._compaction = compaction
+        self._handoffs = handoffs  # the agents (DESIGN §26, _handoffs)
+        self._offered = specs if handoffs is None else handoffs.current.offered
+        self._model: str | None = None
+        if handoffs is not None:
+            self._calls.handoffs = handoffs
         self._context = (  # the model's view and the window (DESIGN §27)
             None
             if limits.context_tokens is None
@@ -392,8 +415,13 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
 
     @property
     def tools(self) -> tuple[ToolSpec, ...]:
-        """The tool specs the run snapshotted."""
-        return self._specs
+        """The tool specs the run snapshotted (with handoffs: every agent's tools)."""
+        return self._specs if self._handoffs is None else self._handoffs.tools
+
+    @property
+    def agent(self) -> str | None:
+        """The current agent's name (``None``: a run without handoffs)."""
+        return None if self._handoffs is None else self._handoffs.current.name
 
     def __repr__(self) -> str:
         run = self._run
@@ -617,6 +645,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 output=None if self._output is None else self._output.spec,
                 parent=self._parent,
                 compaction=None if self._compaction is None else self._compaction.spec(),
+                agent=None if self._handoffs is None else self._handoffs.start_name,
+                handoffs=() if self._handoffs is None else self._handoffs.specs,
             )
         )
         for message in run.transcript:
@@ -792,6 +822,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             view: Sequence[Message] | None = None
             if context is not None:  # the window: compaction, CONTEXT_OVERFLOW (_context)
                 view = yield from context.prepare(step, request_id, self._plan)
+            elif self._handoffs is not None:  # an input filter's view (_handoffs)
+                view = self._handoffs.view(run.transcript)
             request = self._make_request(request_id, step, view)
             response = yield from self._plan(request)
             if context is not None:
@@ -841,11 +873,26 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 for call in calls:
                     yield from run_call(call, step, truncated)
             run.set(Input.END_BATCH)
+            if self._handoffs is not None and self._handoffs.pending is not None:
+                self._hand_off(step)
             self._end_step(step)
             if step >= self._max_steps:
                 if run.steering:  # kept in the transcript for whoever continues it
                     run.deliver(self._log, follow_ups=False)
                 raise _Finish("max_steps", "no_more_steps")
+
+    def _hand_off(self, step: int) -> None:
+        """The step transferred the conversation: the next request is the new agent's."""
+        handoffs = self._handoffs
+        assert handoffs is not None
+        run = self._run
+        problem = handoffs.switch(run.transcript, self._log, run.now, step)
+        if problem:
+            raise _Misuse(problem, None)
+        agent = handoffs.current
+        self._system, self._offered, self._output = agent.system, agent.offered, agent.output
+        self._model = agent.model
+        self._calls.use_tools(agent.specs)
 
     def _output_ok(self, text: str, response_id: str, step: int) -> bool:
         """Decode the final answer; if it does not, send it back (a user message) or,
@@ -916,7 +963,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             if system is not None and type(system) is not str:
                 raise failed(HOOK_ERROR, "before_plan hook set 'system' to a non-str")
         output = None if self._output is None else self._output.spec
-        return ModelRequest(request_id, step, messages, self._specs, system, output)
+        return ModelRequest(
+            request_id, step, messages, self._offered, system, output, "step", self._model
+        )
 
     # ------------------------------------------------------------------ plan
     #
