@@ -551,3 +551,32 @@ def test_fork_after_a_handoff_continues_with_the_new_agent() -> None:
     loop, effect = replay.fork(list(log), at, handoffs=agents())
     assert type(effect) is ModelRequest and effect.system == "You are tech."
     assert loop.agent == "tech"
+
+
+# --------------------------------------------------------------------------- the golden log
+
+
+GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "handoff_session.jsonl"
+
+
+def test_the_golden_log_shows_checks_and_views_its_handoffs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from replay.__main__ import main
+
+    assert main(["show", str(GOLDEN)]) == 0
+    shown = capsys.readouterr().out
+    assert "agent 'triage', handoffs: 'billing'" in shown
+    assert (
+        "agent.handoff     'triage' -> 'billing' (call 'call-1', sees 1 earlier message(s))"
+        in shown
+    )
+    assert "agent.handoff     'billing' -> 'triage' (call 'call-3')" in shown
+    assert main(["check", str(GOLDEN)]) == 0
+    events = replay.read_log(GOLDEN)
+    replayed = replay.replay(events)
+    assert replayed.result.final_text == "Your order A17 was refunded (12.50 EUR)."
+    from replay._view import render_html
+
+    page = render_html(events, source=str(GOLDEN))
+    assert "agent.handoff" in page and '"agent.handoff"(e)' in page  # the data and its renderer
