@@ -46,6 +46,12 @@ It delegates the rest, the way h11's ``Connection`` delegates to
   is a request made through ``_plan``) and refuses a request over the window
   (``CONTEXT_OVERFLOW``); after the response, ``Context.answered`` keeps its
   input tokens. The transcript itself is never changed.
+- ``_handoffs``: :class:`~agentloop._handoffs.Handoffs`, the agents of a run with
+  ``handoffs=`` (DESIGN §26): ``ToolCalls`` hands it the ``transfer_to_*`` calls;
+  at the end of a step that transferred, ``_hand_off`` records ``agent.handoff``
+  and takes the new agent's system prompt, tools, model name and output; before
+  each request its input filter's view replaces the transcript (without a
+  context window).
 - ``_validation``: what a valid reply is, as pure functions (structure, tool
   arguments, a response and its content, streamed chunks, failing stops).
 - ``_events``: :meth:`EventLog.append <agentloop.EventLog.append>` records an event

@@ -517,6 +517,7 @@ def test_random_handoff_sessions_replay_byte_for_byte(
         if type(event) is HandoffEvent:
             assert event.from_agent == current != event.to_agent
             current = event.to_agent
+    assert [al.decode_event(encode_event(e)) for e in log] == list(log)  # the log reads back
     replays(log)
     replays(log, handoffs=handoffs)
 
@@ -580,3 +581,11 @@ def test_the_golden_log_shows_checks_and_views_its_handoffs(
 
     page = render_html(events, source=str(GOLDEN))
     assert "agent.handoff" in page and '"agent.handoff"(e)' in page  # the data and its renderer
+
+
+def test_other_handoffs_than_the_recorded_ones_diverge_at_session_start() -> None:
+    _, log, _ = run([R.tool_calls("r1", transfer("c1", "tech")), R.text("r2", "ok")])
+    for other in (agents(system="You are someone else."), agents()[:1], agents(model="big")):
+        with pytest.raises(replay.ReplayDivergence) as caught:
+            replay.replay(list(log), handoffs=other)
+        assert caught.value.sequence == 0 and "handoffs:" in str(caught.value)
