@@ -262,14 +262,18 @@ def agent_loop(
         raise TypeError(problem) if type(parent) is not ParentLink else ValueError(problem)
     policy = check_compaction(compaction, checked_limits.context_tokens)
     specs = tool_specs(tools)
-    agents = check_handoffs(
-        handoffs,
-        agent_name,
-        system=system,
-        specs=specs,
-        output=checked_output,
-        output_retries=output_retries,
-        context_tokens=checked_limits.context_tokens,
+    agents = (
+        None
+        if handoffs is None and agent_name is None
+        else check_handoffs(
+            handoffs,
+            agent_name,
+            system=system,
+            specs=specs,
+            output=checked_output,
+            output_retries=output_retries,
+            context_tokens=checked_limits.context_tokens,
+        )
     )
     snapshot = snapshot_transcript(messages, checked_limits)
     return AgentLoop(
@@ -791,6 +795,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
 
     def _steps(self) -> Generator[Effect, Any, None]:
         hooks, run, log, pauses = self._hooks, self._run, self._log, self._pauses
+        handoffs = self._handoffs
         while True:
             budget = run.budget
             if (
@@ -828,8 +833,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             view: Sequence[Message] | None = None
             if context is not None:  # the window: compaction, CONTEXT_OVERFLOW (_context)
                 view = yield from context.prepare(step, request_id, self._plan)
-            elif self._handoffs is not None:  # an input filter's view (_handoffs)
-                view = self._handoffs.view(run.transcript)
+            elif handoffs is not None:  # an input filter's view (_handoffs)
+                view = handoffs.view(run.transcript)
             request = self._make_request(request_id, step, view)
             response = yield from self._plan(request)
             if context is not None:
@@ -879,7 +884,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 for call in calls:
                     yield from run_call(call, step, truncated)
             run.set(Input.END_BATCH)
-            if self._handoffs is not None and self._handoffs.pending is not None:
+            if handoffs is not None and handoffs.pending is not None:
                 self._hand_off(step)
             self._end_step(step)
             if step >= self._max_steps:

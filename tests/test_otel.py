@@ -1402,7 +1402,7 @@ def test_a_handoff_is_a_span_event_and_names_the_agent_of_each_chat() -> None:
             "agentloop.handoff.call_id": "call-3",
         },
     ]
-    chats = sorted((s for s in finished if s.name == "chat"), key=lambda s: s.start_time)
+    chats = sorted((s for s in finished if s.name == "chat"), key=lambda s: s.start_time or 0)
     assert [s.attributes["gen_ai.agent.name"] for s in chats] == [
         "triage",
         "billing",
