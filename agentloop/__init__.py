@@ -47,6 +47,8 @@ from ._events import (
     ContextCompactedEvent,
     Event,
     EventLog,
+    HandoffEvent,
+    HandoffSpec,
     MessageAcceptedEvent,
     MessageQueuedEvent,
     ModelChunkEvent,
@@ -64,6 +66,7 @@ from ._events import (
     ToolResultEvent,
 )
 from ._function_model import FunctionModel
+from ._handoffs import Handoff
 from ._hooks import HOOK_TOPICS, SKIP, HookAbort, HookRegistry, PauseRequest
 from ._idempotency import idempotency_key, idempotency_session
 from ._limits import (
@@ -192,6 +195,9 @@ __all__ = [
     "EventLog",
     "FollowUp",
     "FunctionModel",
+    "Handoff",
+    "HandoffEvent",
+    "HandoffSpec",
     "HookAbort",
     "HookRegistry",
     "IllegalTransition",

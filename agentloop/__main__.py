@@ -152,6 +152,7 @@ _COLORS = {
     "tool.error": "31",
     "budget.warn": "33",
     "context.compacted": "35",
+    "agent.handoff": "1;35",
 }
 
 

@@ -19,11 +19,12 @@ pauses through :class:`~agentloop._pauses.Pauses`.
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping
-from typing import Any
+from typing import Any, Final
 
 from ._copy import copy_call, copy_json
 from ._errors import HOOK_ERROR
 from ._events import EventLog, ToolCallEvent, ToolErrorEvent, ToolResultEvent
+from ._handoffs import PREFIX, Handoffs
 from ._hooks import SKIP, HookAbort, PauseRequest
 from ._json import surrogate_problem
 from ._limits import Limits
@@ -44,6 +45,8 @@ from ._validation import (
 
 __all__ = ["ToolCalls"]
 
+_TRANSFER: Final = "transfer"  # _open_call's verdict on a transfer_to_* call (handoffs)
+
 
 class ToolCalls:
     """Run a step's tool calls (see the module docstring)."""
@@ -58,6 +61,7 @@ class ToolCalls:
         "_pauses",
         "_run",
         "_spec_by_name",
+        "handoffs",
     )
 
     def __init__(
@@ -79,6 +83,11 @@ class ToolCalls:
         self._pauses = pauses
         self._blob_step = 0  # the step whose tool results _blobs counts media blocks of
         self._blobs = 0
+        self.handoffs: Handoffs | None = None  # the run's agents (DESIGN §26)
+
+    def use_tools(self, specs: tuple[ToolSpec, ...]) -> None:
+        """From now on run these tools (a handoff moved the run to another agent)."""
+        self._spec_by_name = {spec.name: spec for spec in specs}
 
     # ------------------------------------------------------------------ one at a time
 
@@ -95,6 +104,8 @@ class ToolCalls:
         content: Content
         if loop_error is not None:
             content, is_error = loop_error, True
+            if loop_error is _TRANSFER:
+                content, is_error = self._transfer(call)
         else:
             run.set(Input.REQUEST_TOOL)
             effect = ToolRequest(copy_call(call), step)  # the tool may mutate its copy
@@ -136,6 +147,8 @@ class ToolCalls:
             return "truncated; re-issue the call", False
         spec = self._spec_by_name.get(call.name)
         if spec is None:
+            if self.handoffs is not None and call.name.startswith(PREFIX):
+                return _TRANSFER, False
             known = ", ".join(sorted(self._spec_by_name)) or "none"
             return f"unknown tool {call.name!r}; available tools: {known}", False
         return None, spec.requires_approval or "before_tool_call" in self._hooks
@@ -151,6 +164,11 @@ class ToolCalls:
         if loop_error is None and self._spec_by_name[call.name].requires_approval:
             call, loop_error = yield from self._approval(call, "approval", None)
         return call, loop_error
+
+    def _transfer(self, call: ToolCall) -> tuple[str, bool]:
+        """A ``transfer_to_*`` call, run by the loop (:mod:`agentloop._handoffs`)."""
+        assert self.handoffs is not None
+        return self.handoffs.transfer(call)
 
     def _emit_call(self, call: ToolCall, step: int) -> None:
         log = self._log
@@ -231,7 +249,10 @@ class ToolCalls:
                 if loop_error is None:
                     batch.append((index, call))
                 else:
-                    message = self._result_message(call, step, loop_error, True, None)
+                    is_error = True
+                    if loop_error is _TRANSFER:
+                        loop_error, is_error = self._transfer(call)
+                    message = self._result_message(call, step, loop_error, is_error, None)
                     done.append((index, message))
                     self._emit_result(message, step, None)
             yield from self._run_batch(batch, done, step)

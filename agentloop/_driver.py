@@ -63,6 +63,7 @@ from ._caller import Caller, lent, make_caller
 from ._engine import AgentLoop, agent_loop
 from ._errors import MODEL_ERROR, MODEL_PROTOCOL_ERROR, ModelError
 from ._events import Event, EventLog, ModelChunkEvent
+from ._handoffs import handoff_tools
 from ._keywords import (
     DRIVE_KEYS,
     Clock,
@@ -177,6 +178,8 @@ def run(
         output, output_retries: structured output (see :func:`agent_loop`).
         compaction: a compaction policy for ``Limits.context_tokens`` (see
             :func:`agent_loop`).
+        handoffs, agent_name: agents the model may transfer the conversation to
+            (see :func:`agent_loop`); their tools join ``tools``.
 
     Returns:
         The :class:`RunResult`. Model errors, tool errors and cancellation are
@@ -396,7 +399,10 @@ def _new_loop(
     registry = ToolRegistry(tools)  # once: ``tools`` may be an iterator
     if looping.get("started_at") is None:
         looping["started_at"] = _read_clock(clock)
-    return agent_loop(messages, tools=registry, **looping), registry, driving
+    loop = agent_loop(messages, tools=registry, **looping)
+    if loop.agent is not None:  # handoffs: the driver runs every agent's tools
+        registry = ToolRegistry([*registry, *handoff_tools(looping["handoffs"], registry)])
+    return loop, registry, driving
 
 
 def _result(loop: AgentLoop) -> RunResult:

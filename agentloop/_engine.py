@@ -46,6 +46,12 @@ It delegates the rest, the way h11's ``Connection`` delegates to
   is a request made through ``_plan``) and refuses a request over the window
   (``CONTEXT_OVERFLOW``); after the response, ``Context.answered`` keeps its
   input tokens. The transcript itself is never changed.
+- ``_handoffs``: :class:`~agentloop._handoffs.Handoffs`, the agents of a run with
+  ``handoffs=`` (DESIGN §26): ``ToolCalls`` hands it the ``transfer_to_*`` calls;
+  at the end of a step that transferred, ``_hand_off`` records ``agent.handoff``
+  and takes the new agent's system prompt, tools, model name and output; before
+  each request its input filter's view replaces the transcript (without a
+  context window).
 - ``_validation``: what a valid reply is, as pure functions (structure, tool
   arguments, a response and its content, streamed chunks, failing stops).
 - ``_events``: :meth:`EventLog.append <agentloop.EventLog.append>` records an event
@@ -95,6 +101,7 @@ from ._events import (
     StepEndEvent,
     StepStartEvent,
 )
+from ._handoffs import Handoffs, check_handoffs
 from ._hooks import SKIP, HookAbort, HookRegistry
 from ._limits import DEFAULT_LIMITS, Limits
 from ._messages import (
@@ -185,6 +192,8 @@ def agent_loop(
     output_retries: int = 2,
     parent: ParentLink | None = None,
     compaction: Any = None,
+    handoffs: Sequence[Any] | None = None,
+    agent_name: str | None = None,
 ) -> AgentLoop:
     """Create the agent loop for one run.
 
@@ -223,6 +232,10 @@ def agent_loop(
             transcript to fit ``Limits.context_tokens`` (which it needs). The log
             and ``RunResult.messages`` keep the full history (DESIGN §27). A dict is
             a built-in policy's ``spec()``, as ``session.start`` records it.
+        handoffs: the agents (:class:`Handoff`) the model may transfer the
+            conversation to, each offered as a ``transfer_to_<name>`` tool the loop
+            runs itself (DESIGN §26; ``agentloop/_handoffs.py``).
+        agent_name: the starting agent's name (default ``"main"``; with ``handoffs``).
 
     Returns:
         An :class:`AgentLoop`; prime it with ``next()``.
@@ -249,6 +262,19 @@ def agent_loop(
         raise TypeError(problem) if type(parent) is not ParentLink else ValueError(problem)
     policy = check_compaction(compaction, checked_limits.context_tokens)
     specs = tool_specs(tools)
+    agents = (
+        None
+        if handoffs is None and agent_name is None
+        else check_handoffs(
+            handoffs,
+            agent_name,
+            system=system,
+            specs=specs,
+            output=checked_output,
+            output_retries=output_retries,
+            context_tokens=checked_limits.context_tokens,
+        )
+    )
     snapshot = snapshot_transcript(messages, checked_limits)
     return AgentLoop(
         transcript=snapshot.messages,
@@ -269,6 +295,7 @@ def agent_loop(
         output=checked_output,
         parent=parent,
         compaction=policy,
+        handoffs=agents,
     )
 
 
@@ -306,6 +333,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         output: OutputCheck | None = None,
         parent: ParentLink | None = None,
         compaction: Any = None,
+        handoffs: Handoffs | None = None,
     ) -> None:
         # The configuration: fixed for the run.
         self._limits = limits
@@ -325,6 +353,11 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._pauses = Pauses(run, log, hooks, self._ask)
         self._calls = ToolCalls(run, log, hooks, specs, limits, self._ask, self._pauses)
         self._compaction = compaction
+        self._handoffs = handoffs  # the agents (DESIGN §26, _handoffs)
+        self._offered = specs if handoffs is None else handoffs.current.offered
+        self._model: str | None = None
+        if handoffs is not None:
+            self._calls.handoffs = handoffs
         self._context = (  # the model's view and the window (DESIGN §27)
             None
             if limits.context_tokens is None
@@ -392,8 +425,13 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
 
     @property
     def tools(self) -> tuple[ToolSpec, ...]:
-        """The tool specs the run snapshotted."""
-        return self._specs
+        """The tool specs the run snapshotted (with handoffs: every agent's tools)."""
+        return self._specs if self._handoffs is None else self._handoffs.tools
+
+    @property
+    def agent(self) -> str | None:
+        """The current agent's name (``None``: a run without handoffs)."""
+        return None if self._handoffs is None else self._handoffs.current.name
 
     def __repr__(self) -> str:
         run = self._run
@@ -617,6 +655,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 output=None if self._output is None else self._output.spec,
                 parent=self._parent,
                 compaction=None if self._compaction is None else self._compaction.spec(),
+                agent=None if self._handoffs is None else self._handoffs.start_name,
+                handoffs=() if self._handoffs is None else self._handoffs.specs,
             )
         )
         for message in run.transcript:
@@ -755,6 +795,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
 
     def _steps(self) -> Generator[Effect, Any, None]:
         hooks, run, log, pauses = self._hooks, self._run, self._log, self._pauses
+        handoffs = self._handoffs
         while True:
             budget = run.budget
             if (
@@ -792,6 +833,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             view: Sequence[Message] | None = None
             if context is not None:  # the window: compaction, CONTEXT_OVERFLOW (_context)
                 view = yield from context.prepare(step, request_id, self._plan)
+            elif handoffs is not None:  # an input filter's view (_handoffs)
+                view = handoffs.view(run.transcript)
             request = self._make_request(request_id, step, view)
             response = yield from self._plan(request)
             if context is not None:
@@ -841,11 +884,26 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
                 for call in calls:
                     yield from run_call(call, step, truncated)
             run.set(Input.END_BATCH)
+            if handoffs is not None and handoffs.pending is not None:
+                self._hand_off(step)
             self._end_step(step)
             if step >= self._max_steps:
                 if run.steering:  # kept in the transcript for whoever continues it
                     run.deliver(self._log, follow_ups=False)
                 raise _Finish("max_steps", "no_more_steps")
+
+    def _hand_off(self, step: int) -> None:
+        """The step transferred the conversation: the next request is the new agent's."""
+        handoffs = self._handoffs
+        assert handoffs is not None
+        run = self._run
+        problem = handoffs.switch(run.transcript, self._log, run.now, step)
+        if problem:
+            raise _Misuse(problem, None)
+        agent = handoffs.current
+        self._system, self._offered, self._output = agent.system, agent.offered, agent.output
+        self._model = agent.model
+        self._calls.use_tools(agent.specs)
 
     def _output_ok(self, text: str, response_id: str, step: int) -> bool:
         """Decode the final answer; if it does not, send it back (a user message) or,
@@ -916,7 +974,9 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
             if system is not None and type(system) is not str:
                 raise failed(HOOK_ERROR, "before_plan hook set 'system' to a non-str")
         output = None if self._output is None else self._output.spec
-        return ModelRequest(request_id, step, messages, self._specs, system, output)
+        return ModelRequest(
+            request_id, step, messages, self._offered, system, output, "step", self._model
+        )
 
     # ------------------------------------------------------------------ plan
     #

@@ -60,6 +60,8 @@ __all__ = [
     "ContextCompactedEvent",
     "Event",
     "EventLog",
+    "HandoffEvent",
+    "HandoffSpec",
     "MessageAcceptedEvent",
     "MessageQueuedEvent",
     "ModelChunkEvent",
@@ -90,6 +92,28 @@ class _Event(
     step: int = 0
 
 
+class HandoffSpec(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    """What ``session.start`` records of one :class:`~agentloop.Handoff` (DESIGN §26).
+
+    Attributes:
+        name: the agent's name (the model transfers with ``transfer_to_<name>``).
+        description: the transfer tool's description.
+        system: the agent's system prompt.
+        tools: its tools' specs.
+        model: the model name its requests carry (``ModelRequest.model``).
+        output: its structured output (``None``: plain text).
+        filtered: whether an ``input_filter`` chooses what it sees of the past.
+    """
+
+    name: str
+    description: str = ""
+    system: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    model: str | None = None
+    output: OutputSpec | None = None
+    filtered: bool = False
+
+
 class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     """First event of a run whose transcript validated; holds the run's configuration.
 
@@ -103,6 +127,8 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     ``None``, left out, for a root session).
     ``compaction`` is the run's compaction policy's ``spec()`` (plain JSON with a
     ``"policy"`` name; left out without one, DESIGN §27).
+    ``agent`` names the starting agent and ``handoffs`` the agents the model may
+    transfer to (``agent_loop(handoffs=...)``, DESIGN §26; left out without).
     """
 
     type: ClassVar[str] = "session.start"
@@ -117,6 +143,8 @@ class SessionStartEvent(_Event, frozen=True, kw_only=True, tag="session.start"):
     output: OutputSpec | None = None
     parent: ParentLink | None = None
     compaction: dict[str, Any] | None = None
+    agent: str | None = None
+    handoffs: tuple[HandoffSpec, ...] = ()
 
 
 class MessageAcceptedEvent(_Event, frozen=True, kw_only=True, tag="message.accepted"):
@@ -227,6 +255,22 @@ class ContextCompactedEvent(_Event, frozen=True, kw_only=True, tag="context.comp
     tokens_after: int = 0
 
 
+class HandoffEvent(_Event, frozen=True, kw_only=True, tag="agent.handoff"):
+    """The conversation moved from agent ``from_agent`` to ``to_agent`` (DESIGN §26).
+
+    Recorded at the end of the step whose tool call ``call_id`` (a
+    ``transfer_to_<to_agent>`` call) asked for it, before ``step.end``; the next
+    request is the new agent's. ``kept`` holds the ids of the transcript's messages
+    the new agent's ``input_filter`` kept (``None``: no filter, it sees them all).
+    """
+
+    type: ClassVar[str] = "agent.handoff"
+    from_agent: str
+    to_agent: str
+    call_id: str
+    kept: tuple[str, ...] | None = None
+
+
 class SessionPauseEvent(_Event, frozen=True, kw_only=True, tag="session.pause"):
     """The loop yields a ``Pause`` with this reason and payload."""
 
@@ -297,6 +341,7 @@ Event: TypeAlias = (
     | StepEndEvent
     | BudgetWarnEvent
     | ContextCompactedEvent
+    | HandoffEvent
     | SessionPauseEvent
     | SessionResumeEvent
     | SessionCompleteEvent

@@ -98,9 +98,14 @@ class LoopOptions(SessionOptions, total=False):
 
     Keyword Args:
         log: an :class:`EventLog` to record into (subscribe to it for live events).
+        handoffs: the agents the model may transfer the conversation to (see
+            :func:`agent_loop`); their tools join the driver's.
+        agent_name: the starting agent's name (with ``handoffs``).
     """
 
     log: EventLog | None
+    handoffs: Any
+    agent_name: str | None
 
 
 class _Driving(TypedDict, total=False):

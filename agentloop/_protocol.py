@@ -127,6 +127,8 @@ class ModelRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     ``purpose`` is ``"step"`` for the step's request and ``"compaction"`` for a
     summary the run's compaction policy asks for (DESIGN §27; its id is
     ``compaction-NNN``): answer it like any other request, with text.
+    ``model`` is the model name the current agent asks for (a :class:`Handoff`'s
+    ``model``, DESIGN §26); ``None``: whatever model the caller runs.
     """
 
     id: str
@@ -136,6 +138,7 @@ class ModelRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     system: str | None = None
     output: OutputSpec | None = None
     purpose: str = "step"
+    model: str | None = None
 
 
 class ToolRequest(msgspec.Struct, frozen=True):

@@ -17,8 +17,8 @@ Who uses what:
 - ``clean_text``: ``replay/_store.py``, ``replay/_durable.py`` (a str SQLite can store);
 - ``model_method``, ``tools_problem``: ``replay/_durable.py`` (the drivers' checks of a
   model and of a loop's tools);
-- ``follow``, ``RecordedOutput``: ``replay/_replay.py`` (the DEBUG log of each event; a
-  replayed run's structured output);
+- ``follow``, ``RecordedOutput``, ``recorded_handoffs``: ``replay/_replay.py`` (the
+  DEBUG log of each event; a replayed run's structured output and handoffs);
 - ``output_check``: ``agentloop/temporal/_client.py`` (a session's output, decoded) and
   ``replay/_durable.py`` (a continued session's output type against its recording);
 - ``content_structure_problem``, ``parts_problem``: ``agentloop/temporal`` (a tool's
@@ -37,6 +37,7 @@ from ._codec import decode_deep
 from ._deep import encode as deep_encode
 from ._deep import parse as deep_parse
 from ._driver import model_method, tools_problem
+from ._handoffs import recorded_handoffs
 from ._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
 from ._keywords import SESSION_KEYS, AsyncDriveOptions, DriveOptions, OnEvent, SessionOptions, split
 from ._logging import follow
@@ -61,6 +62,7 @@ __all__ = [
     "model_method",
     "output_check",
     "parts_problem",
+    "recorded_handoffs",
     "reserved_id_problem",
     "split",
     "tools_problem",

@@ -33,9 +33,11 @@ and ``error.type`` = the agentloop error code (``MODEL_ERROR``,
 ``MODEL_PROTOCOL_ERROR``, ``HOOK_ERROR``, ...) for failed runs and model calls,
 ``tool_error`` for an error result from a tool and ``loop_error`` for one the loop
 made itself (unknown tool, hook abort or skip, denied approval, truncated call).
-Pauses, resumes, budget warnings, compactions and cancellation are span events
-(``agentloop.session.pause``, ``agentloop.session.resume``,
-``agentloop.budget.warn``, ``agentloop.context.compacted``, ``agentloop.cancel``);
+Pauses, resumes, budget warnings, compactions, handoffs and cancellation are span
+events (``agentloop.session.pause``, ``agentloop.session.resume``,
+``agentloop.budget.warn``, ``agentloop.context.compacted``,
+``agentloop.agent.handoff``, ``agentloop.cancel``); in a session with handoffs
+each ``chat`` span's ``gen_ai.agent.name`` is the agent that asked;
 a summary a compaction policy asked for is its own ``chat`` span with
 ``agentloop.request.purpose`` = ``compaction``; agentloop's own attributes are
 under ``agentloop.*``.
@@ -85,6 +87,7 @@ from ._events import (
     ContextCompactedEvent,
     Event,
     EventLog,
+    HandoffEvent,
     MessageAcceptedEvent,
     ModelChunkEvent,
     PlanCommitEvent,
@@ -306,6 +309,7 @@ class SpanRecorder:
             ToolErrorEvent: self._tool_end,
             BudgetWarnEvent: self._budget_warn,
             ContextCompactedEvent: self._context_compacted,
+            HandoffEvent: self._handoff,
             SessionPauseEvent: self._session_pause,
             SessionResumeEvent: self._session_resume,
             RunFinishedEvent: self._run_finished,
@@ -320,6 +324,8 @@ class SpanRecorder:
         self._tools: dict[str, _Open] = {}
         self._descriptions: dict[str, str] = {}
         self._system: str | None = None
+        self._agent: str | None = None  # the current agent, in a session with handoffs
+        self._systems: dict[str, str | None] = {}  # each agent's system prompt
         self._transcript: list[str] = []  # JSON of each message (capture_content only)
         self._input_recorded = False
         self._output: str | None = None  # JSON of the last committed output message
@@ -439,6 +445,13 @@ class SpanRecorder:
         self._start_root(at, event)
         self._descriptions = {spec.name: spec.description for spec in event.tools}
         self._system = event.system
+        if event.handoffs:  # DESIGN §26: every agent's tools, and its prompt
+            self._agent = event.agent
+            self._systems = {spec.name: spec.system for spec in event.handoffs}
+            self._systems[event.agent or ""] = event.system
+            for handoff in event.handoffs:
+                for spec in handoff.tools:
+                    self._descriptions.setdefault(spec.name, spec.description)
 
     def _message_accepted(self, event: MessageAcceptedEvent, at: int | None) -> None:
         self._remember(event.message)
@@ -459,6 +472,8 @@ class SpanRecorder:
             "agentloop.request.id": event.request_id,
             "agentloop.step": event.step,
         }
+        if self._agent is not None:  # which agent asks (a session with handoffs)
+            attributes[_AGENT_NAME] = self._agent
         if self.capture_content:
             attributes[_INPUT_MESSAGES] = self._messages_json()
             if self._system is not None:
@@ -621,6 +636,20 @@ class SpanRecorder:
         self._chat = None
         self._end(chat, at)
         self._step_start(step, at)
+
+    def _handoff(self, event: HandoffEvent, at: int | None) -> None:
+        """A span event on the root; the next chat spans name the new agent."""
+        assert self._root is not None
+        attributes: dict[str, Any] = {
+            "agentloop.handoff.from": event.from_agent,
+            "agentloop.handoff.to": event.to_agent,
+            "agentloop.handoff.call_id": event.call_id,
+        }
+        if event.kept is not None:
+            attributes["agentloop.handoff.kept"] = len(event.kept)
+        self._root.span.add_event("agentloop.agent.handoff", attributes, timestamp=at)
+        self._agent = event.to_agent
+        self._system = self._systems.get(event.to_agent)
 
     def _budget_warn(self, event: BudgetWarnEvent, at: int | None) -> None:
         assert self._root is not None

@@ -22,6 +22,7 @@ from agentloop import (
     ContextCompactedEvent,
     DocumentBlock,
     Event,
+    HandoffEvent,
     ImageBlock,
     MessageAcceptedEvent,
     MessageQueuedEvent,
@@ -254,6 +255,9 @@ def summarize(event: Event) -> str:
     if isinstance(event, SessionStartEvent):
         names = ", ".join(t.name for t in event.tools) or "no tools"
         parts = [f"max_steps={event.max_steps}", f"tools: {names}"]
+        if event.handoffs:  # agents the model may transfer to (DESIGN §26)
+            names = ", ".join(short(spec.name, 30) for spec in event.handoffs)
+            parts.append(f"agent {short(event.agent, 30)}, handoffs: {names}")
         if event.budget is not None:
             parts.append(f"budget={_render(event.budget, sys.maxsize)}")
         if event.system is not None:
@@ -313,6 +317,12 @@ def summarize(event: Event) -> str:
         else:
             what = f"tool results trimmed before message {event.trimmed_before}"
         return f"{what} (~{event.tokens_before} -> ~{event.tokens_after} tokens)"
+    if isinstance(event, HandoffEvent):
+        seen = "" if event.kept is None else f", sees {len(event.kept)} earlier message(s)"
+        return (
+            f"{short(event.from_agent, 30)} -> {short(event.to_agent, 30)} "
+            f"(call {short(event.call_id, 30)}{seen})"
+        )
     if isinstance(event, SessionPauseEvent):
         return f"{event.reason} {short(event.payload, 50)}"
     if isinstance(event, SessionResumeEvent):

@@ -78,6 +78,7 @@ from agentloop import (
     Cancel,
     Effect,
     Event,
+    Handoff,
     HookRegistry,
     Message,
     MessageAcceptedEvent,
@@ -104,7 +105,7 @@ from agentloop import (
     content_text,
     encode_event,
 )
-from agentloop._spi import RecordedOutput, follow
+from agentloop._spi import RecordedOutput, follow, recorded_handoffs
 
 from ._diff import diff_events, summarize
 
@@ -369,6 +370,7 @@ class _Session:
         interrupt: _Plan | None = None,
         messages: Sequence[Message] | None = None,
         output: Any = None,
+        handoffs: Sequence[Handoff] | None = None,
     ) -> None:
         self.events = events
         self.past_end = past_end  # regenerated events beyond the log are allowed
@@ -396,6 +398,7 @@ class _Session:
             if interrupt.consumes_last_reply:
                 del self.replies[-1]
             hooks = self._tripwired(hooks)
+        checked_output = _output(start, events, output)
         try:
             self.loop: AgentLoop = agent_loop(
                 initial,
@@ -409,10 +412,12 @@ class _Session:
                 rules=start.rules,
                 parallel_tools=start.parallel_tools,
                 limits=start.limits,
-                output=_output(start, events, output),
-                output_retries=start.output.retries if start.output is not None else 2,
+                output=checked_output,
+                output_retries=_retries(start),
                 parent=start.parent,
                 compaction=start.compaction,
+                handoffs=_handoffs(start, events, handoffs, checked_output),
+                agent_name=start.agent,
             )
         except (ValueError, TypeError) as exc:
             raise ReplayDivergence(
@@ -637,12 +642,45 @@ def _initial_messages(
     return given
 
 
+def _retries(start: SessionStartEvent) -> int:
+    """The run's ``output_retries``, as the log records it (with any output spec)."""
+    for spec in (start.output, *(handoff.output for handoff in start.handoffs)):
+        if spec is not None:
+            return spec.retries
+    return 2
+
+
+def _handoffs(
+    start: SessionStartEvent,
+    events: Sequence[Event],
+    given: Sequence[Handoff] | None,
+    output: Any,
+) -> Sequence[Handoff] | None:
+    """The ``handoffs`` option for a replay: those given, else the ones the log
+    records, following its recorded filters and output verdicts."""
+    if given is not None or not start.handoffs:
+        return given
+    verdicts = output if type(output) is RecordedOutput else None
+    if verdicts is None and any(spec.output is not None for spec in start.handoffs):
+        if output is not None:
+            raise ReplayError(
+                "the log's handoffs check structured output too: with output= give "
+                "handoffs= (with their output types)"
+            )
+        verdicts = _verdicts(start.handoffs[0].output, events)  # the handoffs' only
+    return recorded_handoffs(start.handoffs, events, verdicts)
+
+
 def _output(start: SessionStartEvent, events: Sequence[Event], output: Any) -> Any:
     """The ``output`` option for a replay: the type given, else (the log records an
     ``output``) the verdicts the log records, else none."""
     if output is not None or start.output is None:
         return output
-    spec = start.output
+    return _verdicts(start.output, events)
+
+
+def _verdicts(spec: Any, events: Sequence[Event]) -> RecordedOutput:
+    """The output verdicts a log records, in order."""
     verdicts: list[str | None] = []
     value: Any = None
     for event in events:
@@ -775,7 +813,11 @@ def _replayed(
 
 
 def replay(
-    events: Iterable[Event], *, hooks: HookRegistry | None = None, output: Any = None
+    events: Iterable[Event],
+    *,
+    hooks: HookRegistry | None = None,
+    output: Any = None,
+    handoffs: Sequence[Handoff] | None = None,
 ) -> ReplayResult:
     """Replay a log through the loop, without a model, checking every event.
 
@@ -786,6 +828,12 @@ def replay(
             (``result.output`` is then that type); without it, a log that records
             an ``output`` is replayed by the verdicts it records (``result.output``
             is the value's JSON form).
+        handoffs: the run's handoffs (``agent_loop(handoffs=...)``), to run their
+            input filters and output checks again; without them, a log that records
+            handoffs is replayed by what it records (their specs, what each filter
+            kept, the output verdicts). Handoffs that are not the recorded ones
+            diverge at ``session.start`` (naming ``handoffs``); a filter that keeps
+            other messages diverges at its ``agent.handoff``.
 
     Returns:
         :class:`ReplayResult`: the regenerated result and events. For a log that
@@ -822,7 +870,7 @@ def replay(
         )
         return result
 
-    return _replayed(items, hooks, body, output=output)
+    return _replayed(items, hooks, body, output=output, handoffs=handoffs)
 
 
 def state_at(
@@ -906,6 +954,7 @@ def resume(
     hooks: HookRegistry | None = None,
     messages: Sequence[Message] | None = None,
     output: Any = None,
+    handoffs: Sequence[Handoff] | None = None,
 ) -> tuple[AgentLoop, Effect | None]:
     """Continue a run from its log: a live loop at the log's last pull point.
 
@@ -932,7 +981,8 @@ def resume(
             begin with the recorded ones.
 
     A run with structured output (``agent_loop(..., output=T)``) needs ``output=T``
-    again to check the answers still to come.
+    again to check the answers still to come; a run with handoffs whose filters or
+    output checks run again needs ``handoffs=`` (see :func:`replay`).
 
     Returns:
         ``(loop, effect)``: send the reply to ``effect`` next; or ``(loop, None)``
@@ -979,7 +1029,9 @@ def resume(
             )
         return session.hand_over()
 
-    return _replayed(items, hooks, body, past_end=True, messages=messages, output=output)
+    return _replayed(
+        items, hooks, body, past_end=True, messages=messages, output=output, handoffs=handoffs
+    )
 
 
 def fork(
@@ -988,6 +1040,7 @@ def fork(
     *,
     hooks: HookRegistry | None = None,
     output: Any = None,
+    handoffs: Sequence[Handoff] | None = None,
 ) -> tuple[AgentLoop, Effect]:
     """A live loop branched from a log just after event ``sequence``.
 
@@ -996,7 +1049,7 @@ def fork(
     the loop's next pull point: the returned effect is what the loop asks next,
     and any reply may be sent to it ("what if the model had answered
     differently"). Events the loop emits before that pull point are already in
-    ``loop.log``. ``output``: as for :func:`resume`.
+    ``loop.log``. ``output``, ``handoffs``: as for :func:`resume`.
 
     Raises:
         ValueError: ``sequence`` is not the position of an event of the log.
@@ -1033,7 +1086,7 @@ def fork(
         assert effect is not None  # checked above
         return loop, effect
 
-    return _replayed(items, hooks, body, past_end=True, output=output)
+    return _replayed(items, hooks, body, past_end=True, output=output, handoffs=handoffs)
 
 
 def _check_position(sequence: int, events: list[Event]) -> None:

@@ -567,6 +567,11 @@
                   )
                 : undefined,
             ],
+            ["agent", typeof e.agent === "string" ? h("span", "fn", e.agent) : undefined],
+            [
+              "handoffs",
+              Array.isArray(e.handoffs) && e.handoffs.length ? jsonBlock(e.handoffs) : undefined,
+            ],
           ]),
           tools.length ? h("div", "tools", ...tools) : null,
           evExtras(e, [
@@ -579,6 +584,8 @@
             "parallel_tools",
             "limits",
             "output",
+            "agent",
+            "handoffs",
           ]),
         ],
       };
@@ -715,6 +722,29 @@
     },
     "step.end"(e) {
       return { cls: "compact", label: "step end", head: [], body: [evExtras(e, [])] };
+    },
+    "agent.handoff"(e) {
+      const kept = Array.isArray(e.kept) ? e.kept : null;
+      return {
+        cls: "pause",
+        label: "handoff",
+        head: [
+          h("span", "fn", String(e.from_agent)),
+          h("span", "muted", " → "),
+          h("span", "fn", String(e.to_agent)),
+          chip(e.call_id, "id"),
+        ],
+        body: [
+          kv([
+            [
+              "the new agent sees",
+              kept === null ? "the whole transcript" : `${plural(kept.length, "earlier message")} (its input filter's)`,
+            ],
+          ]),
+          kept === null ? null : jsonBlock(kept),
+          evExtras(e, ["from_agent", "to_agent", "call_id", "kept"]),
+        ],
+      };
     },
     "context.compacted"(e) {
       const summary = e.summary || null;

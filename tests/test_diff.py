@@ -80,7 +80,7 @@ def test_short_renders_what_json_would_and_cuts_it() -> None:
     start = SessionStartEvent(sequence=0, max_steps=8)
     whole = short(start, sys.maxsize)
     assert whole.endswith(
-        ',"parallel_tools":false,"limits":null,"output":null,"parent":null,"compaction":null}'
+        ',"parallel_tools":false,"limits":null,"output":null,"parent":null,"compaction":null,"agent":null,"handoffs":[]}'
     )  # every field
     assert short(start) == whole[:57] + "..."
 

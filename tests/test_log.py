@@ -57,7 +57,7 @@ from tests.logfiles import FIXTURES, bodies, chain, fixture, link, relinked, und
 V2_PATHS = sorted(FIXTURES.glob("*.jsonl"))
 V1_PATHS = sorted((FIXTURES / "v1").glob("*.jsonl"))
 #: Fixtures recorded after format 2 was released: no format-1 copy exists.
-SINCE_FORMAT_2 = {"compacted_session", "media_session"}
+SINCE_FORMAT_2 = {"compacted_session", "handoff_session", "media_session"}
 HEADER = {"format": LOG_FORMAT, "version": LOG_FORMAT_VERSION, "library": __version__}
 TOOL_CALLS_EVENTS = read_log(FIXTURES / "tool_calls.jsonl")
 
@@ -79,7 +79,8 @@ def test_fixtures_exist() -> None:
     ):
         assert required in names
     # Every fixture of format 1's time has its frozen format-1 copy; the ones made
-    # since record events format 1 never had (context.compacted: DESIGN §27).
+    # since record events format 1 never had (context.compacted: DESIGN §27;
+    # agent.handoff: §26).
     assert {p.stem for p in V1_PATHS} == names - SINCE_FORMAT_2
 
 

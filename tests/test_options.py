@@ -39,7 +39,8 @@ def model() -> ScriptedModel:
 
 
 def test_the_families() -> None:
-    assert keys(LoopOptions) == SESSION_KEYS | {"log"} == LOOP_KEYS
+    # (handoffs hold code: a durable session does not store them, DESIGN §26.)
+    assert keys(LoopOptions) == SESSION_KEYS | {"log", "handoffs", "agent_name"} == LOOP_KEYS
     assert keys(AsyncDriveOptions) == keys(DriveOptions) == DRIVE_KEYS
     assert keys(RunOptions) == keys(AsyncRunOptions) == LOOP_KEYS | DRIVE_KEYS
     assert not LOOP_KEYS & DRIVE_KEYS
@@ -53,7 +54,7 @@ def test_each_family_documents_its_keys() -> None:
     # (LoopOptions and AsyncDriveOptions document what they add to their bases.)
     own = {
         SessionOptions: SESSION_KEYS,
-        LoopOptions: {"log"},
+        LoopOptions: {"log", "handoffs", "agent_name"},
         DriveOptions: DRIVE_KEYS,
         AsyncDriveOptions: {"on_pause"},
     }

@@ -683,6 +683,19 @@ EXPECTED: dict[str, tuple[str, str | None, list[tuple[str, str | None]]]] = {
             ("chat", None),
         ],
     ),
+    "handoff_session": (
+        "completed",
+        None,
+        [
+            ("chat", None),
+            ("execute_tool transfer_to_billing", None),
+            ("chat", None),
+            ("execute_tool refund", None),
+            ("chat", None),
+            ("execute_tool transfer_to_triage", None),
+            ("chat", None),
+        ],
+    ),
     "invalid_transcript": ("failed", "INVALID_TRANSCRIPT", []),
     "media_session": (
         "completed",
@@ -1374,3 +1387,34 @@ def test_without_the_exporter_the_cli_says_what_to_install(
     assert main(["otel", log, "--endpoint", "http://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("replay: error: ") and "pip install 'agentloop-replay[otel]'" in err
+
+
+def test_a_handoff_is_a_span_event_and_names_the_agent_of_each_chat() -> None:
+    events = read_log(ROOT / "fixtures" / "handoff_session.jsonl")
+    finished = recorded(events, capture_content=True).finished
+    (root,) = [s for s in finished if s.parent is None]
+    moves = [dict(e.attributes) for e in root.events if e.name == "agentloop.agent.handoff"]
+    assert moves == [
+        {
+            "agentloop.handoff.from": "triage",
+            "agentloop.handoff.to": "billing",
+            "agentloop.handoff.call_id": "call-1",
+            "agentloop.handoff.kept": 1,
+        },
+        {
+            "agentloop.handoff.from": "billing",
+            "agentloop.handoff.to": "triage",
+            "agentloop.handoff.call_id": "call-3",
+        },
+    ]
+    chats = sorted((s for s in finished if s.name == "chat"), key=lambda s: s.start_time or 0)
+    assert [s.attributes["gen_ai.agent.name"] for s in chats] == [
+        "triage",
+        "billing",
+        "billing",
+        "triage",
+    ]
+    systems = [json.loads(s.attributes["gen_ai.system_instructions"])[0]["content"] for s in chats]
+    assert systems[1] == "You are billing." and systems[3].startswith("You are triage")
+    (refund,) = [s for s in finished if s.name == "execute_tool refund"]
+    assert refund.attributes["gen_ai.tool.description"] == "Refund an order."
