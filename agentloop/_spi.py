@@ -21,6 +21,8 @@ Who uses what:
   replayed run's structured output);
 - ``output_check``: ``agentloop/temporal/_client.py`` (a session's output, decoded) and
   ``replay/_durable.py`` (a continued session's output type against its recording);
+- ``compaction_problem``: ``replay/_replay.py`` (a recorded compaction policy against
+  the one a replay is given: the built-ins' names are the loop's business);
 - ``reserved_id_problem``: ``replay/_store.py`` (a queued message may not take an id in
   a namespace the loop makes ids in);
 - ``SessionOptions``, ``DriveOptions``, ``AsyncDriveOptions``, ``OnEvent``,
@@ -31,6 +33,7 @@ Who uses what:
 from __future__ import annotations
 
 from ._codec import decode_deep
+from ._context import compaction_problem
 from ._deep import encode as deep_encode
 from ._deep import parse as deep_parse
 from ._driver import model_method, tools_problem
@@ -50,6 +53,7 @@ __all__ = [
     "SessionOptions",
     "answer_problem",
     "clean_text",
+    "compaction_problem",
     "decode_deep",
     "deep_encode",
     "deep_parse",

@@ -104,7 +104,7 @@ from agentloop import (
     content_text,
     encode_event,
 )
-from agentloop._spi import RecordedOutput, follow
+from agentloop._spi import RecordedOutput, compaction_problem, follow
 
 from ._diff import diff_events, summarize
 
@@ -369,6 +369,7 @@ class _Session:
         interrupt: _Plan | None = None,
         messages: Sequence[Message] | None = None,
         output: Any = None,
+        compaction: Any = None,
     ) -> None:
         self.events = events
         self.past_end = past_end  # regenerated events beyond the log are allowed
@@ -388,6 +389,9 @@ class _Session:
             recorded.append(event.message)
         self.cut_in_transcript = len(recorded) == len(events) - 1  # nothing after it
         initial = recorded if messages is None else _initial_messages(recorded, messages, self)
+        problem = compaction_problem(start.compaction, compaction)
+        if problem is not None:
+            raise ReplayDivergence(0, start, None, reason=problem)
         self.replies = recorded_replies(events)
         self.next_reply = 0
         self.interrupt = interrupt
@@ -412,7 +416,7 @@ class _Session:
                 output=_output(start, events, output),
                 output_retries=start.output.retries if start.output is not None else 2,
                 parent=start.parent,
-                compaction=start.compaction,
+                compaction=start.compaction if compaction is None else compaction,
             )
         except (ValueError, TypeError) as exc:
             raise ReplayDivergence(
@@ -775,7 +779,11 @@ def _replayed(
 
 
 def replay(
-    events: Iterable[Event], *, hooks: HookRegistry | None = None, output: Any = None
+    events: Iterable[Event],
+    *,
+    hooks: HookRegistry | None = None,
+    output: Any = None,
+    compaction: Any = None,
 ) -> ReplayResult:
     """Replay a log through the loop, without a model, checking every event.
 
@@ -786,6 +794,9 @@ def replay(
             (``result.output`` is then that type); without it, a log that records
             an ``output`` is replayed by the verdicts it records (``result.output``
             is the value's JSON form).
+        compaction: the run's compaction policy, when it was not a built-in one
+            (``session.start`` records its ``spec()``, which must match; a built-in
+            policy is rebuilt from it).
 
     Returns:
         :class:`ReplayResult`: the regenerated result and events. For a log that
@@ -822,11 +833,15 @@ def replay(
         )
         return result
 
-    return _replayed(items, hooks, body, output=output)
+    return _replayed(items, hooks, body, output=output, compaction=compaction)
 
 
 def state_at(
-    events: Iterable[Event], sequence: int, *, hooks: HookRegistry | None = None
+    events: Iterable[Event],
+    sequence: int,
+    *,
+    hooks: HookRegistry | None = None,
+    compaction: Any = None,
 ) -> LoopSnapshot:
     """The loop just after event ``sequence``: state, transcript, step, usage, pending.
 
@@ -837,7 +852,7 @@ def state_at(
     loop applies a ``Resume`` -- state, budget, counters -- before it records
     ``session.resume``, so the snapshot at ``session.resume`` already shows the
     resumed state and budget usage; the one at ``session.pause`` shows the paused
-    loop, ``Pause`` pending.)
+    loop, ``Pause`` pending.) ``compaction``: as for :func:`replay`.
 
     Raises:
         ValueError: ``sequence`` is not the position of an event of the log.
@@ -881,7 +896,7 @@ def state_at(
             unsubscribe()
             session.close()
 
-    return _replayed(items, hooks, body, past_end=True)
+    return _replayed(items, hooks, body, past_end=True, compaction=compaction)
 
 
 def _snapshot(
@@ -906,6 +921,7 @@ def resume(
     hooks: HookRegistry | None = None,
     messages: Sequence[Message] | None = None,
     output: Any = None,
+    compaction: Any = None,
 ) -> tuple[AgentLoop, Effect | None]:
     """Continue a run from its log: a live loop at the log's last pull point.
 
@@ -932,7 +948,8 @@ def resume(
             begin with the recorded ones.
 
     A run with structured output (``agent_loop(..., output=T)``) needs ``output=T``
-    again to check the answers still to come.
+    again to check the answers still to come; one with a compaction policy of its
+    own (not a built-in one) needs ``compaction=policy`` again.
 
     Returns:
         ``(loop, effect)``: send the reply to ``effect`` next; or ``(loop, None)``
@@ -979,7 +996,15 @@ def resume(
             )
         return session.hand_over()
 
-    return _replayed(items, hooks, body, past_end=True, messages=messages, output=output)
+    return _replayed(
+        items,
+        hooks,
+        body,
+        past_end=True,
+        messages=messages,
+        output=output,
+        compaction=compaction,
+    )
 
 
 def fork(
@@ -988,6 +1013,7 @@ def fork(
     *,
     hooks: HookRegistry | None = None,
     output: Any = None,
+    compaction: Any = None,
 ) -> tuple[AgentLoop, Effect]:
     """A live loop branched from a log just after event ``sequence``.
 
@@ -996,7 +1022,7 @@ def fork(
     the loop's next pull point: the returned effect is what the loop asks next,
     and any reply may be sent to it ("what if the model had answered
     differently"). Events the loop emits before that pull point are already in
-    ``loop.log``. ``output``: as for :func:`resume`.
+    ``loop.log``. ``output``, ``compaction``: as for :func:`resume`.
 
     Raises:
         ValueError: ``sequence`` is not the position of an event of the log.
@@ -1033,7 +1059,7 @@ def fork(
         assert effect is not None  # checked above
         return loop, effect
 
-    return _replayed(items, hooks, body, past_end=True, output=output)
+    return _replayed(items, hooks, body, past_end=True, output=output, compaction=compaction)
 
 
 def _check_position(sequence: int, events: list[Event]) -> None:
