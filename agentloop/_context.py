@@ -488,6 +488,8 @@ class Context:
         self._log = log
         self._window = window
         self._policy = policy
+        # A caller's steering message may not take the ids a compaction makes.
+        run.compacting = policy is not None
         self._system = system
         self._tools = tools
         self._fixed = _fixed_tokens(system, tools)
