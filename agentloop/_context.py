@@ -72,6 +72,7 @@ __all__ = [
     "Trim",
     "TrimToolResults",
     "check_compaction",
+    "compaction_problem",
     "content_chars",
     "estimate_message",
     "estimate_request",
@@ -416,6 +417,54 @@ def check_compaction(compaction: object, window: int | None) -> CompactionPolicy
     return compaction
 
 
+def _built_in(spec: dict[str, Any]) -> bool:
+    name = spec.get("policy")
+    return type(name) is str and name in _BUILT_INS
+
+
+def compaction_problem(recorded: dict[str, Any] | None, given: object) -> str | None:
+    """Why a replay cannot use ``given`` for the policy ``session.start`` records
+    (``recorded``, its ``spec()``), or ``None``.
+
+    Without ``given`` a built-in policy is rebuilt from its spec; a custom one must
+    be given again: a log holds no code, and a replay does not import it by name.
+    A given policy (or spec dict) must have the very spec the log records
+    (compared as JSON).
+    """
+    if given is None:
+        if recorded is None or _built_in(recorded):
+            return None
+        return (
+            f"session.start records the compaction policy {recorded.get('policy')!r} "
+            f"({recorded!r}), which is not a built-in one: pass the same policy again "
+            "(replay(..., compaction=policy))"
+        )
+    spec_of: Callable[[], object]
+    if isinstance(given, dict):
+        if not _built_in(given):
+            return (
+                f"compaction {given!r} is a spec, which rebuilds only a built-in policy: "
+                "pass the policy itself"
+            )
+        spec_of = given.copy
+    elif isinstance(given, CompactionPolicy):
+        spec_of = given.spec
+    else:
+        return f"compaction must be a CompactionPolicy, got {type(given).__name__}"
+    try:
+        spec = msgspec.json.decode(msgspec.json.encode(spec_of()))
+    except Exception as exc:  # its spec() is the caller's code: any failure is theirs
+        return f"the compaction policy's spec() failed: {type(exc).__name__}: {exc}"
+    if recorded is None:
+        return f"a compaction policy was given ({spec!r}), but session.start records none"
+    if spec != recorded:
+        return (
+            f"the compaction policy given ({spec!r}) is not the one session.start "
+            f"records ({recorded!r})"
+        )
+    return None
+
+
 # --------------------------------------------------------------------------- the view
 
 
@@ -439,6 +488,8 @@ class Context:
         self._log = log
         self._window = window
         self._policy = policy
+        # A caller's steering message may not take the ids a compaction makes.
+        run.compacting = policy is not None
         self._system = system
         self._tools = tools
         self._fixed = _fixed_tokens(system, tools)

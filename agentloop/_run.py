@@ -53,6 +53,7 @@ class Run:
         "checked",
         "checked_arguments_ok",
         "closing",
+        "compacting",
         "error",
         "message_ids",
         "now",
@@ -94,6 +95,8 @@ class Run:
         self.message_ids = message_ids
         #: The ids of the tool calls so far.
         self.call_ids = call_ids
+        #: Whether a compaction policy makes ids too (set by ``_context.Context``).
+        self.compacting = False
         #: Token usage summed over the responses so far.
         self.usage = Usage()
         #: The budget in force (a ``Resume`` may replace it).
@@ -152,14 +155,15 @@ class Run:
         """Queue ``reply`` (its message id reserved) and record message.queued.
 
         With ``loop_ids_reserved`` (rules revision 3 on), an id in a namespace the
-        loop makes ids in is caller misuse (:func:`reserved_id_problem`)."""
+        loop makes ids in is caller misuse (:func:`reserved_id_problem`; with a
+        compaction policy, ``summary-`` and ``compaction-`` too)."""
         message = reply.message
         if message.id in self.message_ids:
             raise _Misuse(
                 f"{type(reply).__name__}.message id {message.id!r} is already used in the run",
                 reply,
             )
-        reserved = reserved_id_problem(message.id) if loop_ids_reserved else None
+        reserved = reserved_id_problem(message.id, self.compacting) if loop_ids_reserved else None
         if reserved is not None:
             raise _Misuse(f"{type(reply).__name__}.{reserved}", reply)
         self.message_ids.add(message.id)  # reserved: no later message may take it

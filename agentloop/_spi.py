@@ -24,6 +24,8 @@ Who uses what:
 - ``content_structure_problem``, ``parts_problem``: ``agentloop/temporal`` (a tool's
   blocks, checked in its activity and its workflow as the drivers check them, so
   the log is the one :func:`agentloop.run` writes);
+- ``compaction_problem``: ``replay/_replay.py`` (a recorded compaction policy against
+  the one a replay is given: the built-ins' names are the loop's business);
 - ``reserved_id_problem``: ``replay/_store.py`` (a queued message may not take an id in
   a namespace the loop makes ids in);
 - ``SessionOptions``, ``DriveOptions``, ``AsyncDriveOptions``, ``OnEvent``,
@@ -34,6 +36,7 @@ Who uses what:
 from __future__ import annotations
 
 from ._codec import decode_deep
+from ._context import compaction_problem
 from ._deep import encode as deep_encode
 from ._deep import parse as deep_parse
 from ._driver import model_method, tools_problem
@@ -54,6 +57,7 @@ __all__ = [
     "SessionOptions",
     "answer_problem",
     "clean_text",
+    "compaction_problem",
     "content_structure_problem",
     "decode_deep",
     "deep_encode",

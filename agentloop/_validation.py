@@ -72,6 +72,7 @@ from ._protocol import (
 from ._tree import child_problem
 
 __all__ = [
+    "COMPACTION_ID_PREFIXES",
     "FAILING_STOPS",
     "LOOP_ID_PREFIXES",
     "accept",
@@ -104,11 +105,17 @@ LOOP_ID_PREFIXES: tuple[tuple[str, str], ...] = (
     ("tool-result-", "tool-result-<call id> is a tool call's result"),
     ("output-retry-", "output-retry-<response id> is an answer sent back to the model"),
 )
+#: And in a run with a compaction policy (DESIGN §27), the ids a compaction makes.
+COMPACTION_ID_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("summary-", "summary-<response id> is a compaction's summary"),
+    ("compaction-", "compaction-<request id> is a summary request's instruction"),
+)
 
 
-def reserved_id_problem(message_id: str) -> str | None:
+def reserved_id_problem(message_id: str, compaction: bool = False) -> str | None:
     """Why a caller's message (a ``Steer``, a ``FollowUp``) may not have the id
-    ``message_id``, or ``None``.
+    ``message_id``, or ``None``; with ``compaction`` (the run has a compaction
+    policy) the ids of :data:`COMPACTION_ID_PREFIXES` are the loop's too.
 
     The loop names the messages it makes by prefix (:data:`LOOP_ID_PREFIXES`), from
     ids it learns later: the response ids of steps to come, the call ids of calls
@@ -118,7 +125,8 @@ def reserved_id_problem(message_id: str) -> str | None:
     with are not held to it: a transcript continued from an earlier run holds the
     loop's ids legitimately.)
     """
-    for prefix, meaning in LOOP_ID_PREFIXES:
+    prefixes = LOOP_ID_PREFIXES + COMPACTION_ID_PREFIXES if compaction else LOOP_ID_PREFIXES
+    for prefix, meaning in prefixes:
         if message_id.startswith(prefix):
             return (
                 f"message id {message_id!r} is in a namespace the loop makes ids in "

@@ -52,7 +52,10 @@ Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
 ``gen_ai.system_instructions``, ``gen_ai.tool.definitions``,
 ``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``, pause and resume
 payloads, tool error texts) is recorded only with ``capture_content=True``: the
-conventions make these attributes opt-in because they hold user data. Structured
+conventions make these attributes opt-in because they hold user data. A ``chat``
+span's input is what that request sent: with a compaction policy (DESIGN §27), the
+model's view, rebuilt from ``context.compacted`` (a custom policy's summary
+instructions and trim sizes are not in the log: left out, and results shown whole). Structured
 values are recorded as JSON strings (the form the conventions allow where
 structured attributes are not supported, and the one GenAI backends read today).
 
@@ -81,6 +84,7 @@ from typing import Any, Final
 import msgspec
 
 from ._codec import encode_event
+from ._context import SummarizeOlder, TrimToolResults, policy_from_spec, trimmed
 from ._deep import encode as encode_deep
 from ._events import (
     BudgetWarnEvent,
@@ -114,6 +118,7 @@ from ._messages import (
     TextBlock,
     ThinkingBlock,
     ToolCall,
+    ToolResultMessage,
     UserMessage,
     content_text,
 )
@@ -327,6 +332,15 @@ class SpanRecorder:
         self._agent: str | None = None  # the current agent, in a session with handoffs
         self._systems: dict[str, str | None] = {}  # each agent's system prompt
         self._transcript: list[str] = []  # JSON of each message (capture_content only)
+        self._messages: list[Message] = []  # and the messages themselves
+        # The model's view (DESIGN §27): the summary in front of the transcript
+        # from _view_start on, tool results before _trim[0] trimmed to _trim[1:].
+        self._view_start = 0
+        self._summary: UserMessage | None = None
+        self._trim: tuple[int, int, int] | None = None
+        self._trimmed: dict[int, str] = {}  # JSON of each trimmed result shown
+        self._instructions: str | None = None  # a built-in policy's (the spec says)
+        self._trim_sizes: tuple[int, int] | None = None
         self._input_recorded = False
         self._output: str | None = None  # JSON of the last committed output message
         self._stop_reason = "stop"
@@ -452,6 +466,20 @@ class SpanRecorder:
             for handoff in event.handoffs:
                 for spec in handoff.tools:
                     self._descriptions.setdefault(spec.name, spec.description)
+        if self.capture_content and event.compaction is not None:
+            self._policy(event.compaction)
+
+    def _policy(self, spec: dict[str, Any]) -> None:
+        """What a built-in policy adds to the view: its summary instructions, its trim
+        sizes (a custom policy's are not recorded: its spans show what is known)."""
+        try:
+            policy = policy_from_spec(spec)
+        except ValueError:
+            return
+        if type(policy) is SummarizeOlder:
+            self._instructions = policy.instructions
+        elif type(policy) is TrimToolResults:  # pragma: no branch - the two built-ins
+            self._trim_sizes = (policy.head, policy.tail)
 
     def _message_accepted(self, event: MessageAcceptedEvent, at: int | None) -> None:
         self._remember(event.message)
@@ -459,9 +487,29 @@ class SpanRecorder:
     def _remember(self, message: Message) -> None:
         if self.capture_content:
             self._transcript.append(_json(_message(message)))
+            self._messages.append(message)
 
     def _messages_json(self) -> str:
-        return "[" + ",".join(self._transcript) + "]"
+        """The messages the next request sends: the model's view."""
+        if self._summary is None and self._trim is None:
+            return "[" + ",".join(self._transcript) + "]"
+        return "[" + ",".join(self._view(len(self._transcript))) + "]"
+
+    def _view(self, end: int) -> list[str]:
+        """The JSON of the view's messages before transcript index ``end``."""
+        parts = [] if self._summary is None else [_json(_message(self._summary))]
+        trim, messages, shown = self._trim, self._messages, self._transcript
+        for index in range(self._view_start, min(end, len(shown))):
+            message = messages[index]
+            if trim is not None and index < trim[0] and type(message) is ToolResultMessage:
+                text = self._trimmed.get(index)
+                if text is None:
+                    short = trimmed(message, trim[1], trim[2])
+                    text = self._trimmed[index] = _json(_message(short))
+                parts.append(text)
+            else:
+                parts.append(shown[index])
+        return parts
 
     def _step_start(self, event: StepStartEvent, at: int | None) -> None:
         assert self._root is not None
@@ -626,6 +674,8 @@ class SpanRecorder:
             timestamp=at,
         )
         chat, step = self._chat, self._step_event
+        if self.capture_content:
+            self._compacted(event, chat)
         if event.how != "summarize" or chat is None or step is None:
             return
         chat.span.set_attribute("agentloop.request.purpose", "compaction")
@@ -650,6 +700,24 @@ class SpanRecorder:
         self._root.span.add_event("agentloop.agent.handoff", attributes, timestamp=at)
         self._agent = event.to_agent
         self._system = self._systems.get(event.to_agent)
+
+    def _compacted(self, event: ContextCompactedEvent, chat: _Open | None) -> None:
+        """The view after ``event``; the open chat span's input brought up to date: a
+        summary's is the view before the cut and the policy's instructions (when a
+        built-in policy's spec says them), a trimmed request's the trimmed view."""
+        if event.how == "summarize":
+            if chat is not None:
+                older = self._view(event.start)
+                if self._instructions is not None:
+                    instructions = UserMessage("compaction", self._instructions)
+                    older.append(_json(_message(instructions)))
+                chat.span.set_attribute(_INPUT_MESSAGES, "[" + ",".join(older) + "]")
+            self._view_start, self._summary = event.start, event.summary
+        elif self._trim_sizes is not None:
+            self._trim = (event.trimmed_before, *self._trim_sizes)
+            self._trimmed = {}
+            if chat is not None:
+                chat.span.set_attribute(_INPUT_MESSAGES, self._messages_json())
 
     def _budget_warn(self, event: BudgetWarnEvent, at: int | None) -> None:
         assert self._root is not None
@@ -704,7 +772,7 @@ class SpanRecorder:
         if self.capture_content and event.status == "completed" and self._output is not None:
             span.set_attribute(_OUTPUT_MESSAGES, self._output)
         if self.capture_content and not self._input_recorded and self._transcript:
-            span.set_attribute(_INPUT_MESSAGES, self._messages_json())
+            span.set_attribute(_INPUT_MESSAGES, "[" + ",".join(self._transcript) + "]")
         if error is not None:
             _set_error(span, error.code, error.message)
         elif event.status == "cancelled":

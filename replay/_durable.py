@@ -269,7 +269,9 @@ def run_durable(
             ``output_retries``, ``compaction`` and the tools' specs). Without it, the stored
             configuration is used and those options are ignored -- except
             ``output``, which a session started with ``output=T`` needs again
-            (a type cannot be stored), as for :func:`replay.resume`.
+            (a type cannot be stored), and ``compaction``, which a session
+            started with a policy of your own (not a built-in one) needs again
+            (it must have the recorded ``spec()``), as for :func:`replay.resume`.
         model, tools, hooks, signal, clock, inbox, tool_workers: as for
             :func:`agentloop.run`. The tools must offer every tool the session
             was started with, with the same parameters (more are fine: a worker
@@ -466,6 +468,7 @@ class _Options:
         self.config = config  # agent_loop's options, as given (its defaults otherwise)
         self.hooks: HookRegistry | None = hooks
         self.output: Any = config.get("output")
+        self.compaction: Any = config.get("compaction")
         self.started_at: float | None = config.get("started_at")
         self.signal: CancelToken | None = signal
         self.on_pause: Any = on_pause
@@ -533,7 +536,9 @@ class _Options:
             if info.finished:
                 store.release(session_id, self.owner)
                 return self.finished(events)
-            loop, _ = resume(events, hooks=self.hooks, output=self.output)
+            loop, _ = resume(
+                events, hooks=self.hooks, output=self.output, compaction=self.compaction
+            )
             problem = tools_problem(self.registry, loop.tools, extra=True)
             if problem is not None:
                 raise ValueError(f"session {session_id!r}: {problem}")
@@ -553,7 +558,9 @@ class _Options:
 
     def finished(self, events: Sequence[Event]) -> RunResult:
         """The result of a finished session, from its log."""
-        result = replay(events, hooks=self.hooks, output=self.output).result
+        result = replay(
+            events, hooks=self.hooks, output=self.output, compaction=self.compaction
+        ).result
         assert result is not None  # the store vouches: its log ends with run.finished
         return result
 

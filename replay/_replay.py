@@ -105,7 +105,7 @@ from agentloop import (
     content_text,
     encode_event,
 )
-from agentloop._spi import RecordedOutput, follow, recorded_handoffs
+from agentloop._spi import RecordedOutput, compaction_problem, follow, recorded_handoffs
 
 from ._diff import diff_events, summarize
 
@@ -371,6 +371,7 @@ class _Session:
         messages: Sequence[Message] | None = None,
         output: Any = None,
         handoffs: Sequence[Handoff] | None = None,
+        compaction: Any = None,
     ) -> None:
         self.events = events
         self.past_end = past_end  # regenerated events beyond the log are allowed
@@ -390,6 +391,9 @@ class _Session:
             recorded.append(event.message)
         self.cut_in_transcript = len(recorded) == len(events) - 1  # nothing after it
         initial = recorded if messages is None else _initial_messages(recorded, messages, self)
+        problem = compaction_problem(start.compaction, compaction)
+        if problem is not None:
+            raise ReplayDivergence(0, start, None, reason=problem)
         self.replies = recorded_replies(events)
         self.next_reply = 0
         self.interrupt = interrupt
@@ -415,9 +419,9 @@ class _Session:
                 output=checked_output,
                 output_retries=_retries(start),
                 parent=start.parent,
-                compaction=start.compaction,
                 handoffs=_handoffs(start, events, handoffs, checked_output),
                 agent_name=start.agent,
+                compaction=start.compaction if compaction is None else compaction,
             )
         except (ValueError, TypeError) as exc:
             raise ReplayDivergence(
@@ -818,6 +822,7 @@ def replay(
     hooks: HookRegistry | None = None,
     output: Any = None,
     handoffs: Sequence[Handoff] | None = None,
+    compaction: Any = None,
 ) -> ReplayResult:
     """Replay a log through the loop, without a model, checking every event.
 
@@ -834,6 +839,9 @@ def replay(
             kept, the output verdicts). Handoffs that are not the recorded ones
             diverge at ``session.start`` (naming ``handoffs``); a filter that keeps
             other messages diverges at its ``agent.handoff``.
+        compaction: the run's compaction policy, when it was not a built-in one
+            (``session.start`` records its ``spec()``, which must match; a built-in
+            policy is rebuilt from it).
 
     Returns:
         :class:`ReplayResult`: the regenerated result and events. For a log that
@@ -870,11 +878,15 @@ def replay(
         )
         return result
 
-    return _replayed(items, hooks, body, output=output, handoffs=handoffs)
+    return _replayed(items, hooks, body, output=output, handoffs=handoffs, compaction=compaction)
 
 
 def state_at(
-    events: Iterable[Event], sequence: int, *, hooks: HookRegistry | None = None
+    events: Iterable[Event],
+    sequence: int,
+    *,
+    hooks: HookRegistry | None = None,
+    compaction: Any = None,
 ) -> LoopSnapshot:
     """The loop just after event ``sequence``: state, transcript, step, usage, pending.
 
@@ -885,7 +897,7 @@ def state_at(
     loop applies a ``Resume`` -- state, budget, counters -- before it records
     ``session.resume``, so the snapshot at ``session.resume`` already shows the
     resumed state and budget usage; the one at ``session.pause`` shows the paused
-    loop, ``Pause`` pending.)
+    loop, ``Pause`` pending.) ``compaction``: as for :func:`replay`.
 
     Raises:
         ValueError: ``sequence`` is not the position of an event of the log.
@@ -929,7 +941,7 @@ def state_at(
             unsubscribe()
             session.close()
 
-    return _replayed(items, hooks, body, past_end=True)
+    return _replayed(items, hooks, body, past_end=True, compaction=compaction)
 
 
 def _snapshot(
@@ -955,6 +967,7 @@ def resume(
     messages: Sequence[Message] | None = None,
     output: Any = None,
     handoffs: Sequence[Handoff] | None = None,
+    compaction: Any = None,
 ) -> tuple[AgentLoop, Effect | None]:
     """Continue a run from its log: a live loop at the log's last pull point.
 
@@ -982,7 +995,9 @@ def resume(
 
     A run with structured output (``agent_loop(..., output=T)``) needs ``output=T``
     again to check the answers still to come; a run with handoffs whose filters or
-    output checks run again needs ``handoffs=`` (see :func:`replay`).
+    output checks run again needs ``handoffs=`` (see :func:`replay`); one with a
+    compaction policy of its own (not a built-in one) needs ``compaction=policy``
+    again.
 
     Returns:
         ``(loop, effect)``: send the reply to ``effect`` next; or ``(loop, None)``
@@ -1030,7 +1045,14 @@ def resume(
         return session.hand_over()
 
     return _replayed(
-        items, hooks, body, past_end=True, messages=messages, output=output, handoffs=handoffs
+        items,
+        hooks,
+        body,
+        past_end=True,
+        messages=messages,
+        output=output,
+        handoffs=handoffs,
+        compaction=compaction,
     )
 
 
@@ -1041,6 +1063,7 @@ def fork(
     hooks: HookRegistry | None = None,
     output: Any = None,
     handoffs: Sequence[Handoff] | None = None,
+    compaction: Any = None,
 ) -> tuple[AgentLoop, Effect]:
     """A live loop branched from a log just after event ``sequence``.
 
@@ -1049,7 +1072,7 @@ def fork(
     the loop's next pull point: the returned effect is what the loop asks next,
     and any reply may be sent to it ("what if the model had answered
     differently"). Events the loop emits before that pull point are already in
-    ``loop.log``. ``output``, ``handoffs``: as for :func:`resume`.
+    ``loop.log``. ``output``, ``handoffs``, ``compaction``: as for :func:`resume`.
 
     Raises:
         ValueError: ``sequence`` is not the position of an event of the log.
@@ -1086,7 +1109,15 @@ def fork(
         assert effect is not None  # checked above
         return loop, effect
 
-    return _replayed(items, hooks, body, past_end=True, output=output, handoffs=handoffs)
+    return _replayed(
+        items,
+        hooks,
+        body,
+        past_end=True,
+        output=output,
+        handoffs=handoffs,
+        compaction=compaction,
+    )
 
 
 def _check_position(sequence: int, events: list[Event]) -> None:

@@ -370,7 +370,9 @@ class AgentCassette:
         if not events:
             raise ReplayError("the cassette holds no events")
         _check_start(events, messages, tools, config)
-        replayed = replay(events, hooks=hooks, output=config.get("output"))
+        replayed = replay(
+            events, hooks=hooks, output=config.get("output"), compaction=config.get("compaction")
+        )
         if replayed.result is None:
             raise ReplayError(
                 "the cassette ends before its run finished (the loop waits for "

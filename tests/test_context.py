@@ -30,6 +30,7 @@ from agentloop import (
     Message,
     ModelRequest,
     ProviderBlock,
+    RunResult,
     ScriptedResponse,
     Summarize,
     SummarizeOlder,
@@ -298,8 +299,10 @@ def test_a_custom_policy_runs_and_its_mistakes_fail_the_run_clearly() -> None:
     assert isinstance(Custom(None), CompactionPolicy)
     result, _, log = go(5, 5000, Custom(None))
     assert result.status == "completed" and log[0].compaction == {"policy": "custom"}
-    with pytest.raises(replay.ReplayDivergence, match="'custom' is not a built-in one"):
+    with pytest.raises(replay.ReplayDivergence, match=r"'custom' .* is not a built-in one"):
         replay.replay(list(log))
+    again = replay.replay(list(log), compaction=Custom(None))
+    assert encoded(again.events) == encoded(log)
     result, _, _ = go(5, 5000, Custom("cut it"))
     assert result.error.code == CONTEXT_OVERFLOW
     assert "decide() returned str, not Trim, Summarize or None" in result.error.message
@@ -702,3 +705,126 @@ def test_media_blocks_count_as_the_estimator_documents() -> None:
     assert block_chars(provider) == len(msgspec.json.encode(provider))
     message = ToolResultMessage("t1", "c1", "chart", parts)
     assert trimmed(message, 1, 1) is message  # blocks are not cut in half
+
+
+# ------------------------------------------------------------- custom policies on replay
+
+
+class KeepLast(msgspec.Struct, frozen=True):
+    """A policy of the caller's own: summarise all but the last ``n`` cuts' worth."""
+
+    n: int = 2
+
+    def decide(self, state: ContextState) -> Summarize | None:
+        cuts = [c for c in state.cuts() if c > state.start]
+        if state.estimate <= state.window // 2 or len(cuts) <= self.n:
+            return None
+        return Summarize(cuts[-self.n - 1], "Sum up.")
+
+    def spec(self) -> dict[str, Any]:
+        return {"policy": "keep_last", "n": self.n}
+
+
+def test_a_custom_policy_replays_resumes_and_forks_when_given_again(tmp_path: Path) -> None:
+    result, _, log = go(40, 5000, KeepLast())
+    events = list(log)
+    compactions = [e for e in events if type(e) is ContextCompactedEvent]
+    assert result.status == "completed" and len(compactions) >= 2
+    assert events[0].compaction == {"policy": "keep_last", "n": 2}
+    again = replay.replay(events, compaction=KeepLast())
+    assert encoded(again.events) == encoded(events)
+    # its spec is no policy (a log holds no code)
+    with pytest.raises(replay.ReplayDivergence, match="rebuilds only a built-in policy"):
+        replay.replay(events, compaction=KeepLast().spec())
+    # from a file, cut in the middle: resume, fork and state_at take it too
+    path = tmp_path / "s.jsonl"
+    replay.write_log(path, events)
+    cut = replay.read_log(path)[: compactions[1].sequence - 3]
+    loop, effect = replay.resume(cut, compaction=KeepLast())
+    assert effect is not None and loop.log[0] == events[0]
+    forked, _ = replay.fork(events, compactions[0].sequence, compaction=KeepLast())
+    assert list(forked.log) == events[: len(forked.log)]
+    snapshot = replay.state_at(events, compactions[0].sequence, compaction=KeepLast())
+    assert snapshot.event == compactions[0]
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            None,
+            r"session.start records the compaction policy 'keep_last' \(\{'policy': "
+            r"'keep_last', 'n': 2\}\), which is not a built-in one: pass the same policy "
+            r"again \(replay\(..., compaction=policy\)\)",
+        ),
+        (
+            KeepLast(3),
+            r"the compaction policy given \(\{'policy': 'keep_last', 'n': 3\}\) is not the "
+            r"one session.start records \(\{'policy': 'keep_last', 'n': 2\}\)",
+        ),
+        (SummarizeOlder(), r"the compaction policy given \(\{'policy': 'summarize_older'\}\)"),
+        (3, "compaction must be a CompactionPolicy, got int"),
+    ],
+)
+def test_a_custom_policy_missing_or_different_is_a_divergence_naming_it(
+    given: Any, message: str
+) -> None:
+    _, _, log = go(12, 5000, KeepLast())
+    for call in (
+        lambda: replay.replay(list(log), compaction=given),
+        lambda: replay.resume(list(log)[:-3], compaction=given),
+    ):
+        with pytest.raises(replay.ReplayDivergence, match=message) as caught:
+            call()
+        assert caught.value.sequence == 0 and str(caught.value)
+
+
+class Broken:
+    def decide(self, state: ContextState) -> None:
+        return None
+
+    def spec(self) -> dict[str, Any]:
+        raise RuntimeError("no spec today")
+
+
+def test_a_policy_given_to_a_log_without_one_or_whose_spec_fails_is_refused() -> None:
+    _, _, plain = go(3, 5000)
+    with pytest.raises(replay.ReplayDivergence, match=r"but session\.start records none"):
+        replay.replay(list(plain), compaction=KeepLast())
+    _, _, log = go(3, 5000, KeepLast())
+    with pytest.raises(
+        replay.ReplayDivergence,
+        match=r"the compaction policy's spec\(\) failed: RuntimeError: no spec today",
+    ):
+        replay.replay(list(log), compaction=Broken())
+    # a built-in one is rebuilt from its spec; given again, it must match
+    _, _, built_in = go(3, 5000, TrimToolResults(keep_last=1))
+    assert replay.replay(list(built_in)).events == tuple(built_in)
+    assert replay.replay(list(built_in), compaction=TrimToolResults(keep_last=1)).result
+    assert replay.replay(list(built_in), compaction=TrimToolResults(keep_last=1).spec()).result
+
+
+def test_a_durable_session_with_a_custom_policy_needs_it_again(tmp_path: Path) -> None:
+    model = reading_model(30)
+    options: dict[str, Any] = {
+        "tools": [fetch],
+        "max_steps": 30,
+        "limits": Limits(agent_steps=64, context_tokens=5000),
+        "clock": lambda: 0.0,
+        "owner": "w1",
+    }
+    with replay.SQLiteStore(tmp_path / "s.db") as store:
+        first = replay.run_durable(
+            store,
+            "s",
+            [UserMessage("u1", "read")],
+            model=model,
+            compaction=KeepLast(),
+            **options,
+        )
+        assert isinstance(first, RunResult) and first.status == "completed"
+        # finished: its result comes from a replay, which needs the policy
+        again = replay.run_durable(store, "s", model=model, compaction=KeepLast(), **options)
+        assert again == first
+        with pytest.raises(replay.ReplayDivergence, match="'keep_last'"):
+            replay.run_durable(store, "s", model=model, **options)

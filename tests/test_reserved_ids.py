@@ -27,11 +27,13 @@ from agentloop import (
     FollowUp,
     FunctionModel,
     Inbox,
+    Limits,
     ModelRequest,
     RunFinishedEvent,
     ScriptedResponse,
     SessionCompleteEvent,
     Steer,
+    SummarizeOlder,
     ToolCall,
     ToolRequest,
     ToolResult,
@@ -42,7 +44,7 @@ from agentloop import (
     tool,
     validate_transcript,
 )
-from agentloop._validation import LOOP_ID_PREFIXES, reserved_id_problem
+from agentloop._validation import COMPACTION_ID_PREFIXES, LOOP_ID_PREFIXES, reserved_id_problem
 from replay import SQLiteStore, read_log, recorded_replies
 from replay.__main__ import main
 
@@ -251,3 +253,68 @@ def test_a_rules_2_log_with_a_reserved_id_replays_as_written(
             loop.send(reply)
     assert loop.result is not None and loop.result.error is not None
     assert loop.result.error.code == CALLER_PROTOCOL_ERROR
+
+
+# --------------------------------------------------------------------------- compaction's ids
+
+
+COMPACTION_PREFIXES = [prefix for prefix, _ in COMPACTION_ID_PREFIXES]
+
+
+def test_compaction_makes_ids_in_two_more_namespaces() -> None:
+    assert COMPACTION_PREFIXES == ["summary-", "compaction-"]
+
+
+@given(st.text(max_size=30))
+def test_with_compaction_the_summary_ids_are_the_loop_s_too(suffix: str) -> None:
+    for prefix in COMPACTION_PREFIXES:
+        assert reserved_id_problem(prefix + suffix) is None  # without a policy: the caller's
+        problem = reserved_id_problem(prefix + suffix, compaction=True)
+        assert problem is not None and repr(prefix) in problem
+    assert (reserved_id_problem(suffix, compaction=True) is None) == (
+        reserved_id_problem(suffix) is None and not suffix.startswith(tuple(COMPACTION_PREFIXES))
+    )
+
+
+def _compacting_loop(policy: Any) -> Any:
+    limits = Limits(context_tokens=5000)
+    loop = agent_loop(
+        [UserMessage("u1", "hi")], tools=[ECHO], started_at=1.0, limits=limits, compaction=policy
+    )
+    next(loop)
+    return loop
+
+
+@pytest.mark.parametrize("kind", [Steer, FollowUp])
+@pytest.mark.parametrize("id_", ["summary-r1", "compaction-request-002", "summary-"])
+def test_a_run_with_a_compaction_policy_refuses_its_ids(
+    kind: type[Steer | FollowUp], id_: str
+) -> None:
+    loop = _compacting_loop(SummarizeOlder())
+    reply = kind(UserMessage(id_, "redirect"), at=2.0)
+    with pytest.raises(CallerProtocolError, match=re.escape(f"{id_!r} is in a namespace")):
+        loop.send(reply)
+    assert loop.result is not None and loop.result.error is not None
+    assert loop.result.error.code == CALLER_PROTOCOL_ERROR
+    rebuilt = replay.replay(list(loop.log))
+    assert [encode_event(e) for e in rebuilt.events] == [encode_event(e) for e in loop.log]
+
+
+def test_without_a_policy_those_ids_stay_the_caller_s() -> None:
+    for loop in (_loop(), _compacting_loop(None)):
+        loop.send(Steer(UserMessage("summary-r1", "redirect"), at=2.0))
+        assert loop.log[-1].type == "message.queued"
+
+
+def test_a_steer_may_not_take_the_id_of_the_summary_the_model_sees() -> None:
+    # The defect: the summary is not in the transcript, so its id was free for a
+    # steering message, and the next request would hold two messages of one id.
+    policy = SummarizeOlder(at=0.3, keep=0.1)
+    loop = _compacting_loop(policy)
+    effect = loop.send(response("request-001", "r1", call("echo", "c1", text="x" * 3000)))
+    effect = loop.send(ToolResult("c1", "y" * 3000))
+    assert type(effect) is ModelRequest and effect.purpose == "compaction"
+    effect = loop.send(response(effect.id, "s1", "the summary"))
+    assert type(effect) is ModelRequest and effect.messages[0].id == "summary-s1"
+    with pytest.raises(CallerProtocolError, match="'summary-s1' is in a namespace"):
+        loop.send(Steer(UserMessage("summary-s1", "and now?"), at=3.0))

@@ -811,7 +811,7 @@ def retry_after(
     return max(0.0, when.timestamp() - now())
 
 
-_SECONDS: Final = re.compile(r"\s*[0-9]{1,12}(?:\.[0-9]{1,9})?\s*")
+_SECONDS: Final = re.compile(r"[ \t]*[0-9]{1,12}(?:\.[0-9]{1,9})?[ \t]*")  # (HTTP whitespace only)
 
 
 def _seconds(value: str | None) -> float | None:

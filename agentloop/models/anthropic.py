@@ -19,9 +19,10 @@ message; an ``AssistantMessage`` an assistant message with its blocks in order
 (text -> ``text``, ``ToolCall`` -> ``tool_use`` with ``input``, a ``ThinkingBlock``
 followed by its ``ProviderBlock("anthropic", "thinking_signature")`` (or carrying a
 ``signature`` itself, as transcripts from earlier versions do) -> ``thinking``,
-``ProviderBlock("anthropic", "redacted_thinking")`` -> ``redacted_thinking``;
-unsigned thinking, blank text and other providers' blocks are not sent, as the API
-rejects them); consecutive ``ToolResultMessage``\\ s are one user message of
+``ProviderBlock("anthropic", "redacted_thinking")`` -> ``redacted_thinking``,
+``ProviderBlock("anthropic", "compaction")`` -> ``compaction`` with its fields
+verbatim, in place; unsigned thinking, blank text and other providers' blocks are
+not sent, as the API rejects them); consecutive ``ToolResultMessage``\\ s are one user message of
 ``tool_result`` blocks (``is_error`` included). Tool specs become tools with
 ``input_schema``. With ``output=T`` (no JSON-schema option is assumed) the system
 prompt ends with "Answer with only a JSON value matching this JSON Schema: ...".
@@ -31,15 +32,26 @@ fragments are assembled and sent as one ``ToolCall`` at ``content_block_stop``; 
 ``thinking`` block is sent at its stop as one ``ThinkingBlock`` followed by
 ``ProviderBlock("anthropic", "thinking_signature", {"signature": ...})``; a
 ``redacted_thinking`` block as ``ProviderBlock("anthropic", "redacted_thinking",
-{"data": ...})``. Server tool blocks are skipped. ``stop_reason``: ``end_turn``,
+{"data": ...})``; a ``compaction`` block (the server compacted the context:
+``context_management={"edits": [{"type": "compact_20260112"}]}`` with the
+``compact-2026-01-12`` beta, passed as ``extra_body``/``extra_headers``) as
+``ProviderBlock("anthropic", "compaction", {...})`` holding its fields as the API
+sent them (``content``, the summary, streamed in ``compaction_delta`` events;
+``encrypted_content``, ``signature``, ``tool_changes`` when present): the next
+request sends it back unchanged, and the API ignores what came before it. Server
+tool blocks are skipped. ``stop_reason``: ``end_turn``,
 ``stop_sequence`` -> ``stop``; ``tool_use`` -> ``tool_call``; ``max_tokens``,
 ``model_context_window_exceeded`` -> ``length``; ``refusal`` -> ``refusal`` (the
 run fails with ``MODEL_REFUSED`` and ``stop_details.explanation``); anything else
-(``pause_turn``, ...) -> ``error``, its name kept in ``stop_message``. Usage: input
-tokens are ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens``
-(what the request consumed), of which ``cache_write_tokens`` and
-``cache_read_tokens``; output tokens the final cumulative ``output_tokens``, of
-which ``output_tokens_details.thinking_tokens`` are the ``reasoning_tokens``.
+(``pause_turn``, ``compaction`` from ``pause_after_compaction``, ...) -> ``error``, its
+name kept in ``stop_message``. Usage: input tokens are ``input_tokens +
+cache_creation_input_tokens + cache_read_input_tokens`` (what the request
+consumed), of which ``cache_write_tokens`` and ``cache_read_tokens``; output tokens
+the final cumulative ``output_tokens``, of which
+``output_tokens_details.thinking_tokens`` are the ``reasoning_tokens``; plus, for
+each ``compaction`` entry of ``usage.iterations`` (the server's compaction call,
+which the API leaves out of the top-level counts), its input, cache and output
+tokens: ``Usage`` counts what the request was billed.
 
 When the response stopped for ``max_tokens``, a tool call whose input was cut off
 is kept with empty arguments: the loop never runs the calls of a ``length``
@@ -149,7 +161,7 @@ _ASYNC_CLIENTS: Final = (
     anthropic.AsyncAnthropicVertex,
 )
 
-_OWN_KINDS: Final = frozenset({"thinking_signature", "redacted_thinking"})
+_OWN_KINDS: Final = frozenset({"thinking_signature", "redacted_thinking", "compaction"})
 #: The stream's event types the parser knows (the SDK's ``RawMessageStreamEvent``).
 _EVENT_TYPES: Final = frozenset(
     {
@@ -315,6 +327,10 @@ def _messages(request: ModelRequest) -> list[MessageParam]:
                                 )
                         case ProviderBlock(kind="redacted_thinking", data={"data": str() as data}):
                             blocks.append({"type": "redacted_thinking", "data": data})
+                        case ProviderBlock(kind="compaction", data=data):
+                            # sent back verbatim where it was (the API then ignores
+                            # what came before it)
+                            blocks.append(cast("Any", {**data, "type": "compaction"}))
                 if blocks:
                     out.append({"role": "assistant", "content": blocks})
             case ToolResultMessage():  # pragma: no branch - the Message union has 3 types
@@ -414,7 +430,7 @@ def _tools(request: ModelRequest) -> list[ToolParam]:
 
 
 class _OpenBlock:
-    """A tool_use or thinking block between its start and its stop."""
+    """A tool_use, thinking or compaction block between its start and its stop."""
 
     __slots__ = ("id", "kind", "name", "parts", "signature", "start_input")
 
@@ -426,14 +442,47 @@ class _OpenBlock:
         self.signature: str | None = None
         self.start_input: dict[str, object] = {}
 
+    def extend(self, fields: dict[str, Any]) -> None:
+        """A compaction block's delta: its strings continue the block's, the rest
+        replaces (``start_input`` holds the block's fields)."""
+        have = self.start_input
+        for name, value in fields.items():
+            before = have.get(name)
+            have[name] = before + value if type(before) is str and type(value) is str else value
+
+    def compaction(self) -> ProviderBlock:
+        """The compaction block, as the API must get it back (its fields verbatim);
+        a signature streamed as a ``signature_delta`` is one of them."""
+        data = dict(self.start_input)
+        if self.signature:
+            started = data.get("signature")
+            data["signature"] = (started if type(started) is str else "") + self.signature
+        return ProviderBlock("anthropic", "compaction", data)
+
 
 class _Usage:
-    """The usage reported so far (kept outside ``_replies`` for an error mid-stream)."""
+    """The usage reported so far (kept outside ``_replies`` for an error mid-stream).
 
-    __slots__ = ("cache_read", "cache_write", "input", "output", "reasoning", "reported")
+    A response in which the server compacted the context (``compact_20260112``)
+    lists the compaction's own call in ``usage.iterations`` as a ``compaction``
+    entry, which the API leaves out of the top-level counts: it is added to them
+    here (it was billed). The other entries (``message``, ...) are the top-level
+    counts' own parts and are not added again.
+    """
+
+    __slots__ = (
+        "cache_read",
+        "cache_write",
+        "compacted",
+        "input",
+        "output",
+        "reasoning",
+        "reported",
+    )
 
     def __init__(self) -> None:
         self.input = self.output = self.cache_read = self.cache_write = self.reasoning = 0
+        self.compacted = Usage()
         self.reported = False
 
     def update(self, usage: Any) -> None:
@@ -446,18 +495,49 @@ class _Usage:
         details = getattr(usage, "output_tokens_details", None)
         if details is not None:
             self.reasoning = details.thinking_tokens or 0
+        iterations = getattr(usage, "iterations", None)
+        if iterations:  # (cumulative too: the last report lists them all)
+            compacted = Usage()
+            for entry in iterations:
+                if _count(entry, "type") == "compaction":
+                    write = _count(entry, "cache_creation_input_tokens")
+                    read = _count(entry, "cache_read_input_tokens")
+                    compacted += Usage(
+                        _count(entry, "input_tokens") + write + read,
+                        _count(entry, "output_tokens"),
+                        cache_read_tokens=read,
+                        cache_write_tokens=write,
+                    )
+            self.compacted = compacted
         self.reported = True
 
     def value(self) -> Usage | None:
         if not self.reported:
             return None
-        return Usage(
-            self.input,
-            self.output,
-            cache_read_tokens=self.cache_read,
-            cache_write_tokens=self.cache_write,
-            reasoning_tokens=self.reasoning,
+        return (
+            Usage(
+                self.input,
+                self.output,
+                cache_read_tokens=self.cache_read,
+                cache_write_tokens=self.cache_write,
+                reasoning_tokens=self.reasoning,
+            )
+            + self.compacted
         )
+
+
+def _count(entry: Any, name: str) -> Any:
+    """A field of a ``usage.iterations`` entry: a dict from the SDK's Messages types
+    (which do not declare the list), a model from its beta types; 0 when absent."""
+    value = entry.get(name) if isinstance(entry, Mapping) else getattr(entry, name, None)
+    return 0 if value is None else value
+
+
+def _fields(model: Any) -> dict[str, object]:
+    """A block's or delta's fields as the API sent them, but ``type``."""
+    fields: dict[str, object] = model.to_dict(mode="json")
+    fields.pop("type", None)
+    return fields
 
 
 def _replies(request: ModelRequest, usage: _Usage) -> Parser[RawMessageStreamEvent]:
@@ -482,6 +562,10 @@ def _replies(request: ModelRequest, usage: _Usage) -> Parser[RawMessageStreamEve
                 usage.update(message.usage)
             case RawContentBlockStartEvent(index=index, content_block=start):
                 match start:
+                    case _ if str(start.type) == "compaction":
+                        # (the SDK's Messages types dress it as the first block class)
+                        block = blocks[index] = _OpenBlock("compaction")
+                        block.start_input = _fields(start)
                     case _TextStart():
                         yield from out.text(start.text)
                     case _ToolUseStart():
@@ -501,6 +585,9 @@ def _replies(request: ModelRequest, usage: _Usage) -> Parser[RawMessageStreamEve
             case RawContentBlockDeltaEvent(index=index, delta=delta):
                 block_or_none = blocks.get(index)
                 match delta:
+                    case _ if str(delta.type) == "compaction_delta":
+                        if block_or_none is not None:
+                            block_or_none.extend(_fields(delta))
                     case TextDelta():
                         yield from out.text(delta.text)
                     case InputJSONDelta() if block_or_none is not None:
@@ -514,6 +601,9 @@ def _replies(request: ModelRequest, usage: _Usage) -> Parser[RawMessageStreamEve
             case RawContentBlockStopEvent(index=index):
                 block_or_none = blocks.pop(index, None)
                 if block_or_none is None:
+                    continue
+                if block_or_none.kind == "compaction":
+                    yield from out.block(block_or_none.compaction())
                     continue
                 if block_or_none.kind == "thinking":
                     yield from out.block(ThinkingBlock("".join(block_or_none.parts)))

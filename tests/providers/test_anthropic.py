@@ -489,3 +489,170 @@ class TestErrors:
         server = Server((500, read("anthropic/error_500.json")), body(A_TEXT))
         primary, backup = make("anthropic", server), make("anthropic", server)
         assert final(replies(FallbackModel(primary, backup))).attempts[0].status_code == 500
+
+
+# =========================================================================== compaction
+
+A_COMPACTION = "anthropic/recorded/anthropic-compaction.1.chunks.txt"
+
+
+def _compaction_events() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in chunk_lines(A_COMPACTION)]
+
+
+class TestProviderCompaction:
+    """The server compacted the context (``compact_20260112``): the ``compaction``
+    block round-trips as ``ProviderBlock("anthropic", "compaction")`` and the
+    compaction's own usage (``usage.iterations``) counts. Recorded by vercel/ai."""
+
+    def test_the_recorded_block_is_kept_verbatim_and_its_usage_counted(self) -> None:
+        events_ = _compaction_events()
+        summary = "".join(
+            e["delta"]["content"]
+            for e in events_
+            if e["type"] == "content_block_delta" and e["delta"]["type"] == "compaction_delta"
+        )
+        iterations = events_[-2]["usage"]["iterations"]
+        assert [i["type"] for i in iterations] == ["compaction", "message"]
+        answer = final(replies(model(body(A_COMPACTION))))
+        assert answer.content[0] == ProviderBlock("anthropic", "compaction", {"content": summary})
+        assert summary.startswith("## Summary of Conversation")
+        assert type(answer.content[1]) is TextBlock
+        assert answer.content[1].text.startswith("Based on the conversation history")
+        assert len(answer.content) == 2  # the summary is not text the caller sees
+        # top level (612 in, 2819 out) + the compaction's call (60385 in, 522 out)
+        assert answer.usage == Usage(612 + 60385, 2819 + 522)
+
+    def test_the_block_is_sent_back_in_place_and_the_session_replays(self) -> None:
+        server = Server(body(A_COMPACTION), body(A_TEXT))
+        adapter = make("anthropic", server)
+        first, log = session([UserMessage("u1", "Summarise the algorithms.")], adapter)
+        assert first.status == "completed"
+        block = first.messages[1].content[0]
+        assert type(block) is ProviderBlock and block.kind == "compaction"
+        replays(log)
+        history = [*first.messages, UserMessage("u2", "And graphs?")]
+        second, log2 = session(history, adapter)
+        assert second.status == "completed"
+        sent = server.body(1)["messages"]
+        assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+        assert sent[1]["content"][0] == {"type": "compaction", **block.data}
+        assert sent[1]["content"][1]["type"] == "text"
+        assert first.usage == Usage(612 + 60385, 2819 + 522)
+        replays(log2)
+
+    @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+    def test_fragments_signature_and_null_content(self, asynchronous: bool) -> None:
+        # Hand-made in the SDK's beta types' fields (BetaCompactionBlock,
+        # BetaCompactionContentBlockDelta): no public recording streams an
+        # encrypted_content in pieces, a signature or a failed (null) summary.
+        lines = [
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_AgentloopCompaction01",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "claude-agentloop",
+                    "content": [],
+                    "usage": {"input_tokens": 50, "output_tokens": 1},
+                },
+            },
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "compaction", "content": None, "signature": "sig-"},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "compaction_delta", "encrypted_content": "AAA"},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "compaction_delta", "encrypted_content": "BBB"},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "signature_delta", "signature": "Agentloop"},
+            },
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "content_block_start",
+                "index": 1,
+                "content_block": {"type": "compaction", "content": None},
+            },
+            {"type": "content_block_stop", "index": 1},
+            {
+                "type": "content_block_delta",
+                "index": 7,
+                "delta": {"type": "compaction_delta", "content": "(no open block)"},
+            },
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "compaction"},
+                "usage": {
+                    "output_tokens": 9,
+                    "iterations": [
+                        {
+                            "type": "compaction",
+                            "input_tokens": 40,
+                            "output_tokens": 8,
+                            "cache_read_input_tokens": 5,
+                            "cache_creation_input_tokens": None,
+                        }
+                    ],
+                },
+            },
+            {"type": "message_stop"},
+        ]
+        sse = anthropic_sse([json.dumps(line) for line in lines])
+        adapter = make("anthropic", Server(sse), asynchronous)
+        answer = final(replies(adapter))
+        assert answer.content == (
+            ProviderBlock(
+                "anthropic",
+                "compaction",
+                {"content": None, "signature": "sig-Agentloop", "encrypted_content": "AAABBB"},
+            ),
+            ProviderBlock("anthropic", "compaction", {"content": None}),
+        )
+        # pause_after_compaction's stop: not a turn the loop can continue from
+        assert answer.stop_reason == "error"
+        assert answer.stop_message == "stop_reason 'compaction'"
+        assert answer.usage == Usage(50 + 45, 9 + 8, cache_read_tokens=5)
+
+    def test_iterations_as_the_sdks_beta_models(self) -> None:
+        from anthropic.types.beta import BetaMessageDeltaUsage
+
+        from agentloop.models.anthropic import _Usage
+
+        usage = BetaMessageDeltaUsage.model_validate(
+            {
+                "input_tokens": 10,
+                "output_tokens": 3,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+                "iterations": [
+                    {
+                        "type": "compaction",
+                        "input_tokens": 100,
+                        "output_tokens": 7,
+                        "cache_read_input_tokens": 0,
+                        "cache_creation_input_tokens": 20,
+                    },
+                    {
+                        "type": "message",
+                        "input_tokens": 10,
+                        "output_tokens": 3,
+                        "cache_read_input_tokens": 0,
+                        "cache_creation_input_tokens": 0,
+                    },
+                ],
+            }
+        )
+        counted = _Usage()
+        counted.update(usage)
+        assert counted.value() == Usage(130, 10, cache_write_tokens=20)
