@@ -25,11 +25,14 @@ Who uses what:
   a namespace the loop makes ids in);
 - ``SessionOptions``, ``DriveOptions``, ``AsyncDriveOptions``, ``OnEvent``,
   ``SESSION_KEYS``, ``split``: ``replay/_durable.py`` (the option families of
-  ``agentloop/_keywords.py``, which ``run_durable`` takes with its lease's).
+  ``agentloop/_keywords.py``, which ``run_durable`` takes with its lease's);
+- ``hosting``, ``child_session_id``: ``replay/_durable.py`` (a durable session's agent
+  tools run their children as stored sessions, DESIGN §26).
 """
 
 from __future__ import annotations
 
+from ._caller import hosting
 from ._codec import decode_deep
 from ._deep import encode as deep_encode
 from ._deep import parse as deep_parse
@@ -38,6 +41,7 @@ from ._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
 from ._keywords import SESSION_KEYS, AsyncDriveOptions, DriveOptions, OnEvent, SessionOptions, split
 from ._logging import follow
 from ._output import RecordedOutput, output_check
+from ._tree import child_session_id
 from ._validation import reserved_id_problem
 
 __all__ = [
@@ -49,11 +53,13 @@ __all__ = [
     "RecordedOutput",
     "SessionOptions",
     "answer_problem",
+    "child_session_id",
     "clean_text",
     "decode_deep",
     "deep_encode",
     "deep_parse",
     "follow",
+    "hosting",
     "model_method",
     "output_check",
     "reserved_id_problem",
