@@ -7,6 +7,7 @@ again when its parent resumes.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -51,7 +52,7 @@ def publish(text: str) -> str:
 class Counting:
     """A function model that counts its calls (a finished child is never re-run)."""
 
-    def __init__(self, fn: Any) -> None:
+    def __init__(self, fn: Callable[[ModelRequest], R]) -> None:
         self.calls = 0
         self.fn = fn
 
