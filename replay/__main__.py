@@ -95,6 +95,7 @@ from ._log import (
 )
 from ._replay import ReplayDivergence, replay
 from ._store import SESSION_STATUSES, SessionNotFound, SQLiteStore, StoreError, StoreVersionError
+from ._tree import Child, subtree
 
 __all__ = ["COMMANDS", "Command", "command", "main"]
 
@@ -375,9 +376,17 @@ def _color_of(event: Event) -> str:
     return _COLORS.get(event.type.split(".", 1)[0], "")
 
 
-def _timeline(events: Sequence[Event], out: TextIO, color: bool) -> None:
+def _timeline(
+    events: Sequence[Event],
+    out: TextIO,
+    color: bool,
+    indent: str = "",
+    nested: Callable[[str, str], None] | None = None,
+) -> None:
+    """One line per event; with ``nested``, called after each ``tool.call`` with its
+    call id and ``indent``, to print the child session the call ran."""
     if not events:
-        out.write("(no events)\n")
+        out.write(f"{indent}(no events)\n")
         return
     start = next((e.at for e in events if e.at is not None), None)
     for event in events:
@@ -391,7 +400,9 @@ def _timeline(events: Sequence[Event], out: TextIO, color: bool) -> None:
         if len(summary) > _SUMMARY_WIDTH:
             summary = summary[: _SUMMARY_WIDTH - 3] + "..."
         line = f"{event.sequence:>5}  {clock:>10}  step {event.step:<3} {name} {summary}"
-        out.write(line.rstrip() + "\n")
+        out.write(indent + line.rstrip() + "\n")
+        if nested is not None and type(event) is ToolCallEvent:
+            nested(event.call.id, indent)
 
 
 def _show_arguments(parser: argparse.ArgumentParser) -> None:
@@ -406,6 +417,56 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
         help="color the event types (default: when stdout is a terminal and NO_COLOR is unset)",
     )
     color.add_argument("--no-color", dest="color", action="store_false", help="never color")
+    _tree_flag(parser)
+
+
+def _tree_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-tree",
+        dest="tree",
+        action="store_false",
+        help="this session only (default: its child sessions too, DESIGN §26: a store's "
+        "children, or a file's next to it, named <log>.<call id>.jsonl)",
+    )
+
+
+def _kids(
+    path: str, session: str | None, events: Sequence[Event]
+) -> list[tuple[Child, str, str | None]]:
+    """The child sessions of a session: ``(child, its path, its session)``."""
+    try:
+        if session is not None:
+            with _open_store(path) as store:
+                return [
+                    (kid, path, kid.source) for kid in subtree(events, store=store, session=session)
+                ]
+        return [(kid, kid.source, None) for kid in subtree(events, path=path)]
+    except LogError as exc:
+        raise _log_error(exc, exc.path or path) from None
+    except StoreError as exc:
+        raise _Fail(str(exc), path=path) from None
+
+
+def _tree_timeline(
+    path: str,
+    session: str | None,
+    events: Sequence[Event],
+    out: TextIO,
+    color: bool,
+    indent: str = "",
+) -> None:
+    """:func:`_timeline`, each child session's nested under the call that ran it."""
+    kids = {kid.call_id: (kid, at, name) for kid, at, name in _kids(path, session, events)}
+
+    def nested(call_id: str, indent: str) -> None:
+        found = kids.get(call_id)
+        if found is not None:
+            kid, at, name = found
+            inner = indent + "    "
+            out.write(_safe(f"{inner}child session {_label(at, name)}") + "\n")
+            _tree_timeline(at, name, kid.events, out, color, inner)
+
+    _timeline(events, out, color, indent, nested if kids else None)
 
 
 @command("show", "a readable timeline of a log", _show_arguments, epilog=_SHOW_EPILOG)
@@ -414,16 +475,19 @@ def _show(args: argparse.Namespace) -> int:
     if color is None:
         color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     if args.session is not None or _is_store(path):
-        _timeline(_events(path, args.session), sys.stdout, color)
-        return EXIT_OK
-    try:
-        events = read_log(path)
-    except TornLogError as exc:
-        _timeline(exc.events, sys.stdout, color)
-        raise _log_error(exc, path) from None
-    except (LogError, OSError):
-        events = _read(path)  # re-raise as one line
-    _timeline(events, sys.stdout, color)
+        events = _events(path, args.session)
+    else:
+        try:
+            events = read_log(path)
+        except TornLogError as exc:
+            _timeline(exc.events, sys.stdout, color)
+            raise _log_error(exc, path) from None
+        except (LogError, OSError):
+            events = _read(path)  # re-raise as one line
+    if args.tree:
+        _tree_timeline(path, args.session, events, sys.stdout, color)
+    else:
+        _timeline(events, sys.stdout, color)
     return EXIT_OK
 
 
@@ -436,13 +500,44 @@ def _log_argument(parser: argparse.ArgumentParser) -> None:
     _json_flag(parser)
 
 
-@command("check", "replay a log and report ok or the divergence", _log_argument)
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
+    _log_argument(parser)
+    _tree_flag(parser)
+
+
+@command("check", "replay a log and report ok or the divergence", _check_arguments)
 def _check(args: argparse.Namespace) -> int:
     events = _events(args.log, args.session)
-    path = _label(args.log, args.session)
+    report, text = _check_tree(args.log, args.session, events, args.tree, "")
+    return _answer(args, report, "\n".join(text), report["ok"])
+
+
+def _check_tree(
+    path: str, session: str | None, events: list[Event], tree: bool, indent: str
+) -> tuple[dict[str, Any], list[str]]:
+    """``check``'s report and lines for a session (and, with ``tree``, its children's
+    under ``children``: it is ok when they all are)."""
+    report, text = _check_one(path, session, events)
+    text = [indent + line for line in text]
+    if tree:
+        children = []
+        for kid, at, name in _kids(path, session, events):
+            child, lines = _check_tree(at, name, kid.events, tree, indent + "  ")
+            children.append({"call_id": kid.call_id, **child})
+            text += lines
+            report["ok"] = report["ok"] and child["ok"]
+        if children:
+            report["children"] = children
+    return report, text
+
+
+def _check_one(
+    path: str, session: str | None, events: list[Event]
+) -> tuple[dict[str, Any], list[str]]:
+    label = _label(path, session)
     report: dict[str, Any] = {
-        "path": args.log,
-        "session": args.session,
+        "path": path,
+        "session": session,
         "ok": False,
         "events": len(events),
         "result": None,
@@ -451,12 +546,12 @@ def _check(args: argparse.Namespace) -> int:
     }
     text: list[str] = []
     if not events:
-        text.append(f"{path}: no events: nothing to replay")
+        text.append(f"{label}: no events: nothing to replay")
     else:
         try:
             outcome = replay(events)
         except ReplayDivergence as divergence:
-            text += [f"{path}: DIVERGED", str(divergence)]
+            text += [f"{label}: DIVERGED", str(divergence)]
             report["divergence"] = {
                 "sequence": divergence.sequence,
                 "reason": divergence.reason,
@@ -472,7 +567,8 @@ def _check(args: argparse.Namespace) -> int:
                 pending = type(outcome.pending).__name__
                 report["pending"] = pending
                 text.append(
-                    f"{path}: ok, {len(events)} events replayed; unfinished (waits for a {pending})"
+                    f"{label}: ok, {len(events)} events replayed; "
+                    f"unfinished (waits for a {pending})"
                 )
             else:
                 report["result"] = {
@@ -481,10 +577,10 @@ def _check(args: argparse.Namespace) -> int:
                     "steps": result.steps,
                 }
                 text.append(
-                    f"{path}: ok, {len(events)} events replayed; run {result.status} "
+                    f"{label}: ok, {len(events)} events replayed; run {result.status} "
                     f"({result.reason}) after {result.steps} step(s)"
                 )
-    return _answer(args, report, "\n".join(text), report["ok"])
+    return report, text
 
 
 # --------------------------------------------------------------------------- diff
