@@ -1273,10 +1273,36 @@ def _view_page(args: argparse.Namespace) -> int:
     epilog=None,
 )
 def _otel_spans(args: argparse.Namespace) -> int:
+    events = _events(args.log, args.session)
     try:
-        return _otel.command(args, _events(args.log, args.session))
+        return _otel.command(
+            args, events, _tree_of(args.log, args.session, events) if args.tree and events else None
+        )
     except _otel.OTelCommandError as exc:
         raise _Fail(str(exc)) from None
+
+
+def _tree_of(
+    path: str, session: str | None, events: list[Event]
+) -> Callable[[Sequence[Event], str], Sequence[Event] | None]:
+    """The session tree under ``events`` (``agentloop.otel.record_log``'s
+    ``children``): each session's children are read once, when first asked for.
+    (A session is known by its first event: the recorder may copy the list.)"""
+    where: dict[int, tuple[str, str | None]] = {id(events[0]): (path, session)}
+    found: dict[int, dict[str, list[Event]]] = {}
+
+    def children(of: Sequence[Event], call_id: str) -> Sequence[Event] | None:
+        key = id(of[0])  # (it has a tool.call: not empty)
+        kids = found.get(key)
+        if kids is None:
+            at, name = where[key]
+            kids = found[key] = {}
+            for kid, kid_path, kid_session in _kids(at, name, of):
+                kids[kid.call_id] = kid.events
+                where[id(kid.events[0])] = (kid_path, kid_session)
+        return kids.get(call_id)
+
+    return children
 
 
 # --------------------------------------------------------------------------- main

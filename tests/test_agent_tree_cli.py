@@ -262,3 +262,67 @@ def test_an_empty_file_named_for_a_call_is_no_child(tmp_path: Path) -> None:
     path = tree_on_disk(tmp_path, ("c1", "searcher"))
     replay.write_log(tmp_path / "run.c1.jsonl", [])
     assert replay._tree.subtree(replay.read_log(path), path=path) == []
+
+
+# --------------------------------------------------------------------------- OTel
+
+
+def test_otel_nests_each_child_invoke_agent_under_its_execute_tool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    path = tree_on_disk(tmp_path, ("c1", "searcher"), ("c2", "editor"))
+    code, out = run_cli(capsys, "otel", path, "--agent-name", "research")
+    assert code == 0
+    (resource,) = json.loads(out)["resourceSpans"]
+    spans = [span for scope in resource["scopeSpans"] for span in scope["spans"]]
+    by_id = {span["spanId"]: span for span in spans}
+    assert len({span["traceId"] for span in spans}) == 1  # one trace for the tree
+
+    def parent_of(span: dict[str, Any]) -> dict[str, Any]:
+        return by_id[span["parentSpanId"]]
+
+    agents = [span for span in spans if span["name"].startswith("invoke_agent")]
+    assert len(agents) == 4  # the root, c1, c2 and c2's g1
+    root = next(span for span in agents if "parentSpanId" not in span)
+    nested = [span for span in agents if span is not root]
+    for span in nested:
+        assert parent_of(span)["name"].startswith("execute_tool")
+    calls = {
+        next(
+            a["value"]["stringValue"]
+            for a in parent_of(span)["attributes"]
+            if a["key"] == "gen_ai.tool.call.id"
+        )
+        for span in nested
+    }
+    assert calls == {"c1", "c2", "g1"}
+    # g1's agent runs under c2's agent (under its execute_tool), not the root's.
+    deeper = [span for span in nested if parent_of(parent_of(span)) is not root]
+    assert len(deeper) == 1
+    assert parent_of(parent_of(deeper[0])) in nested
+    # The same tree gives the same bytes; --no-tree gives the root's spans only.
+    assert run_cli(capsys, "otel", path, "--agent-name", "research")[1] == out
+    code, flat = run_cli(capsys, "otel", path, "--no-tree")
+    flat_spans = [
+        s for sc in json.loads(flat)["resourceSpans"][0]["scopeSpans"] for s in sc["spans"]
+    ]
+    assert sum(s["name"].startswith("invoke_agent") for s in flat_spans) == 1
+
+
+def test_otel_walks_a_stores_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    db = tmp_path / "s.db"
+    with SQLiteStore(db) as store:
+        replay.run_durable(
+            store,
+            "research",
+            TASK,
+            model=FunctionModel(delegating(("c1", "searcher"), ("k9", "nothing"))),
+            tools=tools(),
+            clock=Ticker(),
+        )
+    code, out = run_cli(capsys, "otel", db, "--session", "research")
+    assert code == 0
+    spans = [s for sc in json.loads(out)["resourceSpans"][0]["scopeSpans"] for s in sc["spans"]]
+    assert sum(s["name"].startswith("invoke_agent") for s in spans) == 2
