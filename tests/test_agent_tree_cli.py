@@ -280,7 +280,8 @@ def test_otel_nests_each_child_invoke_agent_under_its_execute_tool(
     assert len({span["traceId"] for span in spans}) == 1  # one trace for the tree
 
     def parent_of(span: dict[str, Any]) -> dict[str, Any]:
-        return by_id[span["parentSpanId"]]
+        found: dict[str, Any] = by_id[span["parentSpanId"]]
+        return found
 
     agents = [span for span in spans if span["name"].startswith("invoke_agent")]
     assert len(agents) == 4  # the root, c1, c2 and c2's g1
