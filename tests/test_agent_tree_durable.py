@@ -7,10 +7,15 @@ again when its parent resumes.
 from __future__ import annotations
 
 import asyncio
+import collections
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentloop as al
 import replay
@@ -415,3 +420,99 @@ def test_a_parked_path_broken_below_the_child_parks_nothing_deeper(store: SQLite
     )
     store._db.execute("UPDATE sessions SET status = 'running' WHERE id = 'root/c1/g1'")
     assert replay._durable.parked_leaf(store, "root") is None
+
+
+# --------------------------------------------------------------------------- property: trees
+
+
+class Node(msgspec.Struct, frozen=True):
+    """One agent of a random durable tree: its tokens per response, its children,
+    whether its tool asks for an approval, and whether its process crashes at its
+    second model call (once)."""
+
+    tokens: int
+    children: tuple[Node, ...]
+    approval: bool
+    crash: bool
+
+
+nodes = st.recursive(
+    st.builds(Node, st.integers(0, 50), st.just(()), st.booleans(), st.booleans()),
+    lambda kids: st.builds(
+        Node,
+        st.integers(0, 50),
+        st.lists(kids, max_size=2).map(tuple),
+        st.booleans(),
+        st.booleans(),
+    ),
+    max_leaves=5,
+)
+
+
+def build_tree(node: Node, path: str, calls: collections.Counter[str], crashed: set[str]) -> Any:
+    """The model and tools of the agent ``node`` describes (``path``: its session id
+    under the root ``t``); its model calls are counted in ``calls``."""
+
+    @al.tool(name="work", requires_approval=node.approval)
+    def work(what: str) -> str:
+        return f"did {what}"
+
+    tools: list[Any] = [work]
+    requests = [ToolCall("w", "work", {"what": "x"})]
+    for index, kid in enumerate(node.children):
+        model, kid_tools = build_tree(kid, f"{path}/c{index}", calls, crashed)
+        tools.append(al.agent_tool(f"agent{index}", "A child.", model=model, tools=kid_tools))
+        requests.append(ToolCall(f"c{index}", f"agent{index}", {"task": "go"}))
+    usage = Usage(node.tokens, node.tokens + 1)
+
+    def answer(request: ModelRequest) -> Any:
+        calls[path] += 1
+        if request.step == 1:
+            return R.tool_calls("r1", *requests, usage=usage)
+        if node.crash and path not in crashed:
+            crashed.add(path)
+            raise Crash
+        return R.text("r2", f"done at {request.step}", usage=usage)
+
+    return FunctionModel(answer), tools
+
+
+def sessions_of(store: SQLiteStore, session: str) -> list[str]:
+    return [session, *(s for child in store.children(session) for s in sessions_of(store, child))]
+
+
+@settings(max_examples=25)
+@given(tree=nodes, answers=st.lists(st.sampled_from(["yes", "no", "cancel"]), min_size=8))
+def test_random_durable_trees_park_crash_resume_replay_and_roll_up(
+    tree: Node, answers: list[str]
+) -> None:
+    calls: collections.Counter[str] = collections.Counter()
+    crashed: set[str] = set()
+    model, tools = build_tree(tree, "t", calls, crashed)
+    replies = {"yes": APPROVE, "no": Resume({"approved": False}), "cancel": Cancel("no")}
+    with tempfile.TemporaryDirectory() as folder, SQLiteStore(f"{folder}/s.db") as store:
+        outcome: Any = None
+        for _ in range(40):
+            try:
+                outcome = replay.run_durable(store, "t", TASK, model=model, tools=tools)
+            except Crash:
+                continue
+            if type(outcome) is not Parked:
+                break
+            replay.answer(store, "t", replies[answers.pop() if answers else "yes"])
+        assert type(outcome) is al.RunResult
+        total = Usage()
+        stored = sessions_of(store, "t")
+        assert set(calls) <= set(stored)  # every agent that ran is a stored session
+        for session in stored:
+            events = store.events(session)
+            replays(events)
+            drafts = sum(type(e) is al.PlanDraftEvent for e in events)
+            total = total + sum(
+                (e.reply.usage for e in events if type(e) is al.PlanDraftEvent and e.reply.usage),
+                Usage(),
+            )
+            # Each model call made is recorded, but the one each crash interrupted:
+            # no session (a finished child above all) ran again.
+            assert calls[session] == drafts + (session in crashed), session
+        assert outcome.usage == total  # every token of the tree counts in the root, once
