@@ -95,7 +95,7 @@ from ._log import (
 )
 from ._replay import ReplayDivergence, replay
 from ._store import SESSION_STATUSES, SessionNotFound, SQLiteStore, StoreError, StoreVersionError
-from ._tree import Child, subtree
+from ._tree import Child, child_log_path, subtree
 
 __all__ = ["COMMANDS", "Command", "command", "main"]
 
@@ -784,16 +784,59 @@ def _scan(path: str, scan: _Scan) -> Iterator[Event]:
         raise _Fail(f"{path}: cannot read: {exc.strerror or exc}", path=path) from None
 
 
-@command("verify", "check the hash chain and every line of a log", _log_argument)
+def _verify_arguments(parser: argparse.ArgumentParser) -> None:
+    _log_argument(parser)
+    _tree_flag(parser)
+
+
+@command("verify", "check the hash chain and every line of a log", _verify_arguments)
 def _verify(args: argparse.Namespace) -> int:
     path, session = args.log, args.session
-    if session is None and not _is_store(path):
-        return _verify_file(args, path, path)
-    if session is None:
+    if session is None and _is_store(path):
         raise _no_session(path)
-    if not _is_store(path):
+    if session is not None and not _is_store(path):
         _events(path, session)  # raises: not a store
-    # A stored session is checked as the file it exports to: the same lines and links.
+    report, lines = _verify_tree(args.tree, path, session, "")
+    return _answer(args, report, "\n".join(lines), report["ok"])
+
+
+def _verify_tree(
+    tree: bool, path: str, session: str | None, indent: str
+) -> tuple[dict[str, Any], list[str]]:
+    """``verify``'s report and lines for a session, and with ``tree`` its children's
+    (under ``children``: ok when every one is): a store's, or the files named for
+    its calls next to it (:func:`replay.child_log_path`)."""
+    if session is None:
+        report, text, calls = _verify_file(path, path)
+    else:
+        report, text, calls = _verify_stored(path, session)
+    lines = [indent + line for line in text.splitlines()]
+    if not tree:
+        return report, lines
+    kids: list[tuple[str, str, str | None]] = []
+    if session is not None:
+        with _open_store(path) as store:
+            for kid in store.children(session):
+                kids.append((store.session(kid).config["parent"]["call_id"], path, kid))
+    else:
+        for call_id in calls:
+            candidate = child_log_path(path, call_id)
+            if os.path.isfile(candidate):
+                kids.append((call_id, candidate, None))
+    children = []
+    for call_id, at, name in kids:
+        nested, more = _verify_tree(tree, at, name, indent + "  ")
+        children.append({"call_id": call_id, **nested})
+        lines += more
+        report["ok"] = report["ok"] and nested["ok"]
+    if children:
+        report["children"] = children
+    return report, lines
+
+
+def _verify_stored(path: str, session: str) -> tuple[dict[str, Any], str, list[str]]:
+    """:func:`_verify_file` for a stored session: checked as the file it exports to
+    (the same lines and links)."""
     with _open_store(path) as store, tempfile.TemporaryDirectory() as directory:
         exported = os.path.join(directory, "session.jsonl")
         try:
@@ -814,21 +857,23 @@ def _verify(args: argparse.Namespace) -> int:
                 "last_link": None,
                 "problem": {"line": None, "message": str(exc)},
             }
-            text = f"{_label(path, session)}: NOT verified: {exc}"
-            return _answer(args, report, text, False)
-        return _verify_file(args, exported, _label(path, session), session=session)
+            return report, f"{_label(path, session)}: NOT verified: {exc}", []
+        return _verify_file(exported, _label(path, session), shown=path, session=session)
 
 
 def _verify_file(
-    args: argparse.Namespace, path: str, label: str, *, session: str | None = None
-) -> int:
-    """``verify`` the log file ``path``, reported as ``label``."""
+    path: str, label: str, *, shown: str | None = None, session: str | None = None
+) -> tuple[dict[str, Any], str, list[str]]:
+    """``verify`` the log file ``path``, reported as ``label`` (and ``shown`` as its
+    path): the report, the text, and the ids of the calls it records."""
     scan = _Scan()
     last: Event | None = None
     problem: dict[str, Any] | None = None
+    calls: list[str] = []
     try:
-        for last in _scan(path, scan):  # noqa: B007 - one event at a time, in bounded memory
-            pass
+        for last in _scan(path, scan):
+            if type(last) is ToolCallEvent:
+                calls.append(last.call.id)
     except _Torn as torn:
         problem = {
             "line": torn.line,
@@ -842,7 +887,7 @@ def _verify_file(
         problem = {"line": exc.line, "message": str(exc)}
     chain = scan.version >= 2
     report: dict[str, Any] = {
-        "path": args.log,
+        "path": path if shown is None else shown,
         "session": session,
         "ok": problem is None and chain,
         "format_version": scan.version,
@@ -873,7 +918,7 @@ def _verify_file(
             f"{label}: verified: log format {scan.version}, {scan.count} events, hash chain "
             f"intact (last link {report['last_link']}); {end}"
         )
-    return _answer(args, report, text, report["ok"])
+    return report, text, calls
 
 
 # --------------------------------------------------------------------------- sessions, export

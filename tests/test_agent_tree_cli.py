@@ -327,3 +327,45 @@ def test_otel_walks_a_stores_tree(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert code == 0
     spans = [s for sc in json.loads(out)["resourceSpans"][0]["scopeSpans"] for s in sc["spans"]]
     assert sum(s["name"].startswith("invoke_agent") for s in spans) == 2
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def test_verify_walks_a_files_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tree_on_disk(tmp_path, ("c1", "searcher"), ("c2", "editor"))
+    code, out = run_cli(capsys, "verify", path)
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 4
+    assert lines[3].startswith(f"    {tmp_path / 'run.c2.g1.jsonl'}: verified")
+    code, out = run_cli(capsys, "verify", path, "--json")
+    report = json.loads(out)
+    assert report["ok"] is True
+    assert [c["call_id"] for c in report["children"]] == ["c1", "c2"]
+    assert report["children"][1]["children"][0]["path"] == str(tmp_path / "run.c2.g1.jsonl")
+    # A grandchild whose chain is broken fails the whole tree.
+    grandchild = tmp_path / "run.c2.g1.jsonl"
+    grandchild.write_text(grandchild.read_text().replace("cats purr", "dogs bark"))
+    code, out = run_cli(capsys, "verify", path)
+    assert code == 1
+    assert "run.c2.g1.jsonl: NOT verified" in out
+    assert run_cli(capsys, "verify", path, "--no-tree")[0] == 0
+
+
+def test_verify_walks_a_stores_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "s.db"
+    with SQLiteStore(db) as store:
+        replay.run_durable(
+            store,
+            "research",
+            TASK,
+            model=FunctionModel(delegating(("c1", "searcher"), ("c2", "editor"))),
+            tools=tools(),
+        )
+    code, out = run_cli(capsys, "verify", db, "--session", "research", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert [c["session"] for c in report["children"]] == ["research/c1", "research/c2"]
+    assert report["children"][1]["children"][0]["session"] == "research/c2/g1"
+    assert report["children"][1]["children"][0]["path"] == str(db)
