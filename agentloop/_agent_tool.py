@@ -40,13 +40,15 @@ depth, cancel token, ``on_pause`` and clock). From there:
 
 Under :func:`agentloop.run` a child runs with :func:`agentloop.run` (a sync model);
 under :func:`agentloop.arun` with :func:`agentloop.arun` (an async model; its
-tools may run in parallel with ``parallel_tools=True``).
+tools may run in parallel with ``parallel_tools=True``). Under
+``replay.run_durable`` the caller carries a *host* (``agentloop/_caller.py``) that
+runs each child as a stored session of its own, durably (``replay/_durable.py``).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -80,7 +82,9 @@ class AgentTool(Tool):
         model: the child's model.
         tools: the child's tools (a :class:`ToolRegistry`).
         options: the child's ``agent_loop`` options (``system``, ``limits``, ...).
-        logs: each child's event log, by child session id, in the order they ran.
+        logs: each child's event log, by child session id, in the order they ran
+            (in memory; under ``replay.run_durable`` each child is a stored session
+            instead: ``store.children(parent id)``).
     """
 
     __slots__ = ("logs", "model", "options", "tools")
@@ -127,15 +131,24 @@ class AgentTool(Tool):
         return False
 
     def execute(self, call: ToolCall) -> tuple[str, bool]:
-        """Run the child for ``call`` with :func:`agentloop.run`; ``(answer, is_error)``."""
+        """Run the child for ``call`` with :func:`agentloop.run` (or the caller's
+        host: ``run_durable``'s); ``(answer, is_error)``."""
         from ._driver import drive  # the drivers import the tools: on first use
 
-        started = self._start(call)
-        if isinstance(started, str):
-            return started, True
-        caller, link, loop = started
+        placed = self._place(call)
+        if isinstance(placed, str):
+            return placed, True
+        caller, link = placed
         on_pause = caller.on_pause
         session = child_session_id(link)
+        relay = None if on_pause is None else _relay(on_pause, session)
+        host = caller.host
+        if host is not None:
+            result, events = host.run_child(
+                self, link, self._task(call), relay, caller.signal, caller.clock
+            )
+            return self._answer(caller, call, link, result, events)
+        loop = self._loop(caller, link, call)
         with _keys(caller, session):
             result = drive(
                 loop,
@@ -143,20 +156,29 @@ class AgentTool(Tool):
                 tools=self.tools,
                 clock=caller.clock,
                 signal=caller.signal,
-                on_pause=None if on_pause is None else _relay(on_pause, session),
+                on_pause=relay,
             )
-        return self._answer(caller, call, link, result)
+        return self._answer(caller, call, link, result, loop.log)
 
     async def aexecute(self, call: ToolCall) -> tuple[str, bool]:
-        """Run the child for ``call`` with :func:`agentloop.arun`; ``(answer, is_error)``."""
+        """Run the child for ``call`` with :func:`agentloop.arun` (or the caller's
+        host: ``arun_durable``'s); ``(answer, is_error)``."""
         from ._adriver import adrive  # the drivers import the tools: on first use
 
-        started = self._start(call)
-        if isinstance(started, str):
-            return started, True
-        caller, link, loop = started
+        placed = self._place(call)
+        if isinstance(placed, str):
+            return placed, True
+        caller, link = placed
         on_pause = caller.on_pause
         session = child_session_id(link)
+        relay = None if on_pause is None else _arelay(on_pause, session)
+        host = caller.host
+        if host is not None:
+            result, events = await host.arun_child(
+                self, link, self._task(call), relay, caller.signal, caller.clock
+            )
+            return self._answer(caller, call, link, result, events)
+        loop = self._loop(caller, link, call)
         with _keys(caller, session):
             result = await adrive(
                 loop,
@@ -164,12 +186,12 @@ class AgentTool(Tool):
                 tools=self.tools,
                 clock=caller.clock,
                 signal=caller.signal,
-                on_pause=None if on_pause is None else _arelay(on_pause, session),
+                on_pause=relay,
             )
-        return self._answer(caller, call, link, result)
+        return self._answer(caller, call, link, result, loop.log)
 
-    def _start(self, call: ToolCall) -> str | tuple[Caller, ParentLink, AgentLoop]:
-        """The child's place and loop, or the error that answers the call instead."""
+    def _place(self, call: ToolCall) -> str | tuple[Caller, ParentLink]:
+        """The child's place in the tree, or the error that answers the call instead."""
         prepared = self._prepare(call)
         if isinstance(prepared, str):
             return prepared
@@ -186,26 +208,37 @@ class AgentTool(Tool):
                 f"agent {self.name!r} not started: it would run {depth} agents deep, "
                 f"past Limits.agent_depth ({caller.bound}) of session {caller.session!r}"
             )
-        link = ParentLink(session=caller.session, call_id=call.id, depth=depth)
+        return caller, ParentLink(session=caller.session, call_id=call.id, depth=depth)
+
+    @staticmethod
+    def _task(call: ToolCall) -> list[Any]:
+        """The child's initial transcript: the task, as one user message."""
+        return [UserMessage(TASK_MESSAGE_ID, call.arguments["task"])]
+
+    def _loop(self, caller: Caller, link: ParentLink, call: ToolCall) -> AgentLoop:
+        """The child's loop, run in memory (its log kept in :attr:`logs`)."""
         log = EventLog()
         self.logs[child_session_id(link)] = log
-        loop = agent_loop(
-            [UserMessage(TASK_MESSAGE_ID, call.arguments["task"])],
+        return agent_loop(
+            self._task(call),
             tools=self.tools,
             log=log,
             started_at=float(caller.clock()),
             parent=link,
             **self.options,
         )
-        return caller, link, loop
 
     def _answer(
-        self, caller: Caller, call: ToolCall, link: ParentLink, result: RunResult
+        self,
+        caller: Caller,
+        call: ToolCall,
+        link: ParentLink,
+        result: RunResult,
+        log: Sequence[Any] | EventLog,
     ) -> tuple[str, bool]:
-        """The parent's result for a finished child; leaves its :class:`ChildRun`
-        with ``caller`` for the driver."""
+        """The parent's result for a finished child (``log``: its events); leaves its
+        :class:`ChildRun` with ``caller`` for the driver."""
         session = child_session_id(link)
-        log = self.logs[session]
         caller.children[call.id] = ChildRun(
             session=session,
             status=result.status,

@@ -12,6 +12,11 @@ into a batch's worker thread or task); the agent tool reads it with
 ``Caller.children`` for the driver to put in the call's ``ToolResult``.
 
 A driver without agent tools makes no Caller, and its tool calls cost nothing more.
+
+A *host* (:func:`hosting`) runs the children somewhere other than in memory: under
+``replay.run_durable`` each child is its own stored session, run durably (parked,
+resumed, never re-run once finished). The driver captures the host in effect when
+it starts, with the rest of its Caller.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ._idempotency import named_session
 from ._limits import DEFAULT_LIMITS
@@ -28,13 +33,44 @@ from ._tree import child_session_id
 
 if TYPE_CHECKING:
     from ._engine import AgentLoop
+    from ._events import Event
+    from ._protocol import RunResult
     from ._signals import CancelToken
+    from ._tree import ParentLink
 
-__all__ = ["ROOT_SESSION", "Caller", "current", "lent", "make_caller"]
+__all__ = ["ROOT_SESSION", "Caller", "ChildHost", "current", "hosting", "lent", "make_caller"]
 
 #: The session id of a root session that has none of its own: an in-memory ``run``
 #: outside :func:`~agentloop.idempotency_session` (``run_durable`` names it).
 ROOT_SESSION: Final = "root"
+
+
+class ChildHost(Protocol):
+    """Runs an agent tool's child sessions (``replay.run_durable`` lends one: see
+    :func:`hosting`). Each method runs the child ``link`` places, of agent tool
+    ``tool``, from ``messages`` (the task), and returns how it ended with its whole
+    log; or raises to stop the parent (``run_durable`` parks it when the child
+    parks)."""
+
+    def run_child(
+        self,
+        tool: Any,
+        link: ParentLink,
+        messages: list[Any],
+        on_pause: Callable[[Any], Any] | None,
+        signal: CancelToken | None,
+        clock: Callable[[], float],
+    ) -> tuple[RunResult, list[Event]]: ...
+
+    async def arun_child(
+        self,
+        tool: Any,
+        link: ParentLink,
+        messages: list[Any],
+        on_pause: Callable[[Any], Any] | None,
+        signal: CancelToken | None,
+        clock: Callable[[], float],
+    ) -> tuple[RunResult, list[Event]]: ...
 
 
 class Caller:
@@ -51,6 +87,7 @@ class Caller:
             each child's is too, with its own id: a child's call ``c1`` never shares
             a key with its parent's call ``c1``).
         children: the finished children by call id, until the driver takes them.
+        host: where the children run (a :class:`ChildHost`), or ``None``: in memory.
     """
 
     __slots__ = (
@@ -59,6 +96,7 @@ class Caller:
         "children",
         "clock",
         "depth",
+        "host",
         "named",
         "on_pause",
         "session",
@@ -75,6 +113,7 @@ class Caller:
         clock: Callable[[], float],
         asynchronous: bool,
         named: bool = False,
+        host: ChildHost | None = None,
     ) -> None:
         self.session = session
         self.depth = depth
@@ -84,6 +123,7 @@ class Caller:
         self.clock = clock
         self.asynchronous = asynchronous
         self.named = named
+        self.host = host
         self.children: dict[str, ChildRun] = {}
 
     def take(self, call_id: str) -> ChildRun | None:
@@ -92,6 +132,17 @@ class Caller:
 
 
 _CALLER: Final[ContextVar[Caller | None]] = ContextVar("agentloop_caller", default=None)
+_HOST: Final[ContextVar[ChildHost | None]] = ContextVar("agentloop_child_host", default=None)
+
+
+@contextlib.contextmanager
+def hosting(host: ChildHost | None) -> Iterator[None]:
+    """Drivers started inside the block run their agent tools' children with ``host``."""
+    token = _HOST.set(host)
+    try:
+        yield
+    finally:
+        _HOST.reset(token)
 
 
 def make_caller(
@@ -113,7 +164,17 @@ def make_caller(
     else:
         session, depth = child_session_id(link), link.depth
     named = named_session() is not None
-    return Caller(session, depth, limits.agent_depth, signal, on_pause, clock, asynchronous, named)
+    return Caller(
+        session,
+        depth,
+        limits.agent_depth,
+        signal,
+        on_pause,
+        clock,
+        asynchronous,
+        named,
+        _HOST.get(),
+    )
 
 
 @contextlib.contextmanager

@@ -30,11 +30,14 @@ Who uses what:
   a namespace the loop makes ids in);
 - ``SessionOptions``, ``DriveOptions``, ``AsyncDriveOptions``, ``OnEvent``,
   ``SESSION_KEYS``, ``split``: ``replay/_durable.py`` (the option families of
-  ``agentloop/_keywords.py``, which ``run_durable`` takes with its lease's).
+  ``agentloop/_keywords.py``, which ``run_durable`` takes with its lease's);
+- ``hosting``, ``child_session_id``: ``replay/_durable.py`` (a durable session's agent
+  tools run their children as stored sessions, DESIGN §26).
 """
 
 from __future__ import annotations
 
+from ._caller import hosting
 from ._codec import decode_deep
 from ._context import compaction_problem
 from ._deep import encode as deep_encode
@@ -45,6 +48,7 @@ from ._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
 from ._keywords import SESSION_KEYS, AsyncDriveOptions, DriveOptions, OnEvent, SessionOptions, split
 from ._logging import follow
 from ._output import RecordedOutput, output_check
+from ._tree import child_session_id
 from ._validation import content_structure_problem, parts_problem, reserved_id_problem
 
 __all__ = [
@@ -56,6 +60,7 @@ __all__ = [
     "RecordedOutput",
     "SessionOptions",
     "answer_problem",
+    "child_session_id",
     "clean_text",
     "compaction_problem",
     "content_structure_problem",
@@ -63,6 +68,7 @@ __all__ = [
     "deep_encode",
     "deep_parse",
     "follow",
+    "hosting",
     "model_method",
     "output_check",
     "parts_problem",

@@ -78,7 +78,7 @@ import base64
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -898,8 +898,17 @@ def instrument(log: EventLog, **options: Any) -> SpanRecorder:
     return recorder
 
 
+#: ``record_log``'s ``children``: the events of the child session that call
+#: ``call_id`` of the session ``events`` ran (an agent tool's, DESIGN §26), or ``None``.
+Children = Callable[[Sequence[Event], str], "Sequence[Event] | None"]
+
+
 def record_log(
-    events: Iterable[Event], *, tracer_provider: TracerProvider | None = None, **options: Any
+    events: Iterable[Event],
+    *,
+    tracer_provider: TracerProvider | None = None,
+    children: Children | None = None,
+    **options: Any,
 ) -> None:
     """Record the spans of a finished (or unfinished) log into ``tracer_provider``
     (and its GenAI client metrics into ``meter_provider``, an option of
@@ -911,14 +920,30 @@ def record_log(
     take the last time seen; a log that starts without times takes its first
     ``at``, and a log with no ``at`` at all is placed at the Unix epoch, event
     ``#n`` at ``n`` milliseconds (order and nesting kept, no invented clock).
+
+    ``children``: a session tree (DESIGN §26). Called as ``children(events,
+    call_id)`` after each ``tool.call``, it returns the events of the child session
+    the call ran (or ``None``); the child's ``invoke_agent`` span and its own spans
+    are recorded under the call's ``execute_tool`` span, in the same trace, and its
+    children under its calls, and so on.
     """
-    events = list(events)
+    _record(list(events), Context(), tracer_provider, children, options)
+
+
+def _record(
+    events: list[Event],
+    context: Context,
+    tracer_provider: TracerProvider | None,
+    children: Children | None,
+    options: dict[str, Any],
+) -> None:
+    """:func:`record_log` of one session of a tree, its root under ``context``."""
     first = next(
         (e.at for e in events if e.at is not None and math.isfinite(e.at) and e.at >= 0),
         None,
     )
     recorder = SpanRecorder(tracer_provider=tracer_provider, **options)
-    recorder._root_context = Context()
+    recorder._root_context = context
     if first is not None:
         start = round(first * _NANOS)
         recorder._fallback_time = lambda event: start
@@ -926,6 +951,12 @@ def record_log(
         recorder._fallback_time = lambda event: event.sequence * 1_000_000
     for event in events:
         recorder(event)
+        if children is not None and type(event) is ToolCallEvent:
+            child = children(events, event.call.id)
+            opened = recorder._tools.get(event.call.id)
+            if child is not None and opened is not None:
+                under = trace.set_span_in_context(opened.span)
+                _record(list(child), under, tracer_provider, children, options)
     recorder.finish()
 
 
@@ -938,6 +969,7 @@ def send_otlp(
     *,
     service_name: str = "agentloop",
     timeout: float = 10.0,
+    children: Children | None = None,
     **options: Any,
 ) -> int:
     """Send the spans of a log to an OTLP/HTTP endpoint (protobuf); returns how many.
@@ -958,7 +990,7 @@ def send_otlp(
 
     if urlsplit(endpoint).path in ("", "/"):
         endpoint = endpoint.rstrip("/") + "/v1/traces"
-    spans = _log_spans(list(events), service_name, options)
+    spans = _log_spans(list(events), service_name, options, children)
     exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
     try:
         result = exporter.export(spans)
@@ -969,7 +1001,13 @@ def send_otlp(
     return len(spans)
 
 
-def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **options: Any) -> str:
+def otlp_json(
+    events: Iterable[Event],
+    *,
+    service_name: str = "agentloop",
+    children: Children | None = None,
+    **options: Any,
+) -> str:
     """The spans of a log as one OTLP/JSON ``ExportTraceServiceRequest`` (one line).
 
     Built with the OpenTelemetry SDK and the OTLP protobuf encoder, then written in
@@ -980,14 +1018,16 @@ def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **opt
     the first 8 bytes of SHA-256 over that seed and ``n``; the resource holds only
     ``service.name``, and no span limits apply. The same log gives the same bytes.
 
-    ``options`` are :class:`SpanRecorder`'s (``tracer_provider`` excepted).
+    ``options`` are :class:`SpanRecorder`'s (``tracer_provider`` excepted);
+    ``children`` is :func:`record_log`'s (a session tree: one trace, each child's
+    spans under its call's, their span ids continuing the count).
     """
     from google.protobuf.json_format import (  # type: ignore[import-untyped, unused-ignore]
         MessageToDict,
     )
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-    request = encode_spans(_log_spans(list(events), service_name, options))
+    request = encode_spans(_log_spans(list(events), service_name, options, children))
     data = MessageToDict(request, use_integers_for_enums=True)
     for resource_spans in data.get("resourceSpans", ()):
         for scope_spans in resource_spans.get("scopeSpans", ()):
@@ -998,7 +1038,12 @@ def otlp_json(events: Iterable[Event], *, service_name: str = "agentloop", **opt
     return _json(data)
 
 
-def _log_spans(events: list[Event], service_name: str, options: dict[str, Any]) -> Any:
+def _log_spans(
+    events: list[Event],
+    service_name: str,
+    options: dict[str, Any],
+    children: Children | None = None,
+) -> Any:
     """The finished spans of a log, with ids derived from it (see :func:`otlp_json`)."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import SpanLimits
@@ -1051,7 +1096,7 @@ def _log_spans(events: list[Event], service_name: str, options: dict[str, Any]) 
     # Spans only: exporting a log adds nothing to the application's metrics.
     options.setdefault("meter_provider", metrics.NoOpMeterProvider())
     try:
-        record_log(events, tracer_provider=provider, **options)
+        record_log(events, tracer_provider=provider, children=children, **options)
         return exporter.get_finished_spans()
     finally:
         provider.shutdown()

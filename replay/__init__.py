@@ -64,6 +64,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time s
         StoreError,
         StoreVersionError,
     )
+    from ._tree import child_log_path, write_tree
     from ._view import view, view_html
     from ._worker import RateLimit, SessionSetup, Worker, WorkerError, WorkerStats, work
 
@@ -107,6 +108,7 @@ _LAZY = {
         ("RateLimit", "SessionSetup", "Worker", "WorkerError", "WorkerStats", "work"), "._worker"
     ),
     **dict.fromkeys(("view", "view_html"), "._view"),
+    **dict.fromkeys(("child_log_path", "write_tree"), "._tree"),
     **dict.fromkeys(
         (
             "MAX_ANSWER_DEPTH",
@@ -170,6 +172,7 @@ __all__ = [
     "WorkerStats",
     "answer",
     "arun_durable",
+    "child_log_path",
     "diff_events",
     "fork",
     "read_log",
@@ -184,4 +187,5 @@ __all__ = [
     "view_html",
     "work",
     "write_log",
+    "write_tree",
 ]

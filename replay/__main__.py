@@ -95,6 +95,7 @@ from ._log import (
 )
 from ._replay import ReplayDivergence, replay
 from ._store import SESSION_STATUSES, SessionNotFound, SQLiteStore, StoreError, StoreVersionError
+from ._tree import Child, child_log_path, subtree
 
 __all__ = ["COMMANDS", "Command", "command", "main"]
 
@@ -375,9 +376,17 @@ def _color_of(event: Event) -> str:
     return _COLORS.get(event.type.split(".", 1)[0], "")
 
 
-def _timeline(events: Sequence[Event], out: TextIO, color: bool) -> None:
+def _timeline(
+    events: Sequence[Event],
+    out: TextIO,
+    color: bool,
+    indent: str = "",
+    nested: Callable[[str, str], None] | None = None,
+) -> None:
+    """One line per event; with ``nested``, called after each ``tool.call`` with its
+    call id and ``indent``, to print the child session the call ran."""
     if not events:
-        out.write("(no events)\n")
+        out.write(f"{indent}(no events)\n")
         return
     start = next((e.at for e in events if e.at is not None), None)
     for event in events:
@@ -391,7 +400,9 @@ def _timeline(events: Sequence[Event], out: TextIO, color: bool) -> None:
         if len(summary) > _SUMMARY_WIDTH:
             summary = summary[: _SUMMARY_WIDTH - 3] + "..."
         line = f"{event.sequence:>5}  {clock:>10}  step {event.step:<3} {name} {summary}"
-        out.write(line.rstrip() + "\n")
+        out.write(indent + line.rstrip() + "\n")
+        if nested is not None and type(event) is ToolCallEvent:
+            nested(event.call.id, indent)
 
 
 def _show_arguments(parser: argparse.ArgumentParser) -> None:
@@ -406,6 +417,56 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
         help="color the event types (default: when stdout is a terminal and NO_COLOR is unset)",
     )
     color.add_argument("--no-color", dest="color", action="store_false", help="never color")
+    _tree_flag(parser)
+
+
+def _tree_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-tree",
+        dest="tree",
+        action="store_false",
+        help="this session only (default: its child sessions too, DESIGN §26: a store's "
+        "children, or a file's next to it, named <log>.<call id>.jsonl)",
+    )
+
+
+def _kids(
+    path: str, session: str | None, events: Sequence[Event]
+) -> list[tuple[Child, str, str | None]]:
+    """The child sessions of a session: ``(child, its path, its session)``."""
+    try:
+        if session is not None:
+            with _open_store(path) as store:
+                return [
+                    (kid, path, kid.source) for kid in subtree(events, store=store, session=session)
+                ]
+        return [(kid, kid.source, None) for kid in subtree(events, path=path)]
+    except LogError as exc:
+        raise _log_error(exc, exc.path or path) from None
+    except StoreError as exc:
+        raise _Fail(str(exc), path=path) from None
+
+
+def _tree_timeline(
+    path: str,
+    session: str | None,
+    events: Sequence[Event],
+    out: TextIO,
+    color: bool,
+    indent: str = "",
+) -> None:
+    """:func:`_timeline`, each child session's nested under the call that ran it."""
+    kids = {kid.call_id: (kid, at, name) for kid, at, name in _kids(path, session, events)}
+
+    def nested(call_id: str, indent: str) -> None:
+        found = kids.get(call_id)
+        if found is not None:
+            kid, at, name = found
+            inner = indent + "    "
+            out.write(_safe(f"{inner}child session {_label(at, name)}") + "\n")
+            _tree_timeline(at, name, kid.events, out, color, inner)
+
+    _timeline(events, out, color, indent, nested if kids else None)
 
 
 @command("show", "a readable timeline of a log", _show_arguments, epilog=_SHOW_EPILOG)
@@ -414,16 +475,19 @@ def _show(args: argparse.Namespace) -> int:
     if color is None:
         color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     if args.session is not None or _is_store(path):
-        _timeline(_events(path, args.session), sys.stdout, color)
-        return EXIT_OK
-    try:
-        events = read_log(path)
-    except TornLogError as exc:
-        _timeline(exc.events, sys.stdout, color)
-        raise _log_error(exc, path) from None
-    except (LogError, OSError):
-        events = _read(path)  # re-raise as one line
-    _timeline(events, sys.stdout, color)
+        events = _events(path, args.session)
+    else:
+        try:
+            events = read_log(path)
+        except TornLogError as exc:
+            _timeline(exc.events, sys.stdout, color)
+            raise _log_error(exc, path) from None
+        except (LogError, OSError):
+            events = _read(path)  # re-raise as one line
+    if args.tree:
+        _tree_timeline(path, args.session, events, sys.stdout, color)
+    else:
+        _timeline(events, sys.stdout, color)
     return EXIT_OK
 
 
@@ -436,13 +500,44 @@ def _log_argument(parser: argparse.ArgumentParser) -> None:
     _json_flag(parser)
 
 
-@command("check", "replay a log and report ok or the divergence", _log_argument)
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
+    _log_argument(parser)
+    _tree_flag(parser)
+
+
+@command("check", "replay a log and report ok or the divergence", _check_arguments)
 def _check(args: argparse.Namespace) -> int:
     events = _events(args.log, args.session)
-    path = _label(args.log, args.session)
+    report, text = _check_tree(args.log, args.session, events, args.tree, "")
+    return _answer(args, report, "\n".join(text), report["ok"])
+
+
+def _check_tree(
+    path: str, session: str | None, events: list[Event], tree: bool, indent: str
+) -> tuple[dict[str, Any], list[str]]:
+    """``check``'s report and lines for a session (and, with ``tree``, its children's
+    under ``children``: it is ok when they all are)."""
+    report, text = _check_one(path, session, events)
+    text = [indent + line for line in text]
+    if tree:
+        children = []
+        for kid, at, name in _kids(path, session, events):
+            child, lines = _check_tree(at, name, kid.events, tree, indent + "  ")
+            children.append({"call_id": kid.call_id, **child})
+            text += lines
+            report["ok"] = report["ok"] and child["ok"]
+        if children:
+            report["children"] = children
+    return report, text
+
+
+def _check_one(
+    path: str, session: str | None, events: list[Event]
+) -> tuple[dict[str, Any], list[str]]:
+    label = _label(path, session)
     report: dict[str, Any] = {
-        "path": args.log,
-        "session": args.session,
+        "path": path,
+        "session": session,
         "ok": False,
         "events": len(events),
         "result": None,
@@ -451,12 +546,12 @@ def _check(args: argparse.Namespace) -> int:
     }
     text: list[str] = []
     if not events:
-        text.append(f"{path}: no events: nothing to replay")
+        text.append(f"{label}: no events: nothing to replay")
     else:
         try:
             outcome = replay(events)
         except ReplayDivergence as divergence:
-            text += [f"{path}: DIVERGED", str(divergence)]
+            text += [f"{label}: DIVERGED", str(divergence)]
             report["divergence"] = {
                 "sequence": divergence.sequence,
                 "reason": divergence.reason,
@@ -472,7 +567,8 @@ def _check(args: argparse.Namespace) -> int:
                 pending = type(outcome.pending).__name__
                 report["pending"] = pending
                 text.append(
-                    f"{path}: ok, {len(events)} events replayed; unfinished (waits for a {pending})"
+                    f"{label}: ok, {len(events)} events replayed; "
+                    f"unfinished (waits for a {pending})"
                 )
             else:
                 report["result"] = {
@@ -481,10 +577,10 @@ def _check(args: argparse.Namespace) -> int:
                     "steps": result.steps,
                 }
                 text.append(
-                    f"{path}: ok, {len(events)} events replayed; run {result.status} "
+                    f"{label}: ok, {len(events)} events replayed; run {result.status} "
                     f"({result.reason}) after {result.steps} step(s)"
                 )
-    return _answer(args, report, "\n".join(text), report["ok"])
+    return report, text
 
 
 # --------------------------------------------------------------------------- diff
@@ -688,16 +784,59 @@ def _scan(path: str, scan: _Scan) -> Iterator[Event]:
         raise _Fail(f"{path}: cannot read: {exc.strerror or exc}", path=path) from None
 
 
-@command("verify", "check the hash chain and every line of a log", _log_argument)
+def _verify_arguments(parser: argparse.ArgumentParser) -> None:
+    _log_argument(parser)
+    _tree_flag(parser)
+
+
+@command("verify", "check the hash chain and every line of a log", _verify_arguments)
 def _verify(args: argparse.Namespace) -> int:
     path, session = args.log, args.session
-    if session is None and not _is_store(path):
-        return _verify_file(args, path, path)
-    if session is None:
+    if session is None and _is_store(path):
         raise _no_session(path)
-    if not _is_store(path):
+    if session is not None and not _is_store(path):
         _events(path, session)  # raises: not a store
-    # A stored session is checked as the file it exports to: the same lines and links.
+    report, lines = _verify_tree(args.tree, path, session, "")
+    return _answer(args, report, "\n".join(lines), report["ok"])
+
+
+def _verify_tree(
+    tree: bool, path: str, session: str | None, indent: str
+) -> tuple[dict[str, Any], list[str]]:
+    """``verify``'s report and lines for a session, and with ``tree`` its children's
+    (under ``children``: ok when every one is): a store's, or the files named for
+    its calls next to it (:func:`replay.child_log_path`)."""
+    if session is None:
+        report, text, calls = _verify_file(path, path)
+    else:
+        report, text, calls = _verify_stored(path, session)
+    lines = [indent + line for line in text.splitlines()]
+    if not tree:
+        return report, lines
+    kids: list[tuple[str, str, str | None]] = []
+    if session is not None:
+        with _open_store(path) as store:
+            for kid in store.children(session):
+                kids.append((store.session(kid).config["parent"]["call_id"], path, kid))
+    else:
+        for call_id in calls:
+            candidate = child_log_path(path, call_id)
+            if os.path.isfile(candidate):
+                kids.append((call_id, candidate, None))
+    children = []
+    for call_id, at, name in kids:
+        nested, more = _verify_tree(tree, at, name, indent + "  ")
+        children.append({"call_id": call_id, **nested})
+        lines += more
+        report["ok"] = report["ok"] and nested["ok"]
+    if children:
+        report["children"] = children
+    return report, lines
+
+
+def _verify_stored(path: str, session: str) -> tuple[dict[str, Any], str, list[str]]:
+    """:func:`_verify_file` for a stored session: checked as the file it exports to
+    (the same lines and links)."""
     with _open_store(path) as store, tempfile.TemporaryDirectory() as directory:
         exported = os.path.join(directory, "session.jsonl")
         try:
@@ -718,21 +857,23 @@ def _verify(args: argparse.Namespace) -> int:
                 "last_link": None,
                 "problem": {"line": None, "message": str(exc)},
             }
-            text = f"{_label(path, session)}: NOT verified: {exc}"
-            return _answer(args, report, text, False)
-        return _verify_file(args, exported, _label(path, session), session=session)
+            return report, f"{_label(path, session)}: NOT verified: {exc}", []
+        return _verify_file(exported, _label(path, session), shown=path, session=session)
 
 
 def _verify_file(
-    args: argparse.Namespace, path: str, label: str, *, session: str | None = None
-) -> int:
-    """``verify`` the log file ``path``, reported as ``label``."""
+    path: str, label: str, *, shown: str | None = None, session: str | None = None
+) -> tuple[dict[str, Any], str, list[str]]:
+    """``verify`` the log file ``path``, reported as ``label`` (and ``shown`` as its
+    path): the report, the text, and the ids of the calls it records."""
     scan = _Scan()
     last: Event | None = None
     problem: dict[str, Any] | None = None
+    calls: list[str] = []
     try:
-        for last in _scan(path, scan):  # noqa: B007 - one event at a time, in bounded memory
-            pass
+        for last in _scan(path, scan):
+            if type(last) is ToolCallEvent:
+                calls.append(last.call.id)
     except _Torn as torn:
         problem = {
             "line": torn.line,
@@ -746,7 +887,7 @@ def _verify_file(
         problem = {"line": exc.line, "message": str(exc)}
     chain = scan.version >= 2
     report: dict[str, Any] = {
-        "path": args.log,
+        "path": path if shown is None else shown,
         "session": session,
         "ok": problem is None and chain,
         "format_version": scan.version,
@@ -777,7 +918,7 @@ def _verify_file(
             f"{label}: verified: log format {scan.version}, {scan.count} events, hash chain "
             f"intact (last link {report['last_link']}); {end}"
         )
-    return _answer(args, report, text, report["ok"])
+    return report, text, calls
 
 
 # --------------------------------------------------------------------------- sessions, export
@@ -1177,10 +1318,36 @@ def _view_page(args: argparse.Namespace) -> int:
     epilog=None,
 )
 def _otel_spans(args: argparse.Namespace) -> int:
+    events = _events(args.log, args.session)
     try:
-        return _otel.command(args, _events(args.log, args.session))
+        return _otel.command(
+            args, events, _tree_of(args.log, args.session, events) if args.tree and events else None
+        )
     except _otel.OTelCommandError as exc:
         raise _Fail(str(exc)) from None
+
+
+def _tree_of(
+    path: str, session: str | None, events: list[Event]
+) -> Callable[[Sequence[Event], str], Sequence[Event] | None]:
+    """The session tree under ``events`` (``agentloop.otel.record_log``'s
+    ``children``): each session's children are read once, when first asked for.
+    (A session is known by its first event: the recorder may copy the list.)"""
+    where: dict[int, tuple[str, str | None]] = {id(events[0]): (path, session)}
+    found: dict[int, dict[str, list[Event]]] = {}
+
+    def children(of: Sequence[Event], call_id: str) -> Sequence[Event] | None:
+        key = id(of[0])  # (it has a tool.call: not empty)
+        kids = found.get(key)
+        if kids is None:
+            at, name = where[key]
+            kids = found[key] = {}
+            for kid, kid_path, kid_session in _kids(at, name, of):
+                kids[kid.call_id] = kid.events
+                where[id(kid.events[0])] = (kid_path, kid_session)
+        return kids.get(call_id)
+
+    return children
 
 
 # --------------------------------------------------------------------------- main

@@ -81,6 +81,7 @@ from agentloop import (
     MessageAcceptedEvent,
     MessageQueuedEvent,
     Model,
+    ParentLink,
     Pause,
     Resume,
     RunResult,
@@ -102,7 +103,9 @@ from agentloop._spi import (
     DriveOptions,
     OnEvent,
     SessionOptions,
+    child_session_id,
     clean_text,
+    hosting,
     model_method,
     output_check,
     split,
@@ -111,7 +114,7 @@ from agentloop._spi import (
 
 from ._diff import diff_events
 from ._replay import replay, resume
-from ._store import SessionNotFound, SQLiteStore, StoreError, _check_lease
+from ._store import SessionInfo, SessionNotFound, SQLiteStore, StoreError, _check_lease
 
 __all__ = ["Parked", "answer", "arun_durable", "run_durable", "submit"]
 
@@ -186,7 +189,7 @@ def answer(store: SQLiteStore, session_id: str, reply: Resume | Cancel | Steer |
             )
         store.queue(session_id, reply)  # type: ignore[arg-type]
         return
-    store.put_answer(session_id, reply)  # type: ignore[arg-type]
+    store.put_answer(_answer_target(store, session_id), reply)  # type: ignore[arg-type]
 
 
 def submit(
@@ -333,10 +336,12 @@ def _run(checked: _Options, stop: threading.Event | None) -> tuple[RunResult | P
     runner.stop_event = stop
     loop = runner.loop
     try:
-        with idempotency_session(checked.session_id):  # the tools' idempotency_key()
+        with idempotency_session(checked.session_id), hosting(checked.host()):
             drive(loop, **checked.driving(runner), before_effect=runner.before_effect)
         return runner.finish(), True
     except _Parking as parking:
+        if parking.child:
+            runner.park_on_child()
         return Parked(session_id=checked.session_id, pause=parking.pause, steps=loop.step), True
     except _Stopped:
         return None
@@ -379,8 +384,14 @@ async def arun_durable(
     Arguments, result and exceptions: as for :func:`run_durable`.
     """
     checked = _Options(True, store, session_id, messages, model, tools, options, "arun_durable")
+    return await _arun(checked)
+
+
+async def _arun(checked: _Options) -> RunResult | Parked:
+    """:func:`arun_durable`'s work."""
     import asyncio  # on first use: importing replay stays free of asyncio
 
+    session_id = checked.session_id
     runner = await asyncio.to_thread(checked.prepare)
     if not isinstance(runner, _Runner):
         return runner
@@ -390,10 +401,12 @@ async def arun_durable(
         return asyncio.to_thread(runner.before_effect, effect)
 
     try:
-        with idempotency_session(session_id):  # the tools' idempotency_key()
+        with idempotency_session(session_id), hosting(checked.host()):
             await adrive(loop, **checked.driving(runner), before_effect=before_effect)
         return await asyncio.to_thread(runner.finish)
     except _Parking as parking:
+        if parking.child:
+            await asyncio.to_thread(runner.park_on_child)
         return Parked(session_id=session_id, pause=parking.pause, steps=loop.step)
     except CallerProtocolError:
         await asyncio.to_thread(runner.commit)
@@ -405,16 +418,146 @@ async def arun_durable(
         await asyncio.to_thread(runner.release)
 
 
+# --------------------------------------------------------------------------- the tree
+
+
+class _Host:
+    """Runs the children of a durable session's agent tools (DESIGN §26): each is a
+    stored session of its own (id ``"<parent>/<call id>"``, its ``session.start``
+    naming the parent), run by :func:`run_durable` (:func:`arun_durable` under
+    ``arun_durable``) with the parent's lease options. So a child that finished is
+    never run again (its stored result answers the call when the parent, resumed
+    after a crash, makes it again), a crashed child resumes from its own log, and
+    a child that parks parks its parent too (at the call): one :func:`answer`
+    continues both."""
+
+    __slots__ = ("lease_seconds", "owner", "store")
+
+    def __init__(self, store: SQLiteStore, owner: str, lease_seconds: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+
+    def _options(
+        self,
+        asynchronous: bool,
+        tool: Any,
+        link: ParentLink,
+        messages: list[Any],
+        on_pause: Callable[[Pause], Any] | None,
+        signal: CancelToken | None,
+        clock: Clock,
+    ) -> _Options:
+        options: dict[str, Any] = {
+            **tool.options,
+            "started_at": float(clock()),
+            "clock": clock,
+            "owner": self.owner,
+            "lease_seconds": self.lease_seconds,
+        }
+        if on_pause is not None:
+            options["on_pause"] = on_pause
+        if signal is not None:
+            options["signal"] = signal
+        where = "arun_durable" if asynchronous else "run_durable"
+        session_id = child_session_id(link)
+        checked = _Options(
+            asynchronous, self.store, session_id, messages, tool.model, tool.tools, options, where
+        )
+        checked.config["parent"] = link
+        return checked
+
+    def run_child(
+        self,
+        tool: Any,
+        link: ParentLink,
+        messages: list[Any],
+        on_pause: Callable[[Pause], Any] | None,
+        signal: CancelToken | None,
+        clock: Clock,
+    ) -> tuple[RunResult, list[Event]]:
+        checked = self._options(False, tool, link, messages, on_pause, signal, clock)
+        outcome = _run(checked, None)
+        assert outcome is not None  # (no stop event)
+        return self._ended(checked.session_id, outcome[0])
+
+    async def arun_child(
+        self,
+        tool: Any,
+        link: ParentLink,
+        messages: list[Any],
+        on_pause: Callable[[Pause], Any] | None,
+        signal: CancelToken | None,
+        clock: Clock,
+    ) -> tuple[RunResult, list[Event]]:
+        import asyncio
+
+        checked = self._options(True, tool, link, messages, on_pause, signal, clock)
+        outcome = await _arun(checked)
+        if type(outcome) is Parked:
+            return self._ended(checked.session_id, outcome)
+        return outcome, await asyncio.to_thread(self.store.events, checked.session_id)  # type: ignore[return-value]
+
+    def _ended(self, session_id: str, outcome: RunResult | Parked) -> tuple[RunResult, list[Event]]:
+        """The child's result and log; a parked child parks its parent."""
+        if type(outcome) is Parked:
+            pause = outcome.pause
+            path = (session_id, *pause.path)
+            raise _Parking(msgspec.structs.replace(pause, path=path), child=True)
+        return outcome, self.store.events(session_id)  # type: ignore[return-value]
+
+
+def parked_leaf(
+    store: SQLiteStore, session_id: str, path: tuple[str, ...] = ()
+) -> tuple[str, SessionInfo, Pause] | None:
+    """The first parked session under ``session_id`` that waits at its own pause
+    (its id, row and ``Pause``, whose ``path`` leads to it), or ``None``."""
+    for child in store.children(session_id):
+        if store.session(child).status != "paused":
+            continue
+        here = (*path, child)
+        info, events = store.load(child)
+        last = next(e for e in reversed(events) if type(e) is not MessageQueuedEvent)
+        if type(last) is SessionPauseEvent:
+            return child, info, Pause(last.reason, last.payload, path=here)
+        deeper = parked_leaf(store, child, here)
+        if deeper is not None:
+            return deeper
+    return None
+
+
+def _answer_target(store: SQLiteStore, session_id: str) -> str:
+    """The session an answer for ``session_id``'s pause goes to: itself, or, when
+    it is parked at an agent tool's call, the child session parked under it."""
+    info, events = store.load(session_id)
+    if info.status != "paused":
+        return session_id  # (put_answer says why not)
+    last = next(e for e in reversed(events) if type(e) is not MessageQueuedEvent)
+    if type(last) is SessionPauseEvent:
+        return session_id
+    leaf = parked_leaf(store, session_id)
+    if leaf is None:
+        raise StoreError(
+            f"session {session_id!r} waits at its {last.type} #{last.sequence} on a child "
+            "session, but none of its children is parked: run it again (run_durable) to "
+            "continue"
+        )
+    return leaf[0]
+
+
 class _Stopped(BaseException):
     """Raised by ``before_effect`` when the worker drains (committed already)."""
 
 
 class _Parking(BaseException):
-    """Raised by ``before_effect`` to park the session (committed already)."""
+    """Raised by ``before_effect`` to park the session (committed already); or, with
+    ``child``, by an agent tool whose child session parked (the parent, waiting at
+    the call, is parked with it: :meth:`_Runner.park_on_child`)."""
 
-    def __init__(self, pause: Pause) -> None:
+    def __init__(self, pause: Pause, *, child: bool = False) -> None:
         super().__init__(pause.reason)
         self.pause = pause
+        self.child = child
 
 
 # --------------------------------------------------------------------------- preparing a run
@@ -479,6 +622,11 @@ class _Options:
         self.model = model
         self.driving_options = driving  # drive's options, as given
 
+    def host(self) -> _Host:
+        """What runs this session's agent tools' children: each as its own stored
+        session, with this run's lease options."""
+        return _Host(self.store, self.owner, self.lease_seconds)
+
     def driving(self, runner: _Runner) -> dict[str, Any]:
         """The options of ``drive``/``adrive`` for the runner's loop."""
         return {
@@ -526,9 +674,14 @@ class _Options:
             # store vouches that the log ends at its pause, perhaps followed by
             # messages delivered there.)
             last = next(e for e in reversed(events) if type(e) is not MessageQueuedEvent)
-            assert type(last) is SessionPauseEvent
-            pause = Pause(last.reason, last.payload)
-            return Parked(session_id=session_id, pause=pause, steps=info.steps)
+            if type(last) is SessionPauseEvent:
+                pause = Pause(last.reason, last.payload)
+                return Parked(session_id=session_id, pause=pause, steps=info.steps)
+            # It waits at an agent tool's call on a parked child (DESIGN §26): still
+            # parked unless the child's pause has its answer.
+            leaf = parked_leaf(store, session_id)
+            if leaf is not None and not leaf[1].answered:
+                return Parked(session_id=session_id, pause=leaf[2], steps=info.steps)
         store.acquire(session_id, self.owner, self.lease_seconds)
         try:
             # Read again under the lease: another worker may have advanced it meanwhile.
@@ -742,6 +895,22 @@ class _Runner:
         self.status = status
         self.answer_applied = False
         self.delivered = 0
+
+    def park_on_child(self) -> None:
+        """Park the session where its log was last committed: at the ``tool.call`` of
+        an agent tool whose child session parked (DESIGN §26). The driver ended the
+        loop in memory when the tool raised; none of that is committed: the next run
+        resumes at the call, and the child's answer continues both."""
+        self.store.append(
+            self.session_id,
+            [],
+            expected=self.committed,
+            status="paused",
+            steps=self.loop.step,
+            owner=self.owner,
+            lease_seconds=self.lease_seconds,
+        )
+        self.status = "paused"
 
     def finish(self) -> RunResult:
         """Commit the end of the run; its result."""

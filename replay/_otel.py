@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +70,22 @@ def arguments(otel: argparse.ArgumentParser) -> None:
     otel.add_argument(
         "--service-name", type=_name, default="agentloop", help="service.name (agentloop)"
     )
+    otel.add_argument(
+        "--no-tree",
+        dest="tree",
+        action="store_false",
+        help="this session only (default: each child session's spans too, under the "
+        "execute_tool span of the call that ran it, DESIGN §26)",
+    )
 
 
-def command(args: argparse.Namespace, events: Sequence[Event]) -> int:
-    """Run ``otel`` on the events of ``args.log``; returns the exit code.
+def command(
+    args: argparse.Namespace,
+    events: Sequence[Event],
+    children: Callable[[Sequence[Event], str], Sequence[Event] | None] | None = None,
+) -> int:
+    """Run ``otel`` on the events of ``args.log`` (and with ``children``, its
+    session tree's: see ``agentloop.otel.record_log``); returns the exit code.
 
     Raises:
         OTelCommandError: OpenTelemetry is not installed, or the output cannot be
@@ -91,6 +103,7 @@ def command(args: argparse.Namespace, events: Sequence[Event]) -> int:
         "provider_name": args.provider,
         "request_model": args.model,
         "conversation_id": args.conversation_id,
+        "children": children,
     }
     if args.endpoint is not None:
         try:

@@ -364,7 +364,7 @@ def _session_config(start: Event) -> dict[str, Any]:
     """The JSON ``config`` of a session, from its first event."""
     if type(start) is not agentloop.SessionStartEvent:
         return {}
-    return {
+    config: dict[str, Any] = {
         "system": start.system,
         "max_steps": start.max_steps,
         # Every field, as listed before log format 2 left defaults out.
@@ -374,6 +374,10 @@ def _session_config(start: Event) -> dict[str, Any]:
         "tools": [spec.name for spec in start.tools],
         "request_sequence_start": start.request_sequence_start,
     }
+    if start.parent is not None:  # a child session (DESIGN §26): SQLiteStore.children
+        link = start.parent
+        config["parent"] = {"session": link.session, "call_id": link.call_id, "depth": link.depth}
+    return config
 
 
 _answer_decoder: Final = msgspec.json.Decoder(Resume | Cancel)
@@ -625,6 +629,28 @@ class SQLiteStore:
         if info is None:
             raise SessionNotFound(session_id)
         return info
+
+    def children(self, session_id: str) -> list[str]:
+        """The ids of the child sessions of ``session_id`` (its agent tools' runs,
+        DESIGN §26), oldest first: the sessions whose ``session.start`` names it as
+        their parent. Empty for a session without children, or none stored."""
+        # A child's id is "<parent>/<call id>": a range of the primary key holds
+        # them all ("0" follows "/"), and the recorded link tells a child from a
+        # session whose own id merely starts so.
+        with self._lock:
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT id, config FROM sessions WHERE id >= ? AND id < ? ORDER BY created, id",
+                    (session_id + "/", session_id + "0"),
+                )
+                .fetchall()
+            )
+        return [
+            row[0]
+            for row in rows
+            if _config_decoder.decode(row[1]).get("parent", {}).get("session") == session_id
+        ]
 
     def events(self, session_id: str) -> list[Event]:
         """The session's events, in order (what ``show DB --session ID`` reads).
@@ -1287,7 +1313,12 @@ def _status_problem(status: str, events: Sequence[Event]) -> str | None:
         waiting = next(
             (event for event in reversed(events) if type(event) is not MessageQueuedEvent), last
         )
-        if type(waiting) is not agentloop.SessionPauseEvent:
+        # (A parent waits at its tool.call while the child session it runs is
+        # parked: DESIGN §26.)
+        if (
+            type(waiting) is not agentloop.SessionPauseEvent
+            and type(waiting) is not agentloop.ToolCallEvent
+        ):
             return (
                 f"status 'paused' says the run waits at a pause, but the log ends with {last.type}"
             )

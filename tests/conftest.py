@@ -39,6 +39,7 @@ VERSION_INDEPENDENT = (
     "tests/test_docs_blocks.py::test_the_block_runs_as_a_file_of_its_own",
     "tests/test_docs_otel_mcp.py::test_the_example_prints_the_documented_output",
     "tests/test_durable_crash.py",
+    "tests/test_agent_tree_crash.py",
     "tests/test_worker_crash.py",
     "tests/test_idempotency.py::test_a_file_tier_session_killed_at_any_point",
     "tests/temporal/test_kill.py",
