@@ -528,10 +528,10 @@ class _Options:
             return Parked(session_id=session_id, pause=pause, steps=info.steps)
         store.acquire(session_id, self.owner, self.lease_seconds)
         try:
-            # Read again under the lease: another worker may have advanced it meanwhile.
+            # Read again under the lease: another worker may have advanced it
+            # meanwhile, or finished it (then no lease was taken: see acquire).
             info, events = store.load(session_id)
             if info.finished:
-                store.release(session_id, self.owner)
                 return self.finished(events)
             loop, _ = resume(events, hooks=self.hooks, output=self.output)
             problem = tools_problem(self.registry, loop.tools, extra=True)

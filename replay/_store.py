@@ -983,8 +983,13 @@ class SQLiteStore:
         no process has its pid any more, or another one does; see
         ``replay._process``).
 
+        A finished session is never leased (its row is returned as it is): the
+        worker that finished it released its lease in the commit that finished
+        it, and nothing would release one taken now should this worker die before
+        it sees that the session is finished (nobody runs a finished session).
+
         Returns:
-            The session's row, now leased to ``owner``.
+            The session's row, now leased to ``owner`` (unless it is finished).
 
         Raises:
             SessionNotFound: no such session.
@@ -994,10 +999,14 @@ class SQLiteStore:
         now = self.now()
         host, pid, start = this_process()
         with self._write() as db:
-            holder, expires, holder_host, holder_pid, holder_start = _row(
-                db, session_id, "lease_owner, lease_expires, lease_host, lease_pid, lease_start"
+            status, holder, expires, holder_host, holder_pid, holder_start = _row(
+                db,
+                session_id,
+                "status, lease_owner, lease_expires, lease_host, lease_pid, lease_start",
             )
-            if (
+            if status in _FINISHED:
+                pass  # (another worker finished it meanwhile: nothing to lease)
+            elif (
                 holder is not None
                 and holder != owner
                 and expires > now
@@ -1012,11 +1021,12 @@ class SQLiteStore:
                     host=holder_host,
                     pid=holder_pid,
                 )
-            db.execute(
-                "UPDATE sessions SET lease_owner = ?, lease_expires = ?, lease_host = ?, "
-                "lease_pid = ?, lease_start = ? WHERE id = ?",
-                (owner, now + lease_seconds, host, pid, start, session_id),
-            )
+            else:
+                db.execute(
+                    "UPDATE sessions SET lease_owner = ?, lease_expires = ?, lease_host = ?, "
+                    "lease_pid = ?, lease_start = ? WHERE id = ?",
+                    (owner, now + lease_seconds, host, pid, start, session_id),
+                )
         return self.session(session_id)
 
     def renew(self, session_id: str, owner: str, lease_seconds: float) -> bool:
