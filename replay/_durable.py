@@ -665,15 +665,27 @@ class _Runner:
     def before_effect(self, effect: Effect) -> Steer | FollowUp | Resume | Cancel | None:
         """The driver asks before each side effect: a stored reply to send instead,
         or (``None``) go on once the log so far is committed; parks by raising."""
-        stored = self.stored(effect)
-        if stored is not None:
-            return stored
-        if type(effect) is Pause and not self.ask:
-            signal = self.signal
-            if signal is None or not signal.cancelled:  # (a cancel token cancels instead)
-                self.commit(parked=True)
-                raise _Parking(effect)
-        self.commit()
+        waiting = self.waiting
+        if waiting or type(effect) is Pause:
+            stored = self.stored(effect)
+            if stored is not None:
+                return stored
+            if type(effect) is Pause and not self.ask:
+                signal = self.signal
+                if signal is None or not signal.cancelled:  # (a cancel token cancels instead)
+                    self.commit(parked=True)
+                    raise _Parking(effect)
+            self.commit()
+        else:
+            # The common boundary (a model or tool call): the look for queued
+            # messages and the commit are one transaction; a message found is
+            # sent first, and nothing is written (the next call commits it too).
+            found = self.commit(poll=True)
+            if found:
+                waiting.extend(found)
+                self.seen = found[-1][0]
+                self.delivered, reply = waiting.popleft()
+                return reply
         stop = self.stop_event
         if stop is not None and stop.is_set():
             raise _Stopped
@@ -700,17 +712,22 @@ class _Runner:
                 return answer
         return None
 
-    def commit(self, *, parked: bool = False) -> None:
-        """Store the events not stored yet, with the session's status, in one transaction."""
+    def commit(
+        self, *, parked: bool = False, poll: bool = False
+    ) -> list[tuple[int, Steer | FollowUp]]:
+        """Store the events not stored yet, with the session's status, in one
+        transaction. With ``poll``, look for queued messages first (in the same
+        transaction): those found are returned, and nothing is written."""
         loop = self.loop
         events = loop.log.since(self.committed)
         result = loop.result
         status = result.status if result is not None else "paused" if parked else "running"
-        if not events and status == self.status and not self.answer_applied:
-            return  # (a delivered message always brings its message.queued event)
         store = self.store
+        if not events and status == self.status and not self.answer_applied:
+            # (A delivered message always brings its message.queued event.)
+            return store.queued_for(self.session_id, after=self.seen) if poll else []
         if self.created:
-            store.append(
+            found = store.append(
                 self.session_id,
                 events,
                 expected=self.committed,
@@ -720,8 +737,11 @@ class _Runner:
                 lease_seconds=self.lease_seconds,
                 consume_answer=self.answer_applied,
                 consume_queued=self.delivered,
+                poll_queued=self.seen if poll else None,
             )
-        else:
+            if found:
+                return found
+        else:  # (a new session: no message can be queued for it yet)
             store.create(
                 self.session_id,
                 events,
@@ -735,6 +755,7 @@ class _Runner:
         self.status = status
         self.answer_applied = False
         self.delivered = 0
+        return []
 
     def finish(self) -> RunResult:
         """Commit the end of the run; its result."""

@@ -495,7 +495,7 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         # Where the chains of recently read or written sessions end (see _continue).
-        self._chains: dict[str, tuple[int, _Format2]] = {}
+        self._chains: dict[str, tuple[int, _Format2, str]] = {}
         try:
             db = sqlite3.connect(
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -673,7 +673,7 @@ class SQLiteStore:
         events, format2 = _read_rows(session_id, row[-2], row[-1], rows, blobs)
         _check_log(session_id, row[1], row[3], events)
         if format2 is not None:
-            self._remember(session_id, len(events), format2)
+            self._remember(session_id, len(events), format2, row[1])
         return _info(row), events, row[-1], rows, blobs
 
     def _check_format(self, session_id: str, log_format: int) -> None:
@@ -722,11 +722,7 @@ class SQLiteStore:
         """The messages waiting for the session (:meth:`queue`), oldest first, as
         ``(number, reply)``; only those numbered above ``after``."""
         with self._lock:
-            rows = self._connection().execute(
-                "SELECT id, reply FROM queued WHERE session_id = ? AND id > ? ORDER BY id",
-                (session_id, after),
-            )
-            return [(row[0], _queued_decoder.decode(row[1])) for row in rows.fetchall()]
+            return self._queued(self._connection(), session_id, after)
 
     def runnable(self) -> list[str]:
         """Sessions a worker could advance now, oldest update first: ``running``
@@ -815,7 +811,7 @@ class SQLiteStore:
             if blobs:
                 db.executemany(_INSERT_BLOBS, blobs)
         self.commits += 1
-        self._remember(session_id, len(rows), format2)
+        self._remember(session_id, len(rows), format2, status)
 
     def append(
         self,
@@ -829,7 +825,8 @@ class SQLiteStore:
         lease_seconds: float = 0.0,
         consume_answer: bool = False,
         consume_queued: int = 0,
-    ) -> None:
+        poll_queued: int | None = None,
+    ) -> list[tuple[int, Steer | FollowUp]]:
         """Append a batch of events to a session, atomically (group commit).
 
         Args:
@@ -849,6 +846,15 @@ class SQLiteStore:
             consume_queued: also delete the session's queued messages numbered up
                 to this (:meth:`queued_for`; they were delivered: these events
                 record them).
+            poll_queued: look first for queued messages numbered above this (as
+                :meth:`queued_for` ``after=``), in the same transaction: if there
+                are any, nothing is written and they are returned (the durable
+                runner delivers them before the effect it was about to commit
+                for). ``None``: do not look.
+
+        Returns:
+            The queued messages found by ``poll_queued`` (nothing was written), or
+            ``[]`` (the batch was written).
 
         Raises:
             SessionNotFound: no such session.
@@ -864,85 +870,126 @@ class SQLiteStore:
         now = self.now()
         lease = None if owner is None else now + lease_seconds
         unleased = status in _UNLEASED
-        with self._write() as db:
-            # One statement checks and moves the session on (the common case); when
-            # it matches nothing, a second one finds out why.
-            moved = db.execute(
-                "UPDATE sessions SET next_sequence = ?, status = ?, steps = ?, updated = ?, "
-                "lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END, "
-                "lease_expires = CASE WHEN ? THEN NULL ELSE coalesce(?, lease_expires) END, "
-                "lease_host = CASE WHEN ? THEN NULL ELSE lease_host END, "
-                "lease_pid = CASE WHEN ? THEN NULL ELSE lease_pid END, "
-                "lease_start = CASE WHEN ? THEN NULL ELSE lease_start END "
-                "WHERE id = ? AND next_sequence = ? AND (? IS NULL OR lease_owner = ?)",
-                (
-                    expected + len(events),
-                    status,
-                    steps,
-                    now,
-                    unleased,
-                    unleased,
-                    lease,
-                    unleased,
-                    unleased,
-                    unleased,
-                    session_id,
-                    expected,
-                    owner,
-                    owner,
-                ),
-            )
-            if moved.rowcount != 1:
-                actual, holder, expires = _row(
-                    db, session_id, "next_sequence, lease_owner, lease_expires"
+        with self._lock:
+            db = self._connection()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                # One statement checks and moves the session on in the common case
+                # (the chain's end as remembered, no message waiting, the status
+                # unchanged: the status index is left alone); when it matches
+                # nothing, the next ones find out why.
+                remembered = self._chains.get(session_id)
+                chain = None
+                if remembered is not None and remembered[0] == expected:
+                    chain = remembered[1]
+                if chain is not None and not unleased and remembered[2] == status:  # type: ignore[index]
+                    moved = db.execute(
+                        _APPEND_SAME_STATUS,
+                        (
+                            expected + len(events),
+                            steps,
+                            now,
+                            lease,
+                            session_id,
+                            expected,
+                            status,
+                            owner,
+                            owner,
+                            poll_queued,
+                            session_id,
+                            poll_queued,
+                            session_id,
+                            expected - 1,
+                            chain.link.decode(),
+                        ),
+                    ).rowcount
+                else:
+                    moved = 0
+                if moved != 1:
+                    if poll_queued is not None:
+                        waiting = self._queued(db, session_id, poll_queued)
+                        if waiting:
+                            db.execute("COMMIT")  # (nothing was written)
+                            return waiting
+                    moved = db.execute(
+                        _APPEND,
+                        (
+                            expected + len(events),
+                            status,
+                            steps,
+                            now,
+                            unleased,
+                            unleased,
+                            lease,
+                            unleased,
+                            unleased,
+                            unleased,
+                            session_id,
+                            expected,
+                            owner,
+                            owner,
+                        ),
+                    ).rowcount
+                    if moved != 1:
+                        actual, holder, expires = _row(
+                            db, session_id, "next_sequence, lease_owner, lease_expires"
+                        )
+                        if actual != expected:
+                            raise StoreConflict(session_id, expected, actual)
+                        raise _lease_lost(session_id, str(owner), holder, expires, now)
+                    format2 = self._continue(db, session_id, expected, chain)
+                else:
+                    format2 = chain.copy()  # type: ignore[union-attr]
+                blobs: list[tuple[Any, ...]] = []
+                db.executemany(
+                    _INSERT_ROWS, _stored_rows(session_id, expected, events, format2, blobs)
                 )
-                if actual != expected:
-                    raise StoreConflict(session_id, expected, actual)
-                raise _lease_lost(session_id, str(owner), holder, expires, now)
-            format2 = self._continue(db, session_id, expected)
-            blobs: list[tuple[Any, ...]] = []
-            db.executemany(_INSERT_ROWS, _stored_rows(session_id, expected, events, format2, blobs))
-            if blobs:
-                db.executemany(_INSERT_BLOBS, blobs)
-            if consume_answer:
-                db.execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
-            if consume_queued:
-                db.execute(
-                    "DELETE FROM queued WHERE session_id = ? AND id <= ?",
-                    (session_id, consume_queued),
-                )
-        self.commits += 1
-        self._remember(session_id, expected + len(events), format2)
+                if blobs:
+                    db.executemany(_INSERT_BLOBS, blobs)
+                if consume_answer:
+                    db.execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
+                if consume_queued:
+                    db.execute(
+                        "DELETE FROM queued WHERE session_id = ? AND id <= ?",
+                        (session_id, consume_queued),
+                    )
+                db.execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
+            self.commits += 1
+            self._remember(session_id, expected + len(events), format2, status)
+        return []
 
     # ------------------------------------------------------------------ the chain
 
-    def _remember(self, session_id: str, count: int, format2: _Format2) -> None:
-        """Keep where the session's chain ends after ``count`` events (for the next
-        append: the durable runner reads a session, then appends to it)."""
+    def _remember(self, session_id: str, count: int, format2: _Format2, status: str) -> None:
+        """Keep where the session's chain ends after ``count`` events, and its
+        status (for the next append: the durable runner reads a session, then
+        appends to it)."""
         with self._lock:
             chains = self._chains
             chains.pop(session_id, None)
-            chains[session_id] = (count, format2)
+            chains[session_id] = (count, format2, status)
             if len(chains) > _CHAINS_KEPT:
                 del chains[next(iter(chains))]  # the least recently used
 
-    def _continue(self, db: sqlite3.Connection, session_id: str, count: int) -> _Format2:
+    def _continue(
+        self, db: sqlite3.Connection, session_id: str, count: int, chain: _Format2 | None
+    ) -> _Format2:
         """The state that the session's next line continues, its ``count`` events
         stored (in the open write transaction).
 
-        The remembered state serves when the stored link of event ``count - 1`` is
-        its link (the chain then vouches for every row before). Otherwise the rows
-        are read and checked; a session stored in format 1 is rewritten as format 2
-        (the same events) in this transaction.
+        The remembered state (``chain``: where the chain ended when this object
+        last read or wrote ``count`` events) serves when the stored link of event
+        ``count - 1`` is its link (the chain then vouches for every row before).
+        Otherwise the rows are read and checked; a session stored in format 1 is
+        rewritten as format 2 (the same events) in this transaction.
         """
-        remembered = self._chains.get(session_id)
-        if remembered is not None and remembered[0] == count:
-            found = db.execute(
-                "SELECT link FROM events WHERE session_id = ? AND sequence = ?",
-                (session_id, count - 1),
-            ).fetchone()
-            if found is not None and found[0] == remembered[1].link.decode():
-                return remembered[1].copy()
+        if chain is not None:
+            found = db.execute(_LAST_LINK, (session_id, count - 1)).fetchone()
+            if found is not None and found[0] == chain.link.decode():
+                return chain.copy()
         log_format, header = _row(db, session_id, "log_format, log_header")
         self._check_format(session_id, log_format)
         try:
@@ -973,6 +1020,13 @@ class SQLiteStore:
                 (LOG_FORMAT_VERSION, header, session_id),
             )
         return format2
+
+    @staticmethod
+    def _queued(
+        db: sqlite3.Connection, session_id: str, after: int
+    ) -> list[tuple[int, Steer | FollowUp]]:
+        rows = db.execute(_SELECT_QUEUED, (session_id, after)).fetchall()
+        return [(row[0], _queued_decoder.decode(row[1])) for row in rows]
 
     def acquire(self, session_id: str, owner: str, lease_seconds: float) -> SessionInfo:
         """Lease the session to ``owner`` for ``lease_seconds`` (or renew its lease).
@@ -1399,6 +1453,32 @@ _INSERT_BLOBS: Final = (
 )
 # Sessions whose chain's end a store object remembers (each: a link and three events).
 _CHAINS_KEPT: Final = 256
+
+_SELECT_QUEUED: Final = "SELECT id, reply FROM queued WHERE session_id = ? AND id > ? ORDER BY id"
+_LAST_LINK: Final = "SELECT link FROM events WHERE session_id = ? AND sequence = ?"
+
+# An append (see SQLiteStore.append): the session's row moves on if it continues at
+# the expected sequence and the lease is the appender's; the status columns and
+# the lease's release are set as the status says.
+_APPEND: Final = (
+    "UPDATE sessions SET next_sequence = ?, status = ?, steps = ?, updated = ?, "
+    "lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END, "
+    "lease_expires = CASE WHEN ? THEN NULL ELSE coalesce(?, lease_expires) END, "
+    "lease_host = CASE WHEN ? THEN NULL ELSE lease_host END, "
+    "lease_pid = CASE WHEN ? THEN NULL ELSE lease_pid END, "
+    "lease_start = CASE WHEN ? THEN NULL ELSE lease_start END "
+    "WHERE id = ? AND next_sequence = ? AND (? IS NULL OR lease_owner = ?)"
+)
+# The common append, in one statement: the same status (its index untouched), the
+# lease kept, no message waiting (when asked), and the chain's end as remembered
+# (the stored link of the last event): then the remembered chain state continues.
+_APPEND_SAME_STATUS: Final = (
+    "UPDATE sessions SET next_sequence = ?, steps = ?, updated = ?, "
+    "lease_expires = coalesce(?, lease_expires) "
+    "WHERE id = ? AND next_sequence = ? AND status = ? AND (? IS NULL OR lease_owner = ?) "
+    "AND (? IS NULL OR NOT EXISTS (SELECT 1 FROM queued WHERE session_id = ? AND id > ?)) "
+    "AND (SELECT link FROM events WHERE session_id = ? AND sequence = ?) = ?"
+)
 
 
 def _start(header: str) -> _Format2:
