@@ -496,7 +496,11 @@ class _Options:
         or the outcome when there is nothing to drive."""
         store, session_id = self.store, self.session_id
         try:
-            info, events = store.load(session_id)
+            # Read and lease it in one transaction (not a finished session, nor a
+            # parked one that nothing of this run would answer).
+            info, events, leased = store._claim(
+                session_id, self.owner, self.lease_seconds, paused=self.on_pause is not None
+            )
         except SessionNotFound:
             if self.messages is None:
                 raise SessionNotFound(session_id, "; pass messages to start it") from None
@@ -505,40 +509,34 @@ class _Options:
                 started_at=float(self.clock()) if started_at is None else started_at
             )
             return _Runner(self, loop, self.registry, created=False, status="running")
-
-        if self.messages is not None:
-            problem = self.start_problem(events)
-            if problem is not None:
-                raise ValueError(
-                    f"session {session_id!r} exists and was started differently: {problem}; "
-                    f"to continue it, call run_durable(store, {session_id!r}, model=..., "
-                    "tools=...) without messages"
-                )
-        self.check_output_type(events[0])
-        if info.finished:
-            return self.finished(events)
-        self.check_output(events[0])
-        if info.status == "paused" and not info.answered and self.on_pause is None:
-            # Still parked: nothing to do, and no need to lease or replay it. (The
-            # store vouches that the log ends at its pause, perhaps followed by
-            # messages delivered there.)
-            last = next(e for e in reversed(events) if type(e) is not MessageQueuedEvent)
-            assert type(last) is SessionPauseEvent
-            pause = Pause(last.reason, last.payload)
-            return Parked(session_id=session_id, pause=pause, steps=info.steps)
-        store.acquire(session_id, self.owner, self.lease_seconds)
         try:
-            # Read again under the lease: another worker may have advanced it
-            # meanwhile, or finished it (then no lease was taken: see acquire).
-            info, events = store.load(session_id)
+            if self.messages is not None:
+                problem = self.start_problem(events)
+                if problem is not None:
+                    raise ValueError(
+                        f"session {session_id!r} exists and was started differently: "
+                        f"{problem}; to continue it, call run_durable(store, {session_id!r}, "
+                        "model=..., tools=...) without messages"
+                    )
+            self.check_output_type(events[0])
             if info.finished:
                 return self.finished(events)
+            self.check_output(events[0])
+            if not leased:
+                # Still parked: nothing to do, and no need to replay it. (The store
+                # vouches that the log ends at its pause, perhaps followed by
+                # messages delivered there.)
+                last = next(e for e in reversed(events) if type(e) is not MessageQueuedEvent)
+                assert type(last) is SessionPauseEvent
+                pause = Pause(last.reason, last.payload)
+                return Parked(session_id=session_id, pause=pause, steps=info.steps)
             loop, _ = resume(events, hooks=self.hooks, output=self.output)
             problem = tools_problem(self.registry, loop.tools, extra=True)
             if problem is not None:
                 raise ValueError(f"session {session_id!r}: {problem}")
         except BaseException:
-            store.release(session_id, self.owner)
+            if leased:
+                store.release(session_id, self.owner)
             raise
         # Only the session's tools go to the driver (it refuses others).
         registry = ToolRegistry(self.registry.get(spec.name) for spec in loop.tools)  # type: ignore[misc]

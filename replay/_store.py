@@ -387,6 +387,14 @@ _SESSION_COLUMNS: Final = (
 )
 
 
+# The row a durable run reads: the listing's columns, the log's format and header,
+# and the lease holder's process.
+_LOAD_SESSION: Final = (
+    f"SELECT {_SESSION_COLUMNS}, log_format, log_header, lease_host, lease_pid, lease_start "
+    "FROM sessions WHERE id = ?"
+)
+
+
 def _info(row: tuple[Any, ...]) -> SessionInfo:
     return SessionInfo(
         id=row[0],
@@ -659,22 +667,73 @@ class SQLiteStore:
         """:meth:`load`, and the session's log header, rows and blob rows as stored."""
         with self._read() as db:
             try:
-                row = db.execute(
-                    f"SELECT {_SESSION_COLUMNS}, log_format, log_header FROM sessions WHERE id = ?",
-                    (session_id,),
-                ).fetchone()
+                row = db.execute(_LOAD_SESSION, (session_id,)).fetchone()
                 rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
                 blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
             except sqlite3.Error as exc:  # e.g. a row that is not valid UTF-8
                 raise _damaged(db, self.path, session_id, exc) from None
         if row is None:
             raise SessionNotFound(session_id)
-        self._check_format(session_id, row[-2])
-        events, format2 = _read_rows(session_id, row[-2], row[-1], rows, blobs)
+        events = self._events_of(session_id, row, rows, blobs)
+        return _info(row), events, row[12], rows, blobs
+
+    def _events_of(
+        self, session_id: str, row: Any, rows: list[Any], blobs: list[Any]
+    ) -> list[Event]:
+        """The session's events from its rows, checked (``row``: its
+        :data:`_LOAD_COLUMNS`)."""
+        log_format, header = row[11], row[12]
+        self._check_format(session_id, log_format)
+        events, format2 = _read_rows(session_id, log_format, header, rows, blobs)
         _check_log(session_id, row[1], row[3], events)
         if format2 is not None:
             self._remember(session_id, len(events), format2, row[1])
-        return _info(row), events, row[-1], rows, blobs
+        return events
+
+    def _claim(
+        self, session_id: str, owner: str, lease_seconds: float, *, paused: bool
+    ) -> tuple[SessionInfo, list[Event], bool]:
+        """Read the session and lease it to ``owner``, in one transaction (what a
+        durable run does first): the row, the events, and whether it is leased.
+
+        It is leased (as :meth:`acquire` does) unless it is finished, or parked
+        on a pause with no answer waiting and not ``paused`` (nothing of this
+        run would answer it). The caller releases the lease should the events
+        not do.
+
+        Raises:
+            SessionNotFound: no such session.
+            SessionLeased: another owner holds a live lease.
+            StoreError: as for :meth:`events` (nothing was leased).
+        """
+        _check_lease(owner, lease_seconds)
+        now = 0.0
+        with self._write() as db:
+            try:
+                row = db.execute(_LOAD_SESSION, (session_id,)).fetchone()
+                if row is None:
+                    raise SessionNotFound(session_id)
+                status = row[1]
+                lease = status not in _FINISHED and (status != "paused" or row[9] or paused)
+                if lease:
+                    now = self.now()
+                    self._lease(db, session_id, owner, lease_seconds, now, *row[6:8], *row[13:])
+                rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+                blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
+            except sqlite3.Error as exc:  # e.g. a row that is not valid UTF-8
+                raise _damaged(db, self.path, session_id, exc) from None
+        try:
+            events = self._events_of(session_id, row, rows, blobs)
+        except BaseException:
+            if lease:
+                self.release(session_id, owner)
+            raise
+        info = _info(row)
+        if lease:
+            info = msgspec.structs.replace(
+                info, lease_owner=owner, lease_expires=now + lease_seconds
+            )
+        return info, events, lease
 
     def _check_format(self, session_id: str, log_format: int) -> None:
         if log_format > LOG_FORMAT_VERSION:
@@ -1051,37 +1110,52 @@ class SQLiteStore:
         """
         _check_lease(owner, lease_seconds)
         now = self.now()
-        host, pid, start = this_process()
         with self._write() as db:
-            status, holder, expires, holder_host, holder_pid, holder_start = _row(
+            status, *holder = _row(
                 db,
                 session_id,
                 "status, lease_owner, lease_expires, lease_host, lease_pid, lease_start",
             )
-            if status in _FINISHED:
-                pass  # (another worker finished it meanwhile: nothing to lease)
-            elif (
-                holder is not None
-                and holder != owner
-                and expires > now
-                and not gone(holder_host, holder_pid, holder_start)
-            ):
-                raise SessionLeased(
-                    session_id,
-                    holder,
-                    expires,
-                    _leased_detail(session_id, holder, holder_host),
-                    now=now,
-                    host=holder_host,
-                    pid=holder_pid,
-                )
-            else:
-                db.execute(
-                    "UPDATE sessions SET lease_owner = ?, lease_expires = ?, lease_host = ?, "
-                    "lease_pid = ?, lease_start = ? WHERE id = ?",
-                    (owner, now + lease_seconds, host, pid, start, session_id),
-                )
+            if status not in _FINISHED:  # (else another worker finished it meanwhile)
+                self._lease(db, session_id, owner, lease_seconds, now, *holder)
         return self.session(session_id)
+
+    @staticmethod
+    def _lease(
+        db: sqlite3.Connection,
+        session_id: str,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        holder: str | None,
+        expires: float | None,
+        holder_host: str | None,
+        holder_pid: int | None,
+        holder_start: str | None,
+    ) -> None:
+        """Lease the session to ``owner`` (in the open write transaction), unless
+        another owner holds a live lease (:class:`SessionLeased`)."""
+        if (
+            holder is not None
+            and holder != owner
+            and expires > now  # type: ignore[operator]
+            and not gone(holder_host, holder_pid, holder_start)
+        ):
+            raise SessionLeased(
+                session_id,
+                holder,
+                expires,
+                _leased_detail(session_id, holder, holder_host),
+                now=now,
+                host=holder_host,
+                pid=holder_pid,
+            )
+        host, pid, start = this_process()
+        db.execute(
+            "UPDATE sessions SET lease_owner = ?, lease_expires = ?, lease_host = ?, "
+            "lease_pid = ?, lease_start = ? WHERE id = ?",
+            (owner, now + lease_seconds, host, pid, start, session_id),
+        )
 
     def renew(self, session_id: str, owner: str, lease_seconds: float) -> bool:
         """Extend ``owner``'s lease to ``lease_seconds`` from now.
