@@ -111,7 +111,7 @@ from agentloop._spi import (
 
 from ._diff import diff_events
 from ._replay import replay, resume
-from ._store import SessionNotFound, SQLiteStore, StoreError, _check_lease
+from ._store import _UNLEASED, SessionNotFound, SQLiteStore, StoreError, _check_lease
 
 __all__ = ["Parked", "answer", "arun_durable", "run_durable", "submit"]
 
@@ -651,6 +651,7 @@ class _Runner:
         self.loop = loop
         self.registry = registry
         self.created = created  # the session's row exists (and this runner leases it)
+        self.leased = created  # this runner holds the lease (the last commit kept it)
         self.status = status
         self.committed = 0  # events of loop.log already in the store
         self.answer_applied = False  # the stored answer was sent; consume it at the next commit
@@ -751,6 +752,7 @@ class _Runner:
             self.created = True
         self.committed += len(events)
         self.status = status
+        self.leased = status not in _UNLEASED  # (the commit released it: see append)
         self.answer_applied = False
         self.delivered = 0
         return []
@@ -774,8 +776,9 @@ class _Runner:
             self.renewal = None
 
     def release(self) -> None:
-        """Give the lease up (call :meth:`stop` first)."""
-        if self.created:
+        """Give the lease up (call :meth:`stop` first); unless the last commit did
+        (a finished or parked session holds none)."""
+        if self.leased:
             self.store.release(self.session_id, self.owner)
 
 
