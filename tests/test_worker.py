@@ -240,6 +240,29 @@ def test_a_session_another_worker_finishes_while_this_one_claims_it_never_keeps_
     assert leased == [], f"a completed session was leased between B's transactions: {seen}"
 
 
+def test_sessions_finished_after_they_were_listed_are_skipped_without_a_factory_call(tmp_path):
+    # Another worker (process) finished them between this worker's listing and
+    # its turn: skipped at the cost of one read, no factory, no lease.
+    class Listing(SQLiteStore):
+        def runnable(self) -> list[str]:
+            listed = super().runnable()
+            for session_id in listed:  # the other worker, right after the listing
+                replay.run_durable(self, session_id, **sessions.options())
+            return listed
+
+    called: list[str] = []
+
+    def factory(info: replay.SessionInfo) -> SessionSetup:
+        called.append(info.id)
+        return sessions.factory(info)
+
+    with Listing(tmp_path / "listed.db") as store:
+        sessions.submit_sessions(store, 3)
+        stats = Worker(store, factory, threads=1).run()
+        assert all(info.lease_owner is None for info in store.sessions())
+    assert (stats.skipped, stats.advanced, called) == (3, 0, [])
+
+
 def gated_factory(gate: threading.Event, entered: threading.Event) -> Any:
     @tool(name="effect")
     def effect(n: int) -> dict[str, int]:
