@@ -17,6 +17,12 @@ Prints, never asserts (timing is not a test):
   4-worker figure.
 - F2 what one session costs in one thread: ``run_durable`` of the same sessions one
   after the other, no worker (the floor the worker's threads divide).
+- F3 the SQLite floor: the write transactions a worker makes for one session (its
+  claim, then one commit per side-effect boundary: seven for these sessions), with
+  the same statements and the same stored rows (those F2 wrote), on a fresh store
+  file, and nothing else: no loop, no encoding. SQLite takes one writer at a time
+  (per file), so this bounds the fleet's sessions per second on this machine
+  whatever the number of workers.
 
 The machine is shared: each figure is one run; repeat to see the noise.
 """
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -110,6 +117,68 @@ def serial_rate(directory: Path, count: int) -> float:
         return count / (time.perf_counter() - started)
 
 
+def floor_rate(directory: Path) -> tuple[float, float]:
+    """F3: the sessions F2 stored (serial.db), written again the way a worker writes
+    them, with bare SQL: sessions per second of SQLite work alone (wall clock, and
+    per CPU second of this process)."""
+    sessions: list[tuple[str, list[list[tuple[int, str, str]]]]] = []
+    source = sqlite3.connect(directory / "serial.db")
+    try:
+        for (session_id,) in source.execute("SELECT id FROM sessions ORDER BY id").fetchall():
+            rows = source.execute(
+                "SELECT sequence, event, link FROM events WHERE session_id = ? ORDER BY sequence",
+                (session_id,),
+            ).fetchall()
+            # One batch per commit: up to each step.start and tool.call (the
+            # effects' boundaries), the rest at the end; the first one is submit's.
+            batches: list[list[tuple[int, str, str]]] = [[]]
+            for row in rows:
+                batches[-1].append(row)
+                if row[1].startswith(('{"type":"step.start"', '{"type":"tool.call"')):
+                    batches.append([])
+            sessions.append((session_id, [batch for batch in batches if batch]))
+    finally:
+        source.close()
+    path = directory / "floor.db"
+    replay.SQLiteStore(path).close()  # the schema
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA synchronous=NORMAL")
+        insert = "INSERT INTO events (session_id, sequence, event, link) VALUES (?, ?, ?, ?)"
+        for session_id, batches in sessions:  # what submit stores (not timed)
+            db.execute(
+                "INSERT INTO sessions (id, status, steps, next_sequence, created, updated, "
+                "config, log_format) VALUES (?, 'running', 1, ?, 0, 0, '{}', 3)",
+                (session_id, len(batches[0])),
+            )
+            db.executemany(insert, [(session_id, *row) for row in batches[0]])
+        started, cpu = time.perf_counter(), time.process_time()
+        for session_id, batches in sessions:
+            db.execute("BEGIN IMMEDIATE")  # the claim: the row, the lease, the events
+            db.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            db.execute(
+                "UPDATE sessions SET lease_owner = 'w', lease_expires = 1e12 WHERE id = ?",
+                (session_id,),
+            )
+            db.execute("SELECT * FROM events WHERE session_id = ?", (session_id,)).fetchall()
+            db.execute("COMMIT")
+            sequence = len(batches[0])
+            for batch in batches[1:]:
+                db.execute("BEGIN IMMEDIATE")
+                sequence += len(batch)
+                db.execute(
+                    "UPDATE sessions SET next_sequence = ?, steps = steps + 1, updated = ? "
+                    "WHERE id = ?",
+                    (sequence, time.time(), session_id),
+                )
+                db.executemany(insert, [(session_id, *row) for row in batch])
+                db.execute("COMMIT")
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        return len(sessions) / wall, len(sessions) / cpu
+    finally:
+        db.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smoke run, few sessions")
@@ -135,6 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rate = serial_rate(directory, count)
         results["serial_run_durable"] = rate
         print(f"F2 run_durable one after the other, no worker: {rate:.0f}/s")
+        rate, per_cpu = floor_rate(directory)
+        results["sqlite_floor"], results["sqlite_floor_per_cpu_second"] = rate, per_cpu
+        print(
+            f"F3 the SQLite floor (a worker's write transactions alone): {rate:.0f}/s "
+            f"({per_cpu:.0f} per CPU second)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0
