@@ -24,6 +24,14 @@ Prints, never asserts (timing is not a test):
   (per file), so this bounds the fleet's sessions per second on this machine
   whatever the number of workers.
 
+``--crash N`` runs the issue's crash test at full size instead (``--crash 10000``):
+N sessions, 4 worker processes, one SIGKILLed every second until every session is
+finished; then it checks that none was lost or duplicated (tests/worker_factory.py
+``check_fleet``: every session completed with no lease left, one run each, each tool
+call recorded once, every log verifies and replays, each side effect exactly once)
+and prints the kills, the seconds and the verdict. The CI test
+(tests/test_worker_crash.py) is the same at 200 sessions.
+
 The machine is shared: each figure is one run; repeat to see the noise.
 """
 
@@ -179,12 +187,42 @@ def floor_rate(directory: Path) -> tuple[float, float]:
         db.close()
 
 
+def crash(count: int) -> int:
+    """``--crash N``: the fleet under fire at full size (see the module's docs)."""
+    from tests import worker_factory
+
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"{count} sessions, 4 worker processes, one SIGKILLed every second", flush=True)
+        run = worker_factory.under_fire(
+            Path(tmp),
+            sessions=count,
+            processes=4,
+            kill_every=1.0,
+            kills=count,  # (until every session is finished)
+            give_up=max(3600.0, count),
+        )
+        seconds = run["seconds"]
+        print(f"  {run['kills']} kills, {seconds:.0f} s, {count / seconds:.0f} sessions/s")
+        try:
+            worker_factory.check_fleet(run["db"], run["effects"], run["ids"])
+        except AssertionError as exc:
+            print(f"  FAILED: {exc!r}")
+            return 1
+        print("  0 lost, 0 duplicated: every session completed once, every effect once")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smoke run, few sessions")
     parser.add_argument("--sessions", type=int, default=2000, help="sessions per run")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    parser.add_argument(
+        "--crash", type=int, metavar="N", help="the crash test with N sessions instead"
+    )
     args = parser.parse_args(argv)
+    if args.crash is not None:
+        return crash(args.crash)
     count = 40 if args.quick else args.sessions
     results: dict[str, Any] = {"sessions": count, "goal_per_second_4_workers": GOAL}
     with tempfile.TemporaryDirectory() as tmp:

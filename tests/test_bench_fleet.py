@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
-from .helpers import quick_bench
+from .helpers import ROOT, quick_bench
 
 
 def test_quick_run_prints_and_writes_every_number(tmp_path):
@@ -27,3 +29,18 @@ def test_quick_run_prints_and_writes_every_number(tmp_path):
     ):
         assert data[key] > 0
     assert type(data["goal_met"]) is bool
+
+
+def test_the_crash_mode_runs_and_checks_the_fleet(tmp_path):
+    # (--crash 10000 is the full size; a dozen sessions here.)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "fleet.py"), "--crash", "12"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "12 sessions, 4 worker processes, one SIGKILLed every second" in done.stdout
+    assert "0 lost, 0 duplicated" in done.stdout
