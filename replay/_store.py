@@ -937,11 +937,11 @@ class SQLiteStore:
                 # (the chain's end as remembered, no message waiting, the status
                 # unchanged: the status index is left alone); when it matches
                 # nothing, the next ones find out why.
+                chain, same_status = None, False
                 remembered = self._chains.get(session_id)
-                chain = None
                 if remembered is not None and remembered[0] == expected:
-                    chain = remembered[1]
-                if chain is not None and not unleased and remembered[2] == status:  # type: ignore[index]
+                    chain, same_status = remembered[1], remembered[2] == status
+                if chain is not None and same_status and not unleased:
                     moved = db.execute(
                         _APPEND_SAME_STATUS,
                         (
@@ -964,7 +964,7 @@ class SQLiteStore:
                     ).rowcount
                 else:
                     moved = 0
-                if moved != 1:
+                if chain is None or moved != 1:
                     if poll_queued is not None:
                         waiting = self._queued(db, session_id, poll_queued)
                         if waiting:
@@ -998,7 +998,7 @@ class SQLiteStore:
                         raise _lease_lost(session_id, str(owner), holder, expires, now)
                     format2 = self._continue(db, session_id, expected, chain)
                 else:
-                    format2 = chain.copy()  # type: ignore[union-attr]
+                    format2 = chain.copy()
                 blobs: list[tuple[Any, ...]] = []
                 db.executemany(
                     _INSERT_ROWS, _stored_rows(session_id, expected, events, format2, blobs)
@@ -1138,7 +1138,8 @@ class SQLiteStore:
         if (
             holder is not None
             and holder != owner
-            and expires > now  # type: ignore[operator]
+            and expires is not None
+            and expires > now
             and not gone(holder_host, holder_pid, holder_start)
         ):
             raise SessionLeased(
