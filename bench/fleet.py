@@ -17,6 +17,20 @@ Prints, never asserts (timing is not a test):
   4-worker figure.
 - F2 what one session costs in one thread: ``run_durable`` of the same sessions one
   after the other, no worker (the floor the worker's threads divide).
+- F3 the SQLite floor: the write transactions a worker makes for one session (its
+  claim, then one commit per side-effect boundary: seven for these sessions), with
+  the same statements and the same stored rows (those F2 wrote), on a fresh store
+  file, and nothing else: no loop, no encoding. SQLite takes one writer at a time
+  (per file), so this bounds the fleet's sessions per second on this machine
+  whatever the number of workers.
+
+``--crash N`` runs the issue's crash test at full size instead (``--crash 10000``):
+N sessions, 4 worker processes, one SIGKILLed every second until every session is
+finished; then it checks that none was lost or duplicated (tests/worker_factory.py
+``check_fleet``: every session completed with no lease left, one run each, each tool
+call recorded once, every log verifies and replays, each side effect exactly once)
+and prints the kills, the seconds and the verdict. The CI test
+(tests/test_worker_crash.py) is the same at 200 sessions.
 
 The machine is shared: each figure is one run; repeat to see the noise.
 """
@@ -26,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -110,12 +125,104 @@ def serial_rate(directory: Path, count: int) -> float:
         return count / (time.perf_counter() - started)
 
 
+def floor_rate(directory: Path) -> tuple[float, float]:
+    """F3: the sessions F2 stored (serial.db), written again the way a worker writes
+    them, with bare SQL: sessions per second of SQLite work alone (wall clock, and
+    per CPU second of this process)."""
+    sessions: list[tuple[str, list[list[tuple[int, str, str]]]]] = []
+    source = sqlite3.connect(directory / "serial.db")
+    try:
+        for (session_id,) in source.execute("SELECT id FROM sessions ORDER BY id").fetchall():
+            rows = source.execute(
+                "SELECT sequence, event, link FROM events WHERE session_id = ? ORDER BY sequence",
+                (session_id,),
+            ).fetchall()
+            # One batch per commit: up to each step.start and tool.call (the
+            # effects' boundaries), the rest at the end; the first one is submit's.
+            batches: list[list[tuple[int, str, str]]] = [[]]
+            for row in rows:
+                batches[-1].append(row)
+                if row[1].startswith(('{"type":"step.start"', '{"type":"tool.call"')):
+                    batches.append([])
+            sessions.append((session_id, [batch for batch in batches if batch]))
+    finally:
+        source.close()
+    path = directory / "floor.db"
+    replay.SQLiteStore(path).close()  # the schema
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA synchronous=NORMAL")
+        insert = "INSERT INTO events (session_id, sequence, event, link) VALUES (?, ?, ?, ?)"
+        for session_id, batches in sessions:  # what submit stores (not timed)
+            db.execute(
+                "INSERT INTO sessions (id, status, steps, next_sequence, created, updated, "
+                "config, log_format) VALUES (?, 'running', 1, ?, 0, 0, '{}', 3)",
+                (session_id, len(batches[0])),
+            )
+            db.executemany(insert, [(session_id, *row) for row in batches[0]])
+        started, cpu = time.perf_counter(), time.process_time()
+        for session_id, batches in sessions:
+            db.execute("BEGIN IMMEDIATE")  # the claim: the row, the lease, the events
+            db.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            db.execute(
+                "UPDATE sessions SET lease_owner = 'w', lease_expires = 1e12 WHERE id = ?",
+                (session_id,),
+            )
+            db.execute("SELECT * FROM events WHERE session_id = ?", (session_id,)).fetchall()
+            db.execute("COMMIT")
+            sequence = len(batches[0])
+            for batch in batches[1:]:
+                db.execute("BEGIN IMMEDIATE")
+                sequence += len(batch)
+                db.execute(
+                    "UPDATE sessions SET next_sequence = ?, steps = steps + 1, updated = ? "
+                    "WHERE id = ?",
+                    (sequence, time.time(), session_id),
+                )
+                db.executemany(insert, [(session_id, *row) for row in batch])
+                db.execute("COMMIT")
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        return len(sessions) / wall, len(sessions) / cpu
+    finally:
+        db.close()
+
+
+def crash(count: int) -> int:
+    """``--crash N``: the fleet under fire at full size (see the module's docs)."""
+    from tests import worker_factory
+
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"{count} sessions, 4 worker processes, one SIGKILLed every second", flush=True)
+        run = worker_factory.under_fire(
+            Path(tmp),
+            sessions=count,
+            processes=4,
+            kill_every=1.0,
+            kills=count,  # (until every session is finished)
+            give_up=max(3600.0, count),
+        )
+        seconds = run["seconds"]
+        print(f"  {run['kills']} kills, {seconds:.0f} s, {count / seconds:.0f} sessions/s")
+        try:
+            worker_factory.check_fleet(run["db"], run["effects"], run["ids"])
+        except AssertionError as exc:
+            print(f"  FAILED: {exc!r}")
+            return 1
+        print("  0 lost, 0 duplicated: every session completed once, every effect once")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smoke run, few sessions")
     parser.add_argument("--sessions", type=int, default=2000, help="sessions per run")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    parser.add_argument(
+        "--crash", type=int, metavar="N", help="the crash test with N sessions instead"
+    )
     args = parser.parse_args(argv)
+    if args.crash is not None:
+        return crash(args.crash)
     count = 40 if args.quick else args.sessions
     results: dict[str, Any] = {"sessions": count, "goal_per_second_4_workers": GOAL}
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,6 +242,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rate = serial_rate(directory, count)
         results["serial_run_durable"] = rate
         print(f"F2 run_durable one after the other, no worker: {rate:.0f}/s")
+        rate, per_cpu = floor_rate(directory)
+        results["sqlite_floor"], results["sqlite_floor_per_cpu_second"] = rate, per_cpu
+        print(
+            f"F3 the SQLite floor (a worker's write transactions alone): {rate:.0f}/s "
+            f"({per_cpu:.0f} per CPU second)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0

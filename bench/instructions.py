@@ -37,6 +37,8 @@ SCENARIOS = {
     "read-log-64": (10, "replay.read_log of that session's log file (written by write_log)"),
     "replay-file-64": (10, "replay.replay(replay.read_log(path)) of that file"),
     "write-log-64": (10, "replay.write_log of that session"),
+    "S3-durable": (10, "replay.run_durable + ScriptedModel, S3, on a store file (NORMAL)"),
+    "worker-4step": (100, "one scripted 4-step session submitted, then run by a worker thread"),
 }
 
 WORKER = r'''
@@ -116,11 +118,34 @@ def log_file(action):
         return lambda: replay.read_log(path)
     return lambda: replay.replay(replay.read_log(path))
 
+def durable(steps):
+    import itertools, tempfile, replay
+    store = replay.SQLiteStore(tempfile.mkdtemp() + "/durable.db")
+    lines, ids = script(steps), itertools.count()
+    return lambda: replay.run_durable(
+        store, f"s{next(ids)}", [USER], model=agentloop.ScriptedModel(lines), tools=[ADD],
+        max_steps=steps,
+    )
+
+def worker():
+    # One session at a time (the submit included): the work a session costs a
+    # worker thread, without the waits of a pool.
+    import itertools, tempfile, replay
+    store = replay.SQLiteStore(tempfile.mkdtemp() + "/fleet.db")
+    lines, ids = script(4), itertools.count()
+    def setup(info):
+        return replay.SessionSetup(model=agentloop.ScriptedModel(lines), tools=[ADD])
+    def run():
+        replay.submit(store, f"s{next(ids)}", [USER], tools=[ADD])
+        replay.Worker(store, setup, threads=1).run()
+    return run
+
 name, count = sys.argv[1], int(sys.argv[2])
 make = {"S1-raw": lambda: raw(2), "S3-raw": lambda: raw(50), "S3-run": lambda: driven(50),
         "replay-64": replayer, "read-log-64": lambda: log_file("read"),
         "replay-file-64": lambda: log_file("replay"),
-        "write-log-64": lambda: log_file("write")}[name]
+        "write-log-64": lambda: log_file("write"),
+        "S3-durable": lambda: durable(50), "worker-4step": worker}[name]
 fn = make()
 fn()
 gc.disable()

@@ -114,7 +114,14 @@ from agentloop._spi import (
 
 from ._diff import diff_events
 from ._replay import replay, resume
-from ._store import SessionInfo, SessionNotFound, SQLiteStore, StoreError, _check_lease
+from ._store import (
+    _UNLEASED,
+    SessionInfo,
+    SessionNotFound,
+    SQLiteStore,
+    StoreError,
+    _check_lease,
+)
 
 __all__ = ["Parked", "answer", "arun_durable", "run_durable", "submit"]
 
@@ -507,6 +514,24 @@ class _Host:
         return outcome, self.store.events(session_id)  # type: ignore[return-value]
 
 
+def _still_parked(
+    store: SQLiteStore, session_id: str, info: SessionInfo, events: Sequence[Event]
+) -> Parked | None:
+    """The outcome of a parked session that nothing of this run answers: its own
+    pause (the store vouches that the log ends there, perhaps followed by messages
+    delivered there), or the pause of the child it waits on at an agent tool's call
+    while that child has no answer; ``None`` when the child's answer came."""
+    last = next(e for e in reversed(events) if type(e) is not MessageQueuedEvent)
+    if type(last) is SessionPauseEvent:
+        return Parked(
+            session_id=session_id, pause=Pause(last.reason, last.payload), steps=info.steps
+        )
+    leaf = parked_leaf(store, session_id)
+    if leaf is not None and not leaf[1].answered:
+        return Parked(session_id=session_id, pause=leaf[2], steps=info.steps)
+    return None
+
+
 def parked_leaf(
     store: SQLiteStore, session_id: str, path: tuple[str, ...] = ()
 ) -> tuple[str, SessionInfo, Pause] | None:
@@ -647,7 +672,11 @@ class _Options:
         or the outcome when there is nothing to drive."""
         store, session_id = self.store, self.session_id
         try:
-            info, events = store.load(session_id)
+            # Read and lease it in one transaction (not a finished session, nor a
+            # parked one that nothing of this run would answer).
+            info, events, leased = store._claim(
+                session_id, self.owner, self.lease_seconds, paused=self.on_pause is not None
+            )
         except SessionNotFound:
             if self.messages is None:
                 raise SessionNotFound(session_id, "; pass messages to start it") from None
@@ -656,38 +685,28 @@ class _Options:
                 started_at=float(self.clock()) if started_at is None else started_at
             )
             return _Runner(self, loop, self.registry, created=False, status="running")
-
-        if self.messages is not None:
-            problem = self.start_problem(events)
-            if problem is not None:
-                raise ValueError(
-                    f"session {session_id!r} exists and was started differently: {problem}; "
-                    f"to continue it, call run_durable(store, {session_id!r}, model=..., "
-                    "tools=...) without messages"
-                )
-        self.check_output_type(events[0])
-        if info.finished:
-            return self.finished(events)
-        self.check_output(events[0])
-        if info.status == "paused" and not info.answered and self.on_pause is None:
-            # Still parked: nothing to do, and no need to lease or replay it. (The
-            # store vouches that the log ends at its pause, perhaps followed by
-            # messages delivered there.)
-            last = next(e for e in reversed(events) if type(e) is not MessageQueuedEvent)
-            if type(last) is SessionPauseEvent:
-                pause = Pause(last.reason, last.payload)
-                return Parked(session_id=session_id, pause=pause, steps=info.steps)
-            # It waits at an agent tool's call on a parked child (DESIGN §26): still
-            # parked unless the child's pause has its answer.
-            leaf = parked_leaf(store, session_id)
-            if leaf is not None and not leaf[1].answered:
-                return Parked(session_id=session_id, pause=leaf[2], steps=info.steps)
-        store.acquire(session_id, self.owner, self.lease_seconds)
         try:
-            # Read again under the lease: another worker may have advanced it meanwhile.
-            info, events = store.load(session_id)
+            if self.messages is not None:
+                problem = self.start_problem(events)
+                if problem is not None:
+                    raise ValueError(
+                        f"session {session_id!r} exists and was started differently: "
+                        f"{problem}; to continue it, call run_durable(store, {session_id!r}, "
+                        "model=..., tools=...) without messages"
+                    )
+            self.check_output_type(events[0])
+            if not info.finished:
+                self.check_output(events[0])
+                if not leased:
+                    parked = _still_parked(store, session_id, info, events)
+                    if parked is not None:
+                        return parked
+                    # It waited at an agent tool's call on a child whose pause has its
+                    # answer now (DESIGN §26): lease it and go on.
+                    info, events, leased = store._claim(
+                        session_id, self.owner, self.lease_seconds, paused=True
+                    )
             if info.finished:
-                store.release(session_id, self.owner)
                 return self.finished(events)
             loop, _ = resume(
                 events, hooks=self.hooks, output=self.output, compaction=self.compaction
@@ -696,7 +715,8 @@ class _Options:
             if problem is not None:
                 raise ValueError(f"session {session_id!r}: {problem}")
         except BaseException:
-            store.release(session_id, self.owner)
+            if leased:
+                store.release(session_id, self.owner)
             raise
         # Only the session's tools go to the driver (it refuses others).
         registry = ToolRegistry(self.registry.get(spec.name) for spec in loop.tools)  # type: ignore[misc]
@@ -813,6 +833,7 @@ class _Runner:
         self.loop = loop
         self.registry = registry
         self.created = created  # the session's row exists (and this runner leases it)
+        self.leased = created  # this runner holds the lease (the last commit kept it)
         self.status = status
         self.committed = 0  # events of loop.log already in the store
         self.answer_applied = False  # the stored answer was sent; consume it at the next commit
@@ -825,15 +846,27 @@ class _Runner:
     def before_effect(self, effect: Effect) -> Steer | FollowUp | Resume | Cancel | None:
         """The driver asks before each side effect: a stored reply to send instead,
         or (``None``) go on once the log so far is committed; parks by raising."""
-        stored = self.stored(effect)
-        if stored is not None:
-            return stored
-        if type(effect) is Pause and not self.ask:
-            signal = self.signal
-            if signal is None or not signal.cancelled:  # (a cancel token cancels instead)
-                self.commit(parked=True)
-                raise _Parking(effect)
-        self.commit()
+        waiting = self.waiting
+        if waiting or type(effect) is Pause:
+            stored = self.stored(effect)
+            if stored is not None:
+                return stored
+            if type(effect) is Pause and not self.ask:
+                signal = self.signal
+                if signal is None or not signal.cancelled:  # (a cancel token cancels instead)
+                    self.commit(parked=True)
+                    raise _Parking(effect)
+            self.commit()
+        else:
+            # The common boundary (a model or tool call): the look for queued
+            # messages and the commit are one transaction; a message found is
+            # sent first, and nothing is written (the next call commits it too).
+            found = self.commit(poll=True)
+            if found:
+                waiting.extend(found)
+                self.seen = found[-1][0]
+                self.delivered, reply = waiting.popleft()
+                return reply
         stop = self.stop_event
         if stop is not None and stop.is_set():
             raise _Stopped
@@ -860,17 +893,22 @@ class _Runner:
                 return answer
         return None
 
-    def commit(self, *, parked: bool = False) -> None:
-        """Store the events not stored yet, with the session's status, in one transaction."""
+    def commit(
+        self, *, parked: bool = False, poll: bool = False
+    ) -> list[tuple[int, Steer | FollowUp]]:
+        """Store the events not stored yet, with the session's status, in one
+        transaction. With ``poll``, look for queued messages first (in the same
+        transaction): those found are returned, and nothing is written."""
         loop = self.loop
         events = loop.log.since(self.committed)
         result = loop.result
         status = result.status if result is not None else "paused" if parked else "running"
-        if not events and status == self.status and not self.answer_applied:
-            return  # (a delivered message always brings its message.queued event)
         store = self.store
+        if not events and status == self.status and not self.answer_applied:
+            # (A delivered message always brings its message.queued event.)
+            return store.queued_for(self.session_id, after=self.seen) if poll else []
         if self.created:
-            store.append(
+            found = store.append(
                 self.session_id,
                 events,
                 expected=self.committed,
@@ -880,8 +918,11 @@ class _Runner:
                 lease_seconds=self.lease_seconds,
                 consume_answer=self.answer_applied,
                 consume_queued=self.delivered,
+                poll_queued=self.seen if poll else None,
             )
-        else:
+            if found:
+                return found
+        else:  # (a new session: no message can be queued for it yet)
             store.create(
                 self.session_id,
                 events,
@@ -893,8 +934,10 @@ class _Runner:
             self.created = True
         self.committed += len(events)
         self.status = status
+        self.leased = status not in _UNLEASED  # (the commit released it: see append)
         self.answer_applied = False
         self.delivered = 0
+        return []
 
     def park_on_child(self) -> None:
         """Park the session where its log was last committed: at the ``tool.call`` of
@@ -911,6 +954,7 @@ class _Runner:
             lease_seconds=self.lease_seconds,
         )
         self.status = "paused"
+        self.leased = False  # (the commit released it: see append)
 
     def finish(self) -> RunResult:
         """Commit the end of the run; its result."""
@@ -931,8 +975,9 @@ class _Runner:
             self.renewal = None
 
     def release(self) -> None:
-        """Give the lease up (call :meth:`stop` first)."""
-        if self.created:
+        """Give the lease up (call :meth:`stop` first); unless the last commit did
+        (a finished or parked session holds none)."""
+        if self.leased:
             self.store.release(self.session_id, self.owner)
 
 

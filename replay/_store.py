@@ -391,6 +391,14 @@ _SESSION_COLUMNS: Final = (
 )
 
 
+# The row a durable run reads: the listing's columns, the log's format and header,
+# and the lease holder's process.
+_LOAD_SESSION: Final = (
+    f"SELECT {_SESSION_COLUMNS}, log_format, log_header, lease_host, lease_pid, lease_start "
+    "FROM sessions WHERE id = ?"
+)
+
+
 def _info(row: tuple[Any, ...]) -> SessionInfo:
     return SessionInfo(
         id=row[0],
@@ -499,7 +507,7 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         # Where the chains of recently read or written sessions end (see _continue).
-        self._chains: dict[str, tuple[int, _Format2]] = {}
+        self._chains: dict[str, tuple[int, _Format2, str]] = {}
         try:
             db = sqlite3.connect(
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -685,22 +693,73 @@ class SQLiteStore:
         """:meth:`load`, and the session's log header, rows and blob rows as stored."""
         with self._read() as db:
             try:
-                row = db.execute(
-                    f"SELECT {_SESSION_COLUMNS}, log_format, log_header FROM sessions WHERE id = ?",
-                    (session_id,),
-                ).fetchone()
+                row = db.execute(_LOAD_SESSION, (session_id,)).fetchone()
                 rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
                 blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
             except sqlite3.Error as exc:  # e.g. a row that is not valid UTF-8
                 raise _damaged(db, self.path, session_id, exc) from None
         if row is None:
             raise SessionNotFound(session_id)
-        self._check_format(session_id, row[-2])
-        events, format2 = _read_rows(session_id, row[-2], row[-1], rows, blobs)
+        events = self._events_of(session_id, row, rows, blobs)
+        return _info(row), events, row[12], rows, blobs
+
+    def _events_of(
+        self, session_id: str, row: Any, rows: list[Any], blobs: list[Any]
+    ) -> list[Event]:
+        """The session's events from its rows, checked (``row``: its
+        :data:`_LOAD_COLUMNS`)."""
+        log_format, header = row[11], row[12]
+        self._check_format(session_id, log_format)
+        events, format2 = _read_rows(session_id, log_format, header, rows, blobs)
         _check_log(session_id, row[1], row[3], events)
         if format2 is not None:
-            self._remember(session_id, len(events), format2)
-        return _info(row), events, row[-1], rows, blobs
+            self._remember(session_id, len(events), format2, row[1])
+        return events
+
+    def _claim(
+        self, session_id: str, owner: str, lease_seconds: float, *, paused: bool
+    ) -> tuple[SessionInfo, list[Event], bool]:
+        """Read the session and lease it to ``owner``, in one transaction (what a
+        durable run does first): the row, the events, and whether it is leased.
+
+        It is leased (as :meth:`acquire` does) unless it is finished, or parked
+        on a pause with no answer waiting and not ``paused`` (nothing of this
+        run would answer it). The caller releases the lease should the events
+        not do.
+
+        Raises:
+            SessionNotFound: no such session.
+            SessionLeased: another owner holds a live lease.
+            StoreError: as for :meth:`events` (nothing was leased).
+        """
+        _check_lease(owner, lease_seconds)
+        now = 0.0
+        with self._write() as db:
+            try:
+                row = db.execute(_LOAD_SESSION, (session_id,)).fetchone()
+                if row is None:
+                    raise SessionNotFound(session_id)
+                status = row[1]
+                lease = status not in _FINISHED and (status != "paused" or row[9] or paused)
+                if lease:
+                    now = self.now()
+                    self._lease(db, session_id, owner, lease_seconds, now, *row[6:8], *row[13:])
+                rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+                blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
+            except sqlite3.Error as exc:  # e.g. a row that is not valid UTF-8
+                raise _damaged(db, self.path, session_id, exc) from None
+        try:
+            events = self._events_of(session_id, row, rows, blobs)
+        except BaseException:
+            if lease:
+                self.release(session_id, owner)
+            raise
+        info = _info(row)
+        if lease:
+            info = msgspec.structs.replace(
+                info, lease_owner=owner, lease_expires=now + lease_seconds
+            )
+        return info, events, lease
 
     def _check_format(self, session_id: str, log_format: int) -> None:
         if log_format > LOG_FORMAT_VERSION:
@@ -748,11 +807,7 @@ class SQLiteStore:
         """The messages waiting for the session (:meth:`queue`), oldest first, as
         ``(number, reply)``; only those numbered above ``after``."""
         with self._lock:
-            rows = self._connection().execute(
-                "SELECT id, reply FROM queued WHERE session_id = ? AND id > ? ORDER BY id",
-                (session_id, after),
-            )
-            return [(row[0], _queued_decoder.decode(row[1])) for row in rows.fetchall()]
+            return self._queued(self._connection(), session_id, after)
 
     def runnable(self) -> list[str]:
         """Sessions a worker could advance now, oldest update first: ``running``
@@ -841,7 +896,7 @@ class SQLiteStore:
             if blobs:
                 db.executemany(_INSERT_BLOBS, blobs)
         self.commits += 1
-        self._remember(session_id, len(rows), format2)
+        self._remember(session_id, len(rows), format2, status)
 
     def append(
         self,
@@ -855,7 +910,8 @@ class SQLiteStore:
         lease_seconds: float = 0.0,
         consume_answer: bool = False,
         consume_queued: int = 0,
-    ) -> None:
+        poll_queued: int | None = None,
+    ) -> list[tuple[int, Steer | FollowUp]]:
         """Append a batch of events to a session, atomically (group commit).
 
         Args:
@@ -875,6 +931,15 @@ class SQLiteStore:
             consume_queued: also delete the session's queued messages numbered up
                 to this (:meth:`queued_for`; they were delivered: these events
                 record them).
+            poll_queued: look first for queued messages numbered above this (as
+                :meth:`queued_for` ``after=``), in the same transaction: if there
+                are any, nothing is written and they are returned (the durable
+                runner delivers them before the effect it was about to commit
+                for). ``None``: do not look.
+
+        Returns:
+            The queued messages found by ``poll_queued`` (nothing was written), or
+            ``[]`` (the batch was written).
 
         Raises:
             SessionNotFound: no such session.
@@ -890,85 +955,126 @@ class SQLiteStore:
         now = self.now()
         lease = None if owner is None else now + lease_seconds
         unleased = status in _UNLEASED
-        with self._write() as db:
-            # One statement checks and moves the session on (the common case); when
-            # it matches nothing, a second one finds out why.
-            moved = db.execute(
-                "UPDATE sessions SET next_sequence = ?, status = ?, steps = ?, updated = ?, "
-                "lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END, "
-                "lease_expires = CASE WHEN ? THEN NULL ELSE coalesce(?, lease_expires) END, "
-                "lease_host = CASE WHEN ? THEN NULL ELSE lease_host END, "
-                "lease_pid = CASE WHEN ? THEN NULL ELSE lease_pid END, "
-                "lease_start = CASE WHEN ? THEN NULL ELSE lease_start END "
-                "WHERE id = ? AND next_sequence = ? AND (? IS NULL OR lease_owner = ?)",
-                (
-                    expected + len(events),
-                    status,
-                    steps,
-                    now,
-                    unleased,
-                    unleased,
-                    lease,
-                    unleased,
-                    unleased,
-                    unleased,
-                    session_id,
-                    expected,
-                    owner,
-                    owner,
-                ),
-            )
-            if moved.rowcount != 1:
-                actual, holder, expires = _row(
-                    db, session_id, "next_sequence, lease_owner, lease_expires"
+        with self._lock:
+            db = self._connection()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                # One statement checks and moves the session on in the common case
+                # (the chain's end as remembered, no message waiting, the status
+                # unchanged: the status index is left alone); when it matches
+                # nothing, the next ones find out why.
+                chain, same_status = None, False
+                remembered = self._chains.get(session_id)
+                if remembered is not None and remembered[0] == expected:
+                    chain, same_status = remembered[1], remembered[2] == status
+                if chain is not None and same_status and not unleased:
+                    moved = db.execute(
+                        _APPEND_SAME_STATUS,
+                        (
+                            expected + len(events),
+                            steps,
+                            now,
+                            lease,
+                            session_id,
+                            expected,
+                            status,
+                            owner,
+                            owner,
+                            poll_queued,
+                            session_id,
+                            poll_queued,
+                            session_id,
+                            expected - 1,
+                            chain.link.decode(),
+                        ),
+                    ).rowcount
+                else:
+                    moved = 0
+                if chain is None or moved != 1:
+                    if poll_queued is not None:
+                        waiting = self._queued(db, session_id, poll_queued)
+                        if waiting:
+                            db.execute("COMMIT")  # (nothing was written)
+                            return waiting
+                    moved = db.execute(
+                        _APPEND,
+                        (
+                            expected + len(events),
+                            status,
+                            steps,
+                            now,
+                            unleased,
+                            unleased,
+                            lease,
+                            unleased,
+                            unleased,
+                            unleased,
+                            session_id,
+                            expected,
+                            owner,
+                            owner,
+                        ),
+                    ).rowcount
+                    if moved != 1:
+                        actual, holder, expires = _row(
+                            db, session_id, "next_sequence, lease_owner, lease_expires"
+                        )
+                        if actual != expected:
+                            raise StoreConflict(session_id, expected, actual)
+                        raise _lease_lost(session_id, str(owner), holder, expires, now)
+                    format2 = self._continue(db, session_id, expected, chain)
+                else:
+                    format2 = chain.copy()
+                blobs: list[tuple[Any, ...]] = []
+                db.executemany(
+                    _INSERT_ROWS, _stored_rows(session_id, expected, events, format2, blobs)
                 )
-                if actual != expected:
-                    raise StoreConflict(session_id, expected, actual)
-                raise _lease_lost(session_id, str(owner), holder, expires, now)
-            format2 = self._continue(db, session_id, expected)
-            blobs: list[tuple[Any, ...]] = []
-            db.executemany(_INSERT_ROWS, _stored_rows(session_id, expected, events, format2, blobs))
-            if blobs:
-                db.executemany(_INSERT_BLOBS, blobs)
-            if consume_answer:
-                db.execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
-            if consume_queued:
-                db.execute(
-                    "DELETE FROM queued WHERE session_id = ? AND id <= ?",
-                    (session_id, consume_queued),
-                )
-        self.commits += 1
-        self._remember(session_id, expected + len(events), format2)
+                if blobs:
+                    db.executemany(_INSERT_BLOBS, blobs)
+                if consume_answer:
+                    db.execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
+                if consume_queued:
+                    db.execute(
+                        "DELETE FROM queued WHERE session_id = ? AND id <= ?",
+                        (session_id, consume_queued),
+                    )
+                db.execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
+            self.commits += 1
+            self._remember(session_id, expected + len(events), format2, status)
+        return []
 
     # ------------------------------------------------------------------ the chain
 
-    def _remember(self, session_id: str, count: int, format2: _Format2) -> None:
-        """Keep where the session's chain ends after ``count`` events (for the next
-        append: the durable runner reads a session, then appends to it)."""
+    def _remember(self, session_id: str, count: int, format2: _Format2, status: str) -> None:
+        """Keep where the session's chain ends after ``count`` events, and its
+        status (for the next append: the durable runner reads a session, then
+        appends to it)."""
         with self._lock:
             chains = self._chains
             chains.pop(session_id, None)
-            chains[session_id] = (count, format2)
+            chains[session_id] = (count, format2, status)
             if len(chains) > _CHAINS_KEPT:
                 del chains[next(iter(chains))]  # the least recently used
 
-    def _continue(self, db: sqlite3.Connection, session_id: str, count: int) -> _Format2:
+    def _continue(
+        self, db: sqlite3.Connection, session_id: str, count: int, chain: _Format2 | None
+    ) -> _Format2:
         """The state that the session's next line continues, its ``count`` events
         stored (in the open write transaction).
 
-        The remembered state serves when the stored link of event ``count - 1`` is
-        its link (the chain then vouches for every row before). Otherwise the rows
-        are read and checked; a session stored in format 1 is rewritten as format 2
-        (the same events) in this transaction.
+        The remembered state (``chain``: where the chain ended when this object
+        last read or wrote ``count`` events) serves when the stored link of event
+        ``count - 1`` is its link (the chain then vouches for every row before).
+        Otherwise the rows are read and checked; a session stored in format 1 is
+        rewritten as format 2 (the same events) in this transaction.
         """
-        remembered = self._chains.get(session_id)
-        if remembered is not None and remembered[0] == count:
-            found = db.execute(
-                "SELECT link FROM events WHERE session_id = ? AND sequence = ?",
-                (session_id, count - 1),
-            ).fetchone()
-            if found is not None and found[0] == remembered[1].link.decode():
-                return remembered[1].copy()
+        if chain is not None:
+            found = db.execute(_LAST_LINK, (session_id, count - 1)).fetchone()
+            if found is not None and found[0] == chain.link.decode():
+                return chain.copy()
         log_format, header = _row(db, session_id, "log_format, log_header")
         self._check_format(session_id, log_format)
         try:
@@ -1000,6 +1106,13 @@ class SQLiteStore:
             )
         return format2
 
+    @staticmethod
+    def _queued(
+        db: sqlite3.Connection, session_id: str, after: int
+    ) -> list[tuple[int, Steer | FollowUp]]:
+        rows = db.execute(_SELECT_QUEUED, (session_id, after)).fetchall()
+        return [(row[0], _queued_decoder.decode(row[1])) for row in rows]
+
     def acquire(self, session_id: str, owner: str, lease_seconds: float) -> SessionInfo:
         """Lease the session to ``owner`` for ``lease_seconds`` (or renew its lease).
 
@@ -1009,8 +1122,13 @@ class SQLiteStore:
         no process has its pid any more, or another one does; see
         ``replay._process``).
 
+        A finished session is never leased (its row is returned as it is): the
+        worker that finished it released its lease in the commit that finished
+        it, and nothing would release one taken now should this worker die before
+        it sees that the session is finished (nobody runs a finished session).
+
         Returns:
-            The session's row, now leased to ``owner``.
+            The session's row, now leased to ``owner`` (unless it is finished).
 
         Raises:
             SessionNotFound: no such session.
@@ -1018,32 +1136,53 @@ class SQLiteStore:
         """
         _check_lease(owner, lease_seconds)
         now = self.now()
-        host, pid, start = this_process()
         with self._write() as db:
-            holder, expires, holder_host, holder_pid, holder_start = _row(
-                db, session_id, "lease_owner, lease_expires, lease_host, lease_pid, lease_start"
+            status, *holder = _row(
+                db,
+                session_id,
+                "status, lease_owner, lease_expires, lease_host, lease_pid, lease_start",
             )
-            if (
-                holder is not None
-                and holder != owner
-                and expires > now
-                and not gone(holder_host, holder_pid, holder_start)
-            ):
-                raise SessionLeased(
-                    session_id,
-                    holder,
-                    expires,
-                    _leased_detail(session_id, holder, holder_host),
-                    now=now,
-                    host=holder_host,
-                    pid=holder_pid,
-                )
-            db.execute(
-                "UPDATE sessions SET lease_owner = ?, lease_expires = ?, lease_host = ?, "
-                "lease_pid = ?, lease_start = ? WHERE id = ?",
-                (owner, now + lease_seconds, host, pid, start, session_id),
-            )
+            if status not in _FINISHED:  # (else another worker finished it meanwhile)
+                self._lease(db, session_id, owner, lease_seconds, now, *holder)
         return self.session(session_id)
+
+    @staticmethod
+    def _lease(
+        db: sqlite3.Connection,
+        session_id: str,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        holder: str | None,
+        expires: float | None,
+        holder_host: str | None,
+        holder_pid: int | None,
+        holder_start: str | None,
+    ) -> None:
+        """Lease the session to ``owner`` (in the open write transaction), unless
+        another owner holds a live lease (:class:`SessionLeased`)."""
+        if (
+            holder is not None
+            and holder != owner
+            and expires is not None
+            and expires > now
+            and not gone(holder_host, holder_pid, holder_start)
+        ):
+            raise SessionLeased(
+                session_id,
+                holder,
+                expires,
+                _leased_detail(session_id, holder, holder_host),
+                now=now,
+                host=holder_host,
+                pid=holder_pid,
+            )
+        host, pid, start = this_process()
+        db.execute(
+            "UPDATE sessions SET lease_owner = ?, lease_expires = ?, lease_host = ?, "
+            "lease_pid = ?, lease_start = ? WHERE id = ?",
+            (owner, now + lease_seconds, host, pid, start, session_id),
+        )
 
     def renew(self, session_id: str, owner: str, lease_seconds: float) -> bool:
         """Extend ``owner``'s lease to ``lease_seconds`` from now.
@@ -1420,6 +1559,32 @@ _INSERT_BLOBS: Final = (
 )
 # Sessions whose chain's end a store object remembers (each: a link and three events).
 _CHAINS_KEPT: Final = 256
+
+_SELECT_QUEUED: Final = "SELECT id, reply FROM queued WHERE session_id = ? AND id > ? ORDER BY id"
+_LAST_LINK: Final = "SELECT link FROM events WHERE session_id = ? AND sequence = ?"
+
+# An append (see SQLiteStore.append): the session's row moves on if it continues at
+# the expected sequence and the lease is the appender's; the status columns and
+# the lease's release are set as the status says.
+_APPEND: Final = (
+    "UPDATE sessions SET next_sequence = ?, status = ?, steps = ?, updated = ?, "
+    "lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END, "
+    "lease_expires = CASE WHEN ? THEN NULL ELSE coalesce(?, lease_expires) END, "
+    "lease_host = CASE WHEN ? THEN NULL ELSE lease_host END, "
+    "lease_pid = CASE WHEN ? THEN NULL ELSE lease_pid END, "
+    "lease_start = CASE WHEN ? THEN NULL ELSE lease_start END "
+    "WHERE id = ? AND next_sequence = ? AND (? IS NULL OR lease_owner = ?)"
+)
+# The common append, in one statement: the same status (its index untouched), the
+# lease kept, no message waiting (when asked), and the chain's end as remembered
+# (the stored link of the last event): then the remembered chain state continues.
+_APPEND_SAME_STATUS: Final = (
+    "UPDATE sessions SET next_sequence = ?, steps = ?, updated = ?, "
+    "lease_expires = coalesce(?, lease_expires) "
+    "WHERE id = ? AND next_sequence = ? AND status = ? AND (? IS NULL OR lease_owner = ?) "
+    "AND (? IS NULL OR NOT EXISTS (SELECT 1 FROM queued WHERE session_id = ? AND id > ?)) "
+    "AND (SELECT link FROM events WHERE session_id = ? AND sequence = ?) = ?"
+)
 
 
 def _start(header: str) -> _Format2:

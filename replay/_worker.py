@@ -464,6 +464,8 @@ class Worker:
             return "stopped"
         try:
             info = self.store.session(session_id)
+            if info.finished:  # another worker finished it since it was listed
+                return "skipped"
             setup = self.factory(info)
             if type(setup) is not SessionSetup:
                 raise WorkerError(

@@ -66,8 +66,10 @@ def main() -> int:
             scenario._append(args.journal, "commit")
 
         def append(self, *a, **k):  # type: ignore[no-untyped-def]
-            super().append(*a, **k)
-            scenario._append(args.journal, "commit")
+            found = super().append(*a, **k)
+            if not found:  # (messages found waiting: nothing was committed)
+                scenario._append(args.journal, "commit")
+            return found
 
     scenario.POINTS["point"] = point
     store = JournaledStore(args.db)

@@ -4,18 +4,43 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
-from .helpers import quick_bench
+from .helpers import ROOT, quick_bench
 
 
 def test_quick_run_prints_and_writes_every_number(tmp_path):
     out = tmp_path / "fleet.json"
     done = quick_bench("fleet.py", out, timeout=600)
     assert done.returncode == 0, done.stderr
-    for needle in ("F1 40 scripted 4-step sessions", "16 threads", "4 processes", "F2 "):
+    for needle in ("F1 40 scripted 4-step sessions", "16 threads", "4 processes", "F2 ", "F3 "):
         assert needle in done.stdout, done.stdout
     assert "goal >= 2,000/s with 4 workers: " in done.stdout
     data = json.loads(out.read_text())
-    for key in ("threads_1", "threads_4", "threads_16", "processes_4", "serial_run_durable"):
+    for key in (
+        "threads_1",
+        "threads_4",
+        "threads_16",
+        "processes_4",
+        "serial_run_durable",
+        "sqlite_floor",
+        "sqlite_floor_per_cpu_second",
+    ):
         assert data[key] > 0
     assert type(data["goal_met"]) is bool
+
+
+def test_the_crash_mode_runs_and_checks_the_fleet(tmp_path):
+    # (--crash 10000 is the full size; a dozen sessions here.)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "fleet.py"), "--crash", "12"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "12 sessions, 4 worker processes, one SIGKILLed every second" in done.stdout
+    assert "0 lost, 0 duplicated" in done.stdout

@@ -559,10 +559,10 @@ def test_a_leased_session_is_refused_to_another_worker(store):
 def test_a_session_finished_meanwhile_by_another_worker_gives_its_result(tmp_path):
     # Between reading the session (running) and leasing it, another worker ends it.
     class Racing(SQLiteStore):
-        def acquire(self, session_id: str, owner: str, lease_seconds: float) -> Any:
+        def _claim(self, session_id: str, owner: str, lease_seconds: float, **kw: Any) -> Any:
             if owner == "late":
                 replay.run_durable(self, session_id, model=FunctionModel(answer), tools=[add])
-            return super().acquire(session_id, owner, lease_seconds)
+            return super()._claim(session_id, owner, lease_seconds, **kw)
 
     with Racing(tmp_path / "r.db") as store:
         with pytest.raises(Interrupted):

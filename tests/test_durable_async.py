@@ -81,9 +81,9 @@ def test_the_write_ahead_rule_holds_and_the_store_is_used_from_other_threads(tmp
     seen: list[str] = []
 
     class Watched(SQLiteStore):
-        def append(self, *args: Any, **kwargs: Any) -> None:
+        def append(self, *args: Any, **kwargs: Any) -> Any:
             store_threads.add(threading.get_ident())
-            super().append(*args, **kwargs)
+            return super().append(*args, **kwargs)
 
     with Watched(tmp_path / "w.db") as store:
 

@@ -928,6 +928,18 @@ def test_leases(store, clock):
     assert (info.lease_owner, info.lease_expires) == (None, None)
 
 
+def test_a_finished_session_is_never_leased(store):
+    # Its worker released the lease with its last events; one taken now would
+    # stay if this worker died before it saw the session finished (nobody runs a
+    # finished session again to release it).
+    events = events_of()
+    store.create("s", events[:3], status="running", steps=1, owner="a", lease_seconds=10)
+    store.append("s", events[3:], expected=3, status="completed", steps=1, owner="a")
+    info = store.acquire("s", "b", 10)
+    assert (info.status, info.lease_owner, info.lease_expires) == ("completed", None, None)
+    assert store.session("s").lease_owner is None and not store.release("s", "b")
+
+
 @pytest.mark.parametrize(
     ("owner", "seconds", "message"),
     [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -183,6 +184,83 @@ def test_a_session_finished_by_another_worker_meanwhile_is_skipped(store):
 
     stats = Worker(store, factory, threads=1).run()
     assert (stats.skipped, stats.advanced) == (1, 0)
+
+
+def test_a_session_another_worker_finishes_while_this_one_claims_it_never_keeps_a_lease(
+    tmp_path,
+):
+    # The fleet crash test's race: worker B sees "s0" running; worker A (its own
+    # connection) finishes it just before B's first write; B must not leave the
+    # finished session leased at any moment, since a SIGKILL may strike between
+    # any two of B's transactions and nobody ever runs a finished session again.
+    path = tmp_path / "race.db"
+    with SQLiteStore(path) as setup:
+        sessions.submit_sessions(setup, 1)
+    observer = sqlite3.connect(path, check_same_thread=False)
+    seen: list[tuple[str, str, str | None]] = []
+    finished_by_a = threading.Event()
+
+    def between_transactions(statement: str) -> None:
+        # (Called by B's connection before each statement it runs; sqlite3 would
+        # swallow an exception raised here.)
+        try:
+            check(statement)
+        except BaseException as exc:  # (reported below)
+            seen.append((statement, "error", repr(exc)))
+
+    def check(statement: str) -> None:
+        if not statement.startswith("BEGIN"):
+            return
+        if statement == "BEGIN IMMEDIATE" and not finished_by_a.is_set():
+            finished_by_a.set()  # A, in another thread, ends the session right now
+            other = threading.Thread(target=run_a)
+            other.start()
+            other.join()
+        row = observer.execute(
+            "SELECT status, lease_owner FROM sessions WHERE id = 's0'"
+        ).fetchone()
+        seen.append((statement, row[0], row[1]))
+
+    def run_a() -> None:
+        with SQLiteStore(path) as a:
+            replay.run_durable(a, "s0", **sessions.options(), owner="worker-a")
+
+    try:
+        with SQLiteStore(path) as b:
+            assert b._db is not None
+            b._db.set_trace_callback(between_transactions)
+            stats = Worker(b, sessions.factory, threads=1).run()
+            b._db.set_trace_callback(None)
+            info = b.session("s0")
+    finally:
+        observer.close()
+    assert finished_by_a.is_set() and (stats.skipped, stats.advanced) == (1, 0)
+    assert (info.status, info.lease_owner) == ("completed", None)
+    leased = [(statement, owner) for statement, status, owner in seen if owner is not None]
+    assert leased == [], f"a completed session was leased between B's transactions: {seen}"
+
+
+def test_sessions_finished_after_they_were_listed_are_skipped_without_a_factory_call(tmp_path):
+    # Another worker (process) finished them between this worker's listing and
+    # its turn: skipped at the cost of one read, no factory, no lease.
+    class Listing(SQLiteStore):
+        def runnable(self) -> list[str]:
+            listed = super().runnable()
+            for session_id in listed:  # the other worker, right after the listing
+                replay.run_durable(self, session_id, **sessions.options())
+            return listed
+
+    called: list[str] = []
+
+    def factory(info: replay.SessionInfo) -> SessionSetup:
+        called.append(info.id)
+        return sessions.factory(info)
+
+    with Listing(tmp_path / "listed.db") as store:
+        sessions.submit_sessions(store, 3)
+        stats = Worker(store, factory, threads=1).run()
+        assert all(info.lease_owner is None for info in store.sessions())
+    assert (stats.skipped, stats.advanced, called) == (3, 0, [])
 
 
 def gated_factory(gate: threading.Event, entered: threading.Event) -> Any:

@@ -8,13 +8,24 @@
 
 ``factory`` is what ``python -m replay worker DB --factory tests.worker_factory:factory``
 loads; ``submit_sessions(store, n)`` stores ``n`` new sessions for it.
+``under_fire`` runs the fleet with worker processes SIGKILLed at a pace and
+``check_fleet`` checks what must hold after it (tests/test_worker_crash.py at CI
+size, ``bench/fleet.py --crash N`` at full size).
 """
 
 from __future__ import annotations
 
+import collections
+import json
 import os
+import random
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import replay
@@ -82,3 +93,131 @@ def expected_effects(ids: list[str]) -> set[str]:
 
 def options() -> dict[str, Any]:
     return {"model": FunctionModel(answer), "tools": TOOLS}
+
+
+def _start(db: Path, effects: Path, root: Path) -> subprocess.Popen[str]:
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "WORKER_EFFECTS": str(effects), "PYTHONPATH": path}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "replay",
+            "worker",
+            str(db),
+            "--factory",
+            "tests.worker_factory:factory",
+            "--threads",
+            "2",
+            "--lease",
+            "600",
+            "--forever",
+            "--poll",
+            "0.05",
+            "--quiet",
+            "--json",
+        ],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _unfinished(db: Path) -> int:
+    with replay.SQLiteStore(db) as store:
+        return sum(1 for info in store.sessions() if not info.finished)
+
+
+def under_fire(
+    directory: Path,
+    *,
+    sessions: int,
+    processes: int,
+    kill_every: float,
+    kills: int,
+    give_up: float,
+    old_enough: float = 1.0,
+    seed: int = 26,
+) -> dict[str, Any]:
+    """Store ``sessions`` sessions in ``directory/fleet.db``, run them with
+    ``processes`` worker processes and SIGKILL one (that lived ``old_enough``
+    seconds: a worker killed while Python starts proves nothing) every
+    ``kill_every`` seconds, ``kills`` times; then the fleet finishes undisturbed
+    and is drained with SIGTERM. Returns the paths, ids, kills, each worker's
+    exit and stats, and the seconds it took."""
+    root = Path(__file__).resolve().parent.parent
+    db, effects = directory / "fleet.db", directory / "effects.db"
+    with replay.SQLiteStore(db) as store:
+        ids = submit_sessions(store, sessions)
+    chooser = random.Random(seed)
+    started = time.monotonic()
+    workers = [_start(db, effects, root) for _ in range(processes)]
+    born = [time.monotonic()] * processes
+    killed = 0
+    deadline = time.monotonic() + give_up
+    try:
+        while _unfinished(db):
+            left = _unfinished(db)
+            assert time.monotonic() < deadline, f"{left} sessions left after {give_up} s"
+            time.sleep(kill_every)
+            grown = [i for i in range(processes) if time.monotonic() - born[i] >= old_enough]
+            if killed >= kills or not grown:
+                continue
+            victim = chooser.choice(grown)
+            workers[victim].kill()
+            workers[victim].communicate()
+            killed += 1
+            workers[victim] = _start(db, effects, root)
+            born[victim] = time.monotonic()
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)  # drain: nothing is left to run
+        outputs = [worker.communicate(timeout=120) for worker in workers]
+    seconds = time.monotonic() - started
+    exits = []
+    for worker, (out, err) in zip(workers, outputs, strict=True):
+        if worker.returncode == -signal.SIGTERM and not out:
+            continue  # started a moment ago: the SIGTERM came before its handler
+        assert worker.returncode == 0, err
+        exits.append(json.loads(out))
+    return {
+        "db": db,
+        "effects": effects,
+        "ids": ids,
+        "kills": killed,
+        "drained": exits,
+        "seconds": seconds,
+    }
+
+
+def check_fleet(db: Path, effects: Path, ids: list[str]) -> None:
+    """What must hold after :func:`under_fire`, whatever the kills: no session
+    lost (every one completed, no lease left), none duplicated (one run each, each
+    tool call recorded once), every log verifies and replays, and each side effect
+    happened exactly once (at least once attempted). Raises AssertionError."""
+    with replay.SQLiteStore(db) as store:
+        for session_id in ids:
+            info = store.session(session_id)
+            got = (info.status, info.steps, info.lease_owner)
+            assert got == ("completed", 4, None), (session_id, got)
+            events = store.events(session_id)  # checks every link of the chain
+            types = collections.Counter(event.type for event in events)
+            assert types["run.finished"] == 1 and types["session.start"] == 1, session_id
+            calls = [e.call.id for e in events if e.type == "tool.call"]  # type: ignore[union-attr]
+            assert calls == ["c1", "c2", "c3"], session_id  # each call recorded once
+            assert types["tool.result"] == 3, session_id
+            result = replay.replay(events).result
+            assert result is not None and result.final_text == "done", session_id
+        path = db.parent / "one.jsonl"
+        store.export(ids[-1], path)
+        assert replay.read_log(path) == store.events(ids[-1])
+    db_effects = sqlite3.connect(effects)
+    try:
+        keys = [row[0] for row in db_effects.execute("SELECT key FROM effects")]
+        attempts = db_effects.execute("SELECT count(*) FROM attempts").fetchone()[0]
+    finally:
+        db_effects.close()
+    assert sorted(keys) == sorted(expected_effects(ids))  # each effect exactly once
+    assert attempts >= len(keys)  # (a call in flight at a kill ran again: at least once)
