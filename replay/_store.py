@@ -812,19 +812,64 @@ class SQLiteStore:
     def runnable(self) -> list[str]:
         """Sessions a worker could advance now, oldest update first: ``running``
         ones whose lease is free, expired, or held by a process of this host that
-        is gone (their worker died), and parked ones with an answer waiting."""
+        is gone (their worker died), and parked ones with an answer waiting.
+
+        A child session of an agent tree (DESIGN §26) is never listed: its root
+        is, in its place (when the root's lease is free as well), since the
+        child's run belongs inside its parent's call."""
         now = self.now()
         host = this_process()[0]
         with self._lock:
-            rows = self._connection().execute(
+            db = self._connection()
+            found = db.execute(
                 "SELECT id, lease_owner IS NULL OR lease_expires <= ?, lease_host, lease_pid, "
                 "lease_start FROM sessions WHERE (lease_owner IS NULL OR lease_expires <= ? "
                 "OR lease_host = ?) AND (status = 'running' OR (status = 'paused' AND id IN "
                 "(SELECT session_id FROM answers))) ORDER BY updated, id",
                 (now, now, host),
-            )
-            found = rows.fetchall()
-        return [row[0] for row in found if row[1] or gone(*row[2:])]
+            ).fetchall()
+            listed: dict[str, None] = {}
+            for session_id, free, *holder in found:
+                if not (free or gone(*holder)):
+                    continue
+                if "/" in session_id:  # perhaps a child: "<parent>/<call id>"
+                    root = self._root_of(db, session_id, now, host)
+                    if root is None:
+                        continue
+                    session_id = root
+                listed[session_id] = None
+        return list(listed)
+
+    def _root_of(
+        self, db: sqlite3.Connection, session_id: str, now: float, host: str
+    ) -> str | None:
+        """The root of the tree ``session_id`` is in (itself when it has no parent),
+        or ``None`` when that root is finished or leased by a live worker."""
+        root, seen = session_id, {session_id}
+        link = self._parent_of(db, session_id)
+        while link is not None and link not in seen:  # (a hand-edited cycle ends)
+            root = link
+            seen.add(link)
+            link = self._parent_of(db, link)
+        if root == session_id:
+            return root
+        row = db.execute(
+            "SELECT status, lease_owner IS NULL OR lease_expires <= ?, lease_host, lease_pid, "
+            "lease_start FROM sessions WHERE id = ?",
+            (now, root),
+        ).fetchone()
+        if row is None or row[0] not in ("running", "paused"):
+            return None
+        return root if row[1] or gone(*row[2:]) else None
+
+    @staticmethod
+    def _parent_of(db: sqlite3.Connection, session_id: str) -> str | None:
+        """The parent session a stored child links to (its ``config``), or ``None``."""
+        row = db.execute("SELECT config FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if row is None:
+            return None
+        parent = _config_decoder.decode(row[0]).get("parent")
+        return parent.get("session") if isinstance(parent, dict) else None
 
     # ------------------------------------------------------------------ writing
 

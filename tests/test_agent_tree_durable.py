@@ -516,3 +516,35 @@ def test_random_durable_trees_park_crash_resume_replay_and_roll_up(
             # no session (a finished child above all) ran again.
             assert calls[session] == drafts + (session in crashed), session
         assert outcome.usage == total  # every token of the tree counts in the root, once
+
+
+def test_a_worker_is_offered_the_root_of_a_tree_never_a_child_alone(store: SQLiteStore) -> None:
+    # A parked tree whose child has its answer: the parent runs it, inside its call.
+    parent, searcher, writer = (
+        Counting(delegating("writer")),
+        Counting(searching),
+        Counting(publishing),
+    )
+    assert type(run_tree(store, parent, searcher, writer)) is Parked
+    assert store.runnable() == []
+    replay.answer(store, "research/c1", APPROVE)
+    assert store.runnable() == ["research"]
+    # Leased by a live worker, the root is not offered, nor is its child.
+    store.acquire("research", "another-worker", 600)
+    assert store.runnable() == []
+    store.release("research", "another-worker")
+    assert store.runnable() == ["research"]
+    assert run_tree(store, parent, searcher, writer).status == "completed"
+    assert store.runnable() == []
+
+
+def test_a_session_merely_named_like_a_child_is_offered_itself(store: SQLiteStore) -> None:
+    replay.submit(store, "team/ticket-1", TASK, tools=[])
+    assert store.runnable() == ["team/ticket-1"]
+
+
+def test_a_child_whose_parent_is_not_stored_is_not_offered(store: SQLiteStore) -> None:
+    loop = al.agent_loop(TASK, tools=[], parent=ParentLink(session="ghost", call_id="c1", depth=1))
+    next(loop)
+    store.create("ghost/c1", list(loop.log), status="running", steps=1)
+    assert store.runnable() == []
