@@ -79,6 +79,8 @@ _CONFIG: Final = frozenset(
         "output",
         "output_retries",
         "compaction",
+        "handoffs",
+        "agent_name",
     )
 )
 _UNSAFE: Final = re.compile(r'[\x00-\x1f\\/:*?"<>|]')
@@ -371,7 +373,11 @@ class AgentCassette:
             raise ReplayError("the cassette holds no events")
         _check_start(events, messages, tools, config)
         replayed = replay(
-            events, hooks=hooks, output=config.get("output"), compaction=config.get("compaction")
+            events,
+            hooks=hooks,
+            output=config.get("output"),
+            compaction=config.get("compaction"),
+            handoffs=config.get("handoffs"),
         )
         if replayed.result is None:
             raise ReplayError(

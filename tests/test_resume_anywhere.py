@@ -7,6 +7,7 @@ are every event boundary, and real SIGKILLs of a child process writing the log.
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import threading
 from collections.abc import Sequence
@@ -60,6 +61,7 @@ from tests import sessions
 from tests.helpers import ECHO, response, sigkilled
 
 ROOT = Path(__file__).resolve().parent.parent
+MAKE_FIXTURES = ROOT / "fixtures" / "make_fixtures.py"
 # (An INVALID_TRANSCRIPT log has no run to resume.)
 # (fixtures/rules-1: the reply that ended the run is recorded only in run.finished.)
 FIXTURE_LOGS = sorted(
@@ -94,9 +96,11 @@ def _initial(events: Sequence[Event]) -> list[Message]:
     return [e.message for e in events if type(e) is MessageAcceptedEvent]
 
 
-def _continue(prefix: Sequence[Event], full: Sequence[Event], messages: list[Message]) -> AgentLoop:
+def _continue(
+    prefix: Sequence[Event], full: Sequence[Event], messages: list[Message], handoffs: Any = None
+) -> AgentLoop:
     """Resume ``prefix`` and send it the replies ``full`` recorded after it."""
-    loop, effect = resume(prefix, messages=messages)
+    loop, effect = resume(prefix, messages=messages, handoffs=handoffs)
     if effect is not None:
         _send_all(loop, [r for position, r in recorded_replies(full) if position >= len(prefix)])
     return loop
@@ -116,7 +120,20 @@ def _lost_with_run_finished(full: Sequence[Event], cut: int) -> bool:
     )
 
 
-def _check_every_cut(full: Sequence[Event], expected: RunResult | None = None) -> int:
+def _recorded_with(path: Path) -> dict[str, Any]:
+    """The options a log of ``fixtures/`` was recorded with (fixtures/make_fixtures.py):
+    a cut before a handoff whose input filter runs again past the cut needs them."""
+    spec = importlib.util.spec_from_file_location("recorded_fixtures", MAKE_FIXTURES)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    recordings = module.FIXTURES
+    return recordings[path.stem]()[1] if path.parent.name == "fixtures" else {}
+
+
+def _check_every_cut(
+    full: Sequence[Event], expected: RunResult | None = None, handoffs: Any = None
+) -> int:
     """Every proper prefix of ``full`` resumes to the same run. Returns the count."""
     result = replay(full).result if expected is None else expected
     assert result is not None
@@ -127,7 +144,7 @@ def _check_every_cut(full: Sequence[Event], expected: RunResult | None = None) -
             with pytest.raises(ReplayError, match="the run cannot be rebuilt from this log"):
                 resume(prefix, messages=messages)
             continue
-        loop = _continue(prefix, full, messages)
+        loop = _continue(prefix, full, messages, handoffs)
         assert loop.result == result, cut
         # The same events; under rules 0 and 1, a cancel rebuilt from
         # session.complete may differ from the lost one in its reason or time only.
@@ -154,7 +171,7 @@ def test_every_cut_of_a_fixture_log_resumes_to_the_same_run(path: Path) -> None:
             assert effect == pending and _bytes(loop.log) == _bytes(events)
             loop.close()
         return
-    _check_every_cut(events)
+    _check_every_cut(events, handoffs=_recorded_with(path).get("handoffs"))
 
 
 def test_every_cut_of_generated_sessions_resumes_to_the_same_run() -> None:

@@ -105,7 +105,6 @@ def sha256(text: str) -> str:
 # --------------------------------------------------------------------------- the page
 
 
-@pytest.mark.parametrize("log", FIXTURE_LOGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def _inline(value: Any, blobs: dict[str, Any]) -> Any:
     """``value`` (a page's event) with each media block's blob hash replaced by its
     bytes (base64), as in the event itself."""
@@ -119,6 +118,7 @@ def _inline(value: Any, blobs: dict[str, Any]) -> Any:
     return out
 
 
+@pytest.mark.parametrize("log", FIXTURE_LOGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_fixture_renders(log: Path) -> None:
     events = read_log(log)
     page = Page(render_html(events, source=str(log), report=check_report(events)))
