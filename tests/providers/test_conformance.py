@@ -1297,13 +1297,23 @@ def test_a_wait_longer_than_the_policy_allows_is_not_retried(
     assert final(replies(model)).stop_reason == "stop"
 
 
-#: What a refused connection is called: the SDK's words (google-genai: httpx's).
-REFUSED = {
-    "chat": "Connection error.",
-    "responses": "Connection error.",
-    "anthropic": "Connection error.",
-    "gemini": "[Errno 111] Connection refused",
-}
+def refused(kind: str, failure_: Exception) -> str:
+    """What a refused connection is called: the SDK's own words, asked of the SDK
+    itself on the same failing server (the words change between SDK versions:
+    anthropic 2.17 names the host and the reason, earlier ones said "Connection
+    error."); google-genai passes httpx's on."""
+    if kind == "gemini":
+        return str(failure_)
+    sdk = client(kind, Server(failure_)).with_options(max_retries=0)
+    message = [{"role": "user", "content": "Hi"}]
+    try:
+        if kind == "anthropic":
+            sdk.messages.create(model="m", max_tokens=1, messages=message)
+        else:
+            sdk.chat.completions.create(model="m", messages=message)
+    except (openai.APIConnectionError, anthropic.APIConnectionError) as exc:
+        return str(exc)
+    raise AssertionError(f"the {kind} SDK did not fail")
 
 
 @ALL
@@ -1317,7 +1327,8 @@ def test_transport_errors_are_connection_errors(
 ) -> None:
     _, error = failure(adapter(failure_))
     assert (error.provider, error.kind, error.status_code) == (adapter.provider, "connection", None)
-    detail = "request timed out" if isinstance(failure_, httpx2.ReadTimeout) else REFUSED[kind]
+    timeout = isinstance(failure_, httpx2.ReadTimeout)
+    detail = "request timed out" if timeout else refused(kind, failure_)
     assert error.message == f"{adapter.provider} connection: {detail}"
     assert len(adapter.server.requests) == 1
 
