@@ -28,6 +28,7 @@ from agentloop import (
 )
 from agentloop._spi import answer_problem, output_check
 
+from ._blobs import by_reference
 from ._wire import (
     DEFAULT_MODEL_ACTIVITY,
     DEFAULT_TOOL_ACTIVITY,
@@ -45,6 +46,7 @@ from ._wire import (
     encode,
     inflate,
     oversized,
+    payload_data,
     raw,
 )
 from ._workflow import PENDING_QUERY, WORKFLOW_NAME
@@ -59,10 +61,14 @@ class AgentSession:
 
     Attributes:
         handle: the underlying :class:`temporalio.client.WorkflowHandle`.
+        by_reference: the ``min_bytes`` of the client's
+            :class:`~agentloop.temporal.BlobCodec` (steered media blocks that
+            large travel by reference), or ``None``.
     """
 
-    def __init__(self, handle: WorkflowHandle[Any, Any]) -> None:
+    def __init__(self, handle: WorkflowHandle[Any, Any], by_reference: int | None = None) -> None:
         self.handle = handle
+        self.by_reference = by_reference
 
     @property
     def id(self) -> str:
@@ -119,7 +125,7 @@ class AgentSession:
         blobs: dict[str, bytes] = {}
         while True:
             value = await self.handle.query("log", since + len(events), result_type=RawValue)
-            page = [bytes(item) for item in _raws.decode(value.payload.data)]
+            page = [bytes(item) for item in _raws.decode(payload_data(value))]
             if not page:
                 return events
             events += inflate(page, blobs, decode_event)
@@ -157,7 +163,7 @@ class AgentSession:
                 ``failed``).
             temporalio.service.RPCError: the workflow has completed.
         """
-        await self.handle.execute_update("steer", _message(message, "steer"))
+        await self.handle.execute_update("steer", _message(message, "steer", self.by_reference))
 
     async def follow_up(self, message: UserMessage) -> None:
         """Send ``FollowUp(message)`` (update ``follow_up``): when the run would
@@ -167,7 +173,8 @@ class AgentSession:
         Raises:
             As for :meth:`steer`.
         """
-        await self.handle.execute_update("follow_up", _message(message, "follow_up"))
+        data = _message(message, "follow_up", self.by_reference)
+        await self.handle.execute_update("follow_up", data)
 
     async def cancel(self, reason: str = "") -> None:
         """End the session ``cancelled`` (update ``cancel``); returns once its log
@@ -209,9 +216,9 @@ def _agents(registry: ToolRegistry, agents: dict[str, AgentConfig]) -> None:
         _agents(entry.tools, agents)
 
 
-def _message(message: UserMessage, name: str) -> RawValue:
+def _message(message: UserMessage, name: str, by_reference: int | None) -> RawValue:
     data = encode(UserInput(message=message))
-    problem = oversized(data, f"the {name} message")
+    problem = oversized(data, f"the {name} message", by_reference)
     if problem is not None:
         raise ValueError(f"{problem}; nothing was sent")
     return raw(data)
@@ -219,7 +226,8 @@ def _message(message: UserMessage, name: str) -> RawValue:
 
 def get_session(client: Client, session_id: str, *, run_id: str | None = None) -> AgentSession:
     """The session with id ``session_id`` (its latest run, or ``run_id``)."""
-    return AgentSession(client.get_workflow_handle(session_id, run_id=run_id, result_type=RawValue))
+    handle = client.get_workflow_handle(session_id, run_id=run_id, result_type=RawValue)
+    return AgentSession(handle, by_reference(client))
 
 
 async def start_session(
@@ -291,6 +299,7 @@ async def start_session(
             (:data:`~agentloop.temporal.MAX_PAYLOAD_BYTES`); nothing was started.
     """
     registry = ToolRegistry(tools)
+    blobs = by_reference(client)
     agents: dict[str, AgentConfig] = {}
     _agents(registry, agents)
     spec = None
@@ -313,9 +322,10 @@ async def start_session(
         compaction=spec,
         model_activity=DEFAULT_MODEL_ACTIVITY if model_activity is None else model_activity,
         tool_activity=DEFAULT_TOOL_ACTIVITY if tool_activity is None else tool_activity,
+        by_reference=blobs,
     )
     data = encode(session)
-    problem = oversized(data, "the session's input")
+    problem = oversized(data, "the session's input", blobs)
     if problem is not None:
         raise ValueError(f"{problem}; nothing was started")
     handle = await client.start_workflow(
@@ -335,5 +345,6 @@ async def start_session(
             result_run_id=handle.result_run_id,
             first_execution_run_id=handle.first_execution_run_id,
             result_type=RawValue,
-        )
+        ),
+        blobs,
     )

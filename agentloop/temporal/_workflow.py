@@ -238,8 +238,10 @@ class ActivityModel:
         options: ActivityOptions,
         chunks_per_step: int = MAX_CHUNKS_PER_STEP,
         agent: str | None = None,
+        by_reference: int | None = None,
     ) -> None:
         self._agent = agent
+        self._by_reference = by_reference
         self._session = session
         self._run_id = run_id
         self._options = options
@@ -298,7 +300,7 @@ class ActivityModel:
         """
         argument = encode(self.call_for(request))
         items: tuple[ModelReply, ...]
-        too_large = oversized(argument, "the model request (its new messages)")
+        too_large = oversized(argument, "the model request (its new messages)", self._by_reference)
         try:
             if too_large is not None:
                 # (Scheduling it would fail the workflow task on the server.)
@@ -413,6 +415,7 @@ class ActivityTools:
             agents=spec.agents,
             agent=name,
             parent=link,
+            by_reference=spec.by_reference,
         )
         try:
             value = await workflow.execute_child_workflow(
@@ -617,6 +620,7 @@ class AgentLoopWorkflow:
             spec.model_activity,
             self._loop.limits.chunks_per_step,
             spec.agent,
+            spec.by_reference,
         )
         self._tools = ActivityTools(info.workflow_id, spec, self._loop.limits)
         self._answer: Resume | None = None
@@ -755,7 +759,7 @@ class AgentLoopWorkflow:
             data = encode(result)
         else:  # a child session: its parent reads the ChildOutcome
             data = encode(ChildOutcome(result, _tool_calls(self._loop.log)))
-        problem = oversized(data, "the session's result (its RunResult)")
+        problem = oversized(data, "the session's result (its RunResult)", self._spec.by_reference)
         if problem is not None:
             # The server would refuse it; the log stays readable (query ``log``).
             raise ApplicationError(
@@ -1022,7 +1026,8 @@ class AgentLoopWorkflow:
         as many as fit in ``max_bytes`` (always at least one; Temporal refuses a
         query answer above 2 MiB), each media block's bytes once, by hash (see
         ``_wire.log_page``). :meth:`AgentSession.log` reads page after page."""
-        return raw(log_page(self._loop.log.since(since), max_bytes))
+        pages = log_page(self._loop.log.since(since), max_bytes, self._spec.by_reference)
+        return raw(pages)
 
 
 def _tool_calls(log: Any) -> int:
