@@ -261,7 +261,9 @@ class SessionActivities:
         if type(transcript_cache) is not int or transcript_cache < 0:
             raise ValueError(f"transcript_cache must be an int >= 0, got {transcript_cache!r}")
         self._model = model
-        self._by_reference = by_reference
+        #: The ``min_bytes`` of the worker's client's ``BlobCodec``, or ``None``
+        #: (:func:`~agentloop.temporal.worker` sets it from its client).
+        self.by_reference = by_reference
         self._registry = None if tools is None else ToolRegistry(tools)
         #: The agent tools of the tree, by name: their children's models and tools.
         self._agents: dict[str, AgentTool] = {}
@@ -290,7 +292,7 @@ class SessionActivities:
         # session's worker died, the query waits for another one to take the
         # session over): heartbeat meanwhile, or the attempt times out.
         request = await _heartbeating(self._request(value))
-        collector = _Collector(request.id, value.chunks_per_step, self._by_reference)
+        collector = _Collector(request.id, value.chunks_per_step, self.by_reference)
         model = self._model if value.agent is None else self._agent(value.agent).model
         try:
             astream = getattr(model, "astream", None)
@@ -377,7 +379,7 @@ class SessionActivities:
         with idempotency_session(value.session):
             # to_thread copies this context: the tool sees the key.
             content, is_error = await _heartbeating(asyncio.to_thread(registry.execute, value.call))
-        return raw(_tool_output(content, is_error, self._by_reference))
+        return raw(_tool_output(content, is_error, self.by_reference))
 
 
 def _tool_output(content: Content, is_error: bool, by_reference: int | None = None) -> bytes:

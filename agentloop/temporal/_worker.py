@@ -99,12 +99,8 @@ def worker(
     """
     if not workflows and model is None and tools is None:
         raise ValueError("worker() needs workflows, a model or tools: it would run nothing")
-    activities = SessionActivities(
-        model=model,
-        tools=tools,
-        transcript_cache=transcript_cache,
-        by_reference=by_reference(client),
-    )
+    activities = SessionActivities(model=model, tools=tools, transcript_cache=transcript_cache)
+    activities.by_reference = by_reference(client)
     options.setdefault("workflow_runner", sandbox_runner())
     for name, value in RECOVERY_OPTIONS.items():
         options.setdefault(name, value)

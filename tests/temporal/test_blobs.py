@@ -334,7 +334,7 @@ def test_sizes_count_large_blocks_by_reference() -> None:
 
 
 class _NoCodecClient:
-    class data_converter:  # noqa: N801
+    class data_converter:
         payload_codec = None
 
 

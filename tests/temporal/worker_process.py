@@ -40,9 +40,7 @@ async def main(target: str, task_queue: str) -> None:
     if blobs is None:
         client = await Client.connect(target)
     else:  # media blocks by reference, in that directory
-        client = await Client.connect(
-            target, data_converter=blob_converter(BlobDirectory(blobs))
-        )
+        client = await Client.connect(target, data_converter=blob_converter(BlobDirectory(blobs)))
     async with worker(
         client,
         task_queue=task_queue,
