@@ -51,6 +51,19 @@ _HEX: Final = re.compile(r"[0-9a-f]{64}")
 _refs = msgspec.json.Decoder(list[tuple[int, str]])
 
 
+def _from_base64(text: bytes) -> bytes | None:
+    """The bytes ``text`` is the base64 of, if it is exactly what encoding them
+    gives (padded, no stray bits): then putting it back is byte for byte."""
+    try:
+        blob = base64.b64decode(text, validate=True)
+    except binascii.Error:
+        return None
+    tail = len(blob) % 3 or 3  # the bytes of the last quad
+    if len(text) % 4 or binascii.b2a_base64(blob[-tail:], newline=False) != text[-4:]:
+        return None
+    return blob
+
+
 @runtime_checkable
 class BlobStore(Protocol):
     """Where :class:`BlobCodec` keeps media bytes, by SHA-256 (64 lowercase hex
@@ -159,12 +172,9 @@ class BlobCodec(PayloadCodec):
         done = size = 0
         for start, end in blob_spans(data, self.min_bytes):
             text = data[start:end]
-            try:
-                blob = base64.b64decode(text)
-            except binascii.Error:
-                continue  # not base64: it stays inline
-            if base64.b64encode(blob) != text:
-                continue  # not as msgspec writes bytes: it stays inline
+            blob = _from_base64(text)
+            if blob is None:
+                continue  # not base64 as msgspec writes bytes: it stays inline
             digest = hashlib.sha256(blob).hexdigest()
             await self._put(digest, blob)
             parts.append(data[done:start])
@@ -195,7 +205,7 @@ class BlobCodec(PayloadCodec):
             ):
                 raise ValueError(f"malformed blob reference {[offset, digest]!r} in a payload")
             parts.append(data[done:offset])
-            parts.append(base64.b64encode(await self._get(digest)))
+            parts.append(binascii.b2a_base64(await self._get(digest), newline=False))
             done = offset + 64
         parts.append(data[done:])
         metadata = dict(payload.metadata)

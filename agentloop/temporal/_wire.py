@@ -33,10 +33,8 @@ sent, and each side says what was too large instead of the server's rejection
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import math
-import re
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -140,18 +138,28 @@ DEFAULT_BLOB_MIN_BYTES: Final = 65_536
 BLOB_ENCODING: Final = b"json/agentloop-blobs"
 
 
-@functools.lru_cache(maxsize=8)
-def _blob_pattern(min_bytes: int) -> re.Pattern[bytes]:
-    chars = -(-min_bytes * 4 // 3)  # the base64 of min_bytes bytes, without padding
-    return re.compile(rb'"data":"([A-Za-z0-9+/]{%d,}={0,2})"' % chars)
+_DATA_KEY: Final = b'"data":"'
 
 
 def blob_spans(data: bytes, min_bytes: int) -> list[tuple[int, int]]:
-    """Where the bytes of each media block of at least about ``min_bytes`` bytes
-    are in ``data`` (a JSON document): the ``(start, end)`` of every base64
-    string value of a ``"data"`` key that long (a block's field, or a ``log``
-    page's blob item)."""
-    return [match.span(1) for match in _blob_pattern(min_bytes).finditer(data)]
+    """Where the bytes of each media block of at least ``min_bytes`` bytes may be
+    in ``data`` (a JSON document): the ``(start, end)`` of every string value of a
+    ``"data"`` key (a block's field, or a ``log`` page's blob item) at least as
+    long as their base64 and without escapes. (``"data":"`` can only be that key
+    in JSON: a string holds no bare quote.)"""
+    chars = -(-min_bytes * 4 // 3)  # the base64 of min_bytes bytes, without padding
+    spans: list[tuple[int, int]] = []
+    find = data.find
+    key = find(_DATA_KEY)
+    while key >= 0:
+        start = key + len(_DATA_KEY)
+        end = find(b'"', start)
+        if end < 0:
+            break  # (not JSON)
+        if end - start >= chars and find(b"\\", start, end) < 0:
+            spans.append((start, end))
+        key = find(_DATA_KEY, end + 1)
+    return spans
 
 
 def payload_size(data: bytes, by_reference: int | None) -> int:

@@ -44,6 +44,7 @@ from agentloop.temporal._blobs import by_reference
 from agentloop.temporal._wire import (
     BLOB_ENCODING,
     MAX_PAYLOAD_BYTES,
+    blob_spans,
     decode,
     encode,
     oversized,
@@ -331,6 +332,9 @@ def test_sizes_count_large_blocks_by_reference() -> None:
     message = oversized(huge, "it", DEFAULT_BLOB_MIN_BYTES)
     assert message is not None and "stored by reference" in message
     assert payload_size(b"[]", 1) == 2
+    assert blob_spans(b'{"data":"' + b"A" * 2000, 1000) == []  # not JSON
+    assert blob_spans(b'{"data":"' + b"A" * 2000 + b'\\n"}', 1000) == []  # an escape
+    assert blob_spans(b'{"data":"' + b"A" * 2000 + b'"}', 1000) == [(9, 2009)]
 
 
 class _NoCodecClient:
