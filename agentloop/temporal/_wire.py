@@ -18,16 +18,17 @@ new content of each step, not with the transcript.
 Media blocks (``ImageBlock``, ``AudioBlock``, ``DocumentBlock``, DESIGN §25) travel
 inline, their bytes base64 in the JSON, inside the payload that brings them in: the
 session's input, a steer or follow-up, a tool activity's result, a model
-activity's result. Temporal has no store for bytes outside its history, so a
-reference would still need a payload (or a store the library does not own); the
-delta above already keeps a block out of every later activity input (the model
-activity worker holds it in its transcript cache; another worker reads it with the
-``pending`` query, which is not recorded). So a block is in the history about
-twice (where it came in, and the first model request after that), never once per
-step. Temporal refuses a payload above 2 MiB (the server's default
+activity's result. The delta above keeps a block out of every later activity input
+(the model activity worker holds it in its transcript cache; another worker reads
+it with the ``pending`` query, which is not recorded). So a block is in the history
+about twice (where it came in, and the first model request after that), never once
+per step. Temporal refuses a payload above 2 MiB (the server's default
 ``limit.blobSize.error``); :data:`MAX_PAYLOAD_BYTES` is checked before anything is
 sent, and each side says what was too large instead of the server's rejection
-(see docs/durable.md, "Media"). Larger media go by ``url=``.
+(see docs/durable.md, "Media"). With a ``BlobCodec`` on the clients (``_blobs``),
+the bytes of large blocks are in a blob store and the history holds their
+SHA-256: the checks then count such blocks by reference (``by_reference``, the
+codec's ``min_bytes``; :func:`payload_size`).
 """
 
 from __future__ import annotations
