@@ -67,6 +67,7 @@ def answer(request: ModelRequest) -> ScriptedResponse:
     if calls < STEPS - 1:
         return ScriptedResponse.tool_calls(f"r{count}", ToolCall(f"c{count}", "add", {"n": count}))
     image = request.messages[0].content[1]
+    assert isinstance(image, ImageBlock) and image.data is not None
     return ScriptedResponse.text(f"r{count}", f"saw {len(image.data)} bytes")
 
 

@@ -187,21 +187,18 @@ class AgentSession:
 
 
 def _agents(registry: ToolRegistry, agents: dict[str, AgentConfig]) -> None:
-    """Every agent tool in ``registry`` and in its children's tools, as it travels.
+    """Every agent tool in ``registry`` and in its children's tools, as it travels
+    (its hooks and output type as the workflow class must give them back:
+    whether it has hooks, its output's ``OutputSpec``).
 
     Raises:
-        ValueError: two agent tools share a name, or one has hooks or an output
-            type (neither can travel in a workflow's input).
+        ValueError: two agent tools share a name.
     """
     for entry in registry:
         if not isinstance(entry, AgentTool):
             continue
         name, options = entry.name, entry.options
-        if options.get("hooks") is not None or "output" in options:
-            raise ValueError(
-                f"agent tool {name!r} has hooks or an output type: neither can travel "
-                "to a Temporal child workflow (not supported yet)"
-            )
+        check = output_check(options.get("output"), options["output_retries"])
         config = AgentConfig(
             tools=entry.tools.specs(),
             system=options["system"],
@@ -210,6 +207,8 @@ def _agents(registry: ToolRegistry, agents: dict[str, AgentConfig]) -> None:
             limits=options["limits"],
             parallel_tools=options["parallel_tools"],
             output_retries=options["output_retries"],
+            output=None if check is None else check.spec,
+            hooks=options["hooks"] is not None,
         )
         if agents.setdefault(name, config) != config:
             raise ValueError(f"two agent tools are named {name!r}: agent tool names must differ")
@@ -263,7 +262,9 @@ async def start_session(
             hold the implementations). An agent tool (:func:`agentloop.agent_tool`)
             runs its child as a child workflow (session ``<session_id>/<call id>``)
             whose model and tools are the agent tool's on the workers (give the
-            same agent tool to :func:`worker`).
+            same agent tool to :func:`worker`); its hooks and output type come
+            from the workflow class (:meth:`AgentLoopWorkflow.agent_hooks`,
+            :meth:`AgentLoopWorkflow.agent_output`), which the child checks.
         system, max_steps, budget, limits, output_retries: as for
             :func:`agentloop.agent_loop` (the structured-output type comes from
             the workflow class: :meth:`AgentLoopWorkflow.output`).
@@ -290,10 +291,9 @@ async def start_session(
 
     Raises:
         TypeError: a message or tool cannot be encoded as JSON.
-        ValueError: an agent tool has hooks or an output type, or two share a
-            name; ``compaction`` is not a built-in policy or needs a window
-            ``limits`` does not give; ``steps_per_run`` is not an int >= 1 (or
-            ``None``); or the
+        ValueError: two agent tools share a name; ``compaction`` is not a
+            built-in policy or needs a window ``limits`` does not give;
+            ``steps_per_run`` is not an int >= 1 (or ``None``); or the
             session's input (its messages' media blocks travel inline) is larger
             than one Temporal payload may hold
             (:data:`~agentloop.temporal.MAX_PAYLOAD_BYTES`); nothing was started.

@@ -316,7 +316,10 @@ class AgentConfig(
     """An agent tool's child, as it travels (DESIGN §26): what its ``agent_loop`` is
     built from. Its model and its tools' implementations stay on the workers
     (:func:`~agentloop.temporal.worker` finds them in the agent tools it is given,
-    by name); hooks and an output type cannot travel (start_session refuses them).
+    by name). Its hooks and output type are code: the workflow class gives them
+    (:meth:`AgentLoopWorkflow.agent_hooks`, :meth:`AgentLoopWorkflow.agent_output`);
+    what travels is whether it has hooks and its output's ``OutputSpec`` (name,
+    schema, retries), which the child workflow checks against its own.
     """
 
     tools: tuple[ToolSpec, ...] = ()
@@ -326,6 +329,8 @@ class AgentConfig(
     limits: Limits | None = None
     parallel_tools: bool = False
     output_retries: int = 2
+    output: OutputSpec | None = None
+    hooks: bool = False
 
 
 class ChildOutcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

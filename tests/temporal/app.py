@@ -174,6 +174,29 @@ class OutputWorkflow(AgentLoopWorkflow):
         return await super().run(session)
 
 
+class Finding(msgspec.Struct):
+    """The structured output of the ``analyst`` agent tool's child sessions."""
+
+    sum: int
+    task: str
+
+
+@workflow.defn(name="agentloop-agents")
+class AgentsWorkflow(AgentLoopWorkflow):
+    """Sessions whose ``analyst`` agent tool has :func:`hooks` and the output type
+    :class:`Finding`: the workflow class gives them to its child sessions."""
+
+    def agent_hooks(self, agent: str) -> HookRegistry | None:
+        return hooks() if agent == "analyst" else None
+
+    def agent_output(self, agent: str) -> Any:
+        return Finding if agent == "analyst" else None
+
+    @workflow.run
+    async def run(self, session: RawValue) -> RawValue:
+        return await super().run(session)
+
+
 # --------------------------------------------------------------------------- compaction
 
 
