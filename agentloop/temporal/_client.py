@@ -299,7 +299,6 @@ async def start_session(
             (:data:`~agentloop.temporal.MAX_PAYLOAD_BYTES`); nothing was started.
     """
     registry = ToolRegistry(tools)
-    blobs = by_reference(client)
     agents: dict[str, AgentConfig] = {}
     _agents(registry, agents)
     spec = None
@@ -322,8 +321,10 @@ async def start_session(
         compaction=spec,
         model_activity=DEFAULT_MODEL_ACTIVITY if model_activity is None else model_activity,
         tool_activity=DEFAULT_TOOL_ACTIVITY if tool_activity is None else tool_activity,
-        by_reference=blobs,
     )
+    blobs = by_reference(client)  # (the checks above come first)
+    if blobs is not None:
+        session = msgspec.structs.replace(session, by_reference=blobs)
     data = encode(session)
     problem = oversized(data, "the session's input", blobs)
     if problem is not None:
