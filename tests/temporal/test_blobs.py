@@ -122,7 +122,10 @@ def test_a_10_mb_image_goes_once_to_the_store_and_the_history_holds_its_hash(
     async def scenario() -> Any:
         client = await Client.connect(temporal.target, data_converter=blob_converter(store))
         task_queue = queue()
-        async with worker(client, task_queue=task_queue, model=MODEL, tools=TOOLS):
+        # No transcript cache: each model activity after the first asks the workflow
+        # for its request (query ``pending``), whose answer holds the photo by hash.
+        options = {"model": MODEL, "tools": TOOLS, "transcript_cache": 0}
+        async with worker(client, task_queue=task_queue, **options):
             session = await start_session(
                 client,
                 session_id(),
