@@ -19,8 +19,10 @@ Who uses what:
   model and of a loop's tools);
 - ``follow``, ``RecordedOutput``, ``recorded_handoffs``: ``replay/_replay.py`` (the
   DEBUG log of each event; a replayed run's structured output and handoffs);
-- ``output_check``: ``agentloop/temporal/_client.py`` (a session's output, decoded) and
-  ``replay/_durable.py`` (a continued session's output type against its recording);
+- ``output_check``: ``agentloop/temporal/_client.py`` (a session's output, decoded; an
+  agent tool's ``OutputSpec``), ``agentloop/temporal/_workflow.py`` (a child session's
+  output type against its agent tool's) and ``replay/_durable.py`` (a continued
+  session's output type against its recording);
 - ``content_structure_problem``, ``parts_problem``: ``agentloop/temporal`` (a tool's
   blocks, checked in its activity and its workflow as the drivers check them, so
   the log is the one :func:`agentloop.run` writes);

@@ -14,7 +14,10 @@ never imports this package (nor ``temporalio``).
   :func:`agentloop.idempotency_key`, as in every tier.
 
 Everything travels as msgspec JSON (``json/plain`` payloads): no data converter
-to configure. See docs/durable.md ("Temporal").
+to configure. Media blocks travel inline, up to one payload (2 MB); give every
+client ``data_converter=blob_converter(BlobDirectory(path))`` (or a
+:class:`BlobStore` of your own) and large ones travel by reference: their bytes
+once in the store, their SHA-256 in the history. See docs/durable.md ("Temporal").
 """
 
 try:
@@ -25,8 +28,10 @@ except ImportError as exc:  # tested in a subprocess that hides temporalio
     ) from exc
 
 from ._activities import RETRIED_KINDS, SessionActivities
+from ._blobs import BlobCodec, BlobDirectory, BlobStore, blob_converter
 from ._client import AgentSession, get_session, start_session
 from ._wire import (
+    DEFAULT_BLOB_MIN_BYTES,
     DEFAULT_MODEL_ACTIVITY,
     DEFAULT_TOOL_ACTIVITY,
     MAX_PAYLOAD_BYTES,
@@ -37,6 +42,7 @@ from ._worker import PASSTHROUGH_MODULES, RECOVERY_OPTIONS, sandbox_runner, work
 from ._workflow import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_NAME, AgentLoopWorkflow
 
 __all__ = [
+    "DEFAULT_BLOB_MIN_BYTES",
     "DEFAULT_MODEL_ACTIVITY",
     "DEFAULT_TOOL_ACTIVITY",
     "MAX_PAYLOAD_BYTES",
@@ -49,8 +55,12 @@ __all__ = [
     "ActivityOptions",
     "AgentLoopWorkflow",
     "AgentSession",
+    "BlobCodec",
+    "BlobDirectory",
+    "BlobStore",
     "SessionActivities",
     "SessionInput",
+    "blob_converter",
     "get_session",
     "sandbox_runner",
     "start_session",

@@ -143,10 +143,13 @@ class _Collector:
     its result stays bounded).
     """
 
-    __slots__ = ("cap", "done", "items", "request_id")
+    __slots__ = ("by_reference", "cap", "done", "items", "request_id")
 
-    def __init__(self, request_id: str, chunks_per_step: int) -> None:
+    def __init__(
+        self, request_id: str, chunks_per_step: int, by_reference: int | None = None
+    ) -> None:
         self.request_id = request_id
+        self.by_reference = by_reference
         self.cap = chunks_per_step + 1
         self.items: list[bytes] = []
         self.done = False
@@ -180,7 +183,7 @@ class _Collector:
         if not self.done and len(self.items) < self.cap:
             self._fail("model stream ended without a response", MODEL_ERROR)
         data = b'{"items":[' + b",".join(self.items) + b"]}"
-        problem = oversized(data, "the model's answer")
+        problem = oversized(data, "the model's answer", self.by_reference)
         if problem is None:
             return data
         self.items.clear()
@@ -237,6 +240,8 @@ class SessionActivities:
             for a worker that runs no tool calls.
         transcript_cache: how many sessions' transcripts to keep (0: none; every
             request after the first is then read from the workflow).
+        by_reference: the ``min_bytes`` of the worker's client's ``BlobCodec``
+            (its results' large media blocks travel by reference), or ``None``.
     """
 
     def __init__(
@@ -245,6 +250,7 @@ class SessionActivities:
         model: Any = None,
         tools: ToolRegistry | Iterable[Tool | ToolSpec] | None = None,
         transcript_cache: int = 256,
+        by_reference: int | None = None,
     ) -> None:
         if model is not None and not (
             callable(getattr(model, "astream", None)) or callable(getattr(model, "stream", None))
@@ -255,6 +261,9 @@ class SessionActivities:
         if type(transcript_cache) is not int or transcript_cache < 0:
             raise ValueError(f"transcript_cache must be an int >= 0, got {transcript_cache!r}")
         self._model = model
+        #: The ``min_bytes`` of the worker's client's ``BlobCodec``, or ``None``
+        #: (:func:`~agentloop.temporal.worker` sets it from its client).
+        self.by_reference = by_reference
         self._registry = None if tools is None else ToolRegistry(tools)
         #: The agent tools of the tree, by name: their children's models and tools.
         self._agents: dict[str, AgentTool] = {}
@@ -283,7 +292,7 @@ class SessionActivities:
         # session's worker died, the query waits for another one to take the
         # session over): heartbeat meanwhile, or the attempt times out.
         request = await _heartbeating(self._request(value))
-        collector = _Collector(request.id, value.chunks_per_step)
+        collector = _Collector(request.id, value.chunks_per_step, self.by_reference)
         model = self._model if value.agent is None else self._agent(value.agent).model
         try:
             astream = getattr(model, "astream", None)
@@ -370,10 +379,10 @@ class SessionActivities:
         with idempotency_session(value.session):
             # to_thread copies this context: the tool sees the key.
             content, is_error = await _heartbeating(asyncio.to_thread(registry.execute, value.call))
-        return raw(_tool_output(content, is_error))
+        return raw(_tool_output(content, is_error, self.by_reference))
 
 
-def _tool_output(content: Content, is_error: bool) -> bytes:
+def _tool_output(content: Content, is_error: bool, by_reference: int | None = None) -> bytes:
     """The tool activity's result for a tool's outcome, as JSON.
 
     Text with lone surrogates escaped, and blocks that are not well formed refused,
@@ -388,7 +397,7 @@ def _tool_output(content: Content, is_error: bool) -> bytes:
         if problem is not None:
             content, is_error = f"the tool's result was refused: {problem}", True
     data = encode(ToolOutput(content, is_error))
-    problem = oversized(data, "the tool's result")
+    problem = oversized(data, "the tool's result", by_reference)
     if problem is None:
         return data
     return encode(ToolOutput(f"the tool's result was refused: {problem}", True))

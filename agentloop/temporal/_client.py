@@ -28,6 +28,7 @@ from agentloop import (
 )
 from agentloop._spi import answer_problem, output_check
 
+from ._blobs import by_reference
 from ._wire import (
     DEFAULT_MODEL_ACTIVITY,
     DEFAULT_TOOL_ACTIVITY,
@@ -45,6 +46,7 @@ from ._wire import (
     encode,
     inflate,
     oversized,
+    payload_data,
     raw,
 )
 from ._workflow import PENDING_QUERY, WORKFLOW_NAME
@@ -59,10 +61,14 @@ class AgentSession:
 
     Attributes:
         handle: the underlying :class:`temporalio.client.WorkflowHandle`.
+        by_reference: the ``min_bytes`` of the client's
+            :class:`~agentloop.temporal.BlobCodec` (steered media blocks that
+            large travel by reference), or ``None``.
     """
 
-    def __init__(self, handle: WorkflowHandle[Any, Any]) -> None:
+    def __init__(self, handle: WorkflowHandle[Any, Any], by_reference: int | None = None) -> None:
         self.handle = handle
+        self.by_reference = by_reference
 
     @property
     def id(self) -> str:
@@ -119,7 +125,7 @@ class AgentSession:
         blobs: dict[str, bytes] = {}
         while True:
             value = await self.handle.query("log", since + len(events), result_type=RawValue)
-            page = [bytes(item) for item in _raws.decode(value.payload.data)]
+            page = [bytes(item) for item in _raws.decode(payload_data(value))]
             if not page:
                 return events
             events += inflate(page, blobs, decode_event)
@@ -157,7 +163,7 @@ class AgentSession:
                 ``failed``).
             temporalio.service.RPCError: the workflow has completed.
         """
-        await self.handle.execute_update("steer", _message(message, "steer"))
+        await self.handle.execute_update("steer", _message(message, "steer", self.by_reference))
 
     async def follow_up(self, message: UserMessage) -> None:
         """Send ``FollowUp(message)`` (update ``follow_up``): when the run would
@@ -167,7 +173,8 @@ class AgentSession:
         Raises:
             As for :meth:`steer`.
         """
-        await self.handle.execute_update("follow_up", _message(message, "follow_up"))
+        data = _message(message, "follow_up", self.by_reference)
+        await self.handle.execute_update("follow_up", data)
 
     async def cancel(self, reason: str = "") -> None:
         """End the session ``cancelled`` (update ``cancel``); returns once its log
@@ -180,21 +187,18 @@ class AgentSession:
 
 
 def _agents(registry: ToolRegistry, agents: dict[str, AgentConfig]) -> None:
-    """Every agent tool in ``registry`` and in its children's tools, as it travels.
+    """Every agent tool in ``registry`` and in its children's tools, as it travels
+    (its hooks and output type as the workflow class must give them back:
+    whether it has hooks, its output's ``OutputSpec``).
 
     Raises:
-        ValueError: two agent tools share a name, or one has hooks or an output
-            type (neither can travel in a workflow's input).
+        ValueError: two agent tools share a name.
     """
     for entry in registry:
         if not isinstance(entry, AgentTool):
             continue
         name, options = entry.name, entry.options
-        if options.get("hooks") is not None or "output" in options:
-            raise ValueError(
-                f"agent tool {name!r} has hooks or an output type: neither can travel "
-                "to a Temporal child workflow (not supported yet)"
-            )
+        check = output_check(options.get("output"), options["output_retries"])
         config = AgentConfig(
             tools=entry.tools.specs(),
             system=options["system"],
@@ -203,15 +207,17 @@ def _agents(registry: ToolRegistry, agents: dict[str, AgentConfig]) -> None:
             limits=options["limits"],
             parallel_tools=options["parallel_tools"],
             output_retries=options["output_retries"],
+            output=None if check is None else check.spec,
+            hooks=options["hooks"] is not None,
         )
         if agents.setdefault(name, config) != config:
             raise ValueError(f"two agent tools are named {name!r}: agent tool names must differ")
         _agents(entry.tools, agents)
 
 
-def _message(message: UserMessage, name: str) -> RawValue:
+def _message(message: UserMessage, name: str, by_reference: int | None) -> RawValue:
     data = encode(UserInput(message=message))
-    problem = oversized(data, f"the {name} message")
+    problem = oversized(data, f"the {name} message", by_reference)
     if problem is not None:
         raise ValueError(f"{problem}; nothing was sent")
     return raw(data)
@@ -219,7 +225,8 @@ def _message(message: UserMessage, name: str) -> RawValue:
 
 def get_session(client: Client, session_id: str, *, run_id: str | None = None) -> AgentSession:
     """The session with id ``session_id`` (its latest run, or ``run_id``)."""
-    return AgentSession(client.get_workflow_handle(session_id, run_id=run_id, result_type=RawValue))
+    handle = client.get_workflow_handle(session_id, run_id=run_id, result_type=RawValue)
+    return AgentSession(handle, by_reference(client))
 
 
 async def start_session(
@@ -255,7 +262,9 @@ async def start_session(
             hold the implementations). An agent tool (:func:`agentloop.agent_tool`)
             runs its child as a child workflow (session ``<session_id>/<call id>``)
             whose model and tools are the agent tool's on the workers (give the
-            same agent tool to :func:`worker`).
+            same agent tool to :func:`worker`); its hooks and output type come
+            from the workflow class (:meth:`AgentLoopWorkflow.agent_hooks`,
+            :meth:`AgentLoopWorkflow.agent_output`), which the child checks.
         system, max_steps, budget, limits, output_retries: as for
             :func:`agentloop.agent_loop` (the structured-output type comes from
             the workflow class: :meth:`AgentLoopWorkflow.output`).
@@ -282,10 +291,9 @@ async def start_session(
 
     Raises:
         TypeError: a message or tool cannot be encoded as JSON.
-        ValueError: an agent tool has hooks or an output type, or two share a
-            name; ``compaction`` is not a built-in policy or needs a window
-            ``limits`` does not give; ``steps_per_run`` is not an int >= 1 (or
-            ``None``); or the
+        ValueError: two agent tools share a name; ``compaction`` is not a
+            built-in policy or needs a window ``limits`` does not give;
+            ``steps_per_run`` is not an int >= 1 (or ``None``); or the
             session's input (its messages' media blocks travel inline) is larger
             than one Temporal payload may hold
             (:data:`~agentloop.temporal.MAX_PAYLOAD_BYTES`); nothing was started.
@@ -314,8 +322,11 @@ async def start_session(
         model_activity=DEFAULT_MODEL_ACTIVITY if model_activity is None else model_activity,
         tool_activity=DEFAULT_TOOL_ACTIVITY if tool_activity is None else tool_activity,
     )
+    blobs = by_reference(client)  # (the checks above come first)
+    if blobs is not None:
+        session = msgspec.structs.replace(session, by_reference=blobs)
     data = encode(session)
-    problem = oversized(data, "the session's input")
+    problem = oversized(data, "the session's input", blobs)
     if problem is not None:
         raise ValueError(f"{problem}; nothing was started")
     handle = await client.start_workflow(
@@ -335,5 +346,6 @@ async def start_session(
             result_run_id=handle.result_run_id,
             first_execution_run_id=handle.first_execution_run_id,
             result_type=RawValue,
-        )
+        ),
+        blobs,
     )

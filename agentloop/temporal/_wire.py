@@ -18,16 +18,17 @@ new content of each step, not with the transcript.
 Media blocks (``ImageBlock``, ``AudioBlock``, ``DocumentBlock``, DESIGN §25) travel
 inline, their bytes base64 in the JSON, inside the payload that brings them in: the
 session's input, a steer or follow-up, a tool activity's result, a model
-activity's result. Temporal has no store for bytes outside its history, so a
-reference would still need a payload (or a store the library does not own); the
-delta above already keeps a block out of every later activity input (the model
-activity worker holds it in its transcript cache; another worker reads it with the
-``pending`` query, which is not recorded). So a block is in the history about
-twice (where it came in, and the first model request after that), never once per
-step. Temporal refuses a payload above 2 MiB (the server's default
+activity's result. The delta above keeps a block out of every later activity input
+(the model activity worker holds it in its transcript cache; another worker reads
+it with the ``pending`` query, which is not recorded). So a block is in the history
+about twice (where it came in, and the first model request after that), never once
+per step. Temporal refuses a payload above 2 MiB (the server's default
 ``limit.blobSize.error``); :data:`MAX_PAYLOAD_BYTES` is checked before anything is
 sent, and each side says what was too large instead of the server's rejection
-(see docs/durable.md, "Media"). Larger media go by ``url=``.
+(see docs/durable.md, "Media"). With a ``BlobCodec`` on the clients (``_blobs``),
+the bytes of large blocks are in a blob store and the history holds their
+SHA-256: the checks then count such blocks by reference (``by_reference``, the
+codec's ``min_bytes``; :func:`payload_size`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ from agentloop import (
 )
 
 __all__ = [
+    "BLOB_ENCODING",
+    "DEFAULT_BLOB_MIN_BYTES",
     "DEFAULT_MODEL_ACTIVITY",
     "DEFAULT_TOOL_ACTIVITY",
     "MAX_PAYLOAD_BYTES",
@@ -89,6 +92,7 @@ __all__ = [
     "ToolInput",
     "ToolOutput",
     "UserInput",
+    "blob_spans",
     "chain_digest",
     "config_digest",
     "decode",
@@ -97,6 +101,8 @@ __all__ = [
     "inflate",
     "log_page",
     "oversized",
+    "payload_data",
+    "payload_size",
     "raw",
 ]
 
@@ -125,15 +131,65 @@ def raw(data: bytes) -> RawValue:
     return RawValue(Payload(metadata={"encoding": _JSON}, data=data))
 
 
-def oversized(data: bytes, what: str) -> str | None:
+#: The smallest media block :class:`~agentloop.temporal.BlobCodec` stores by
+#: reference by default (its ``min_bytes``): smaller blocks stay inline.
+DEFAULT_BLOB_MIN_BYTES: Final = 65_536
+#: The ``encoding`` of a payload whose large media bytes are in a blob store (the
+#: payload holds each one's SHA-256 in its place; see ``BlobCodec``).
+BLOB_ENCODING: Final = b"json/agentloop-blobs"
+
+
+_DATA_KEY: Final = b'"data":"'
+
+
+def blob_spans(data: bytes, min_bytes: int) -> list[tuple[int, int]]:
+    """Where the bytes of each media block of at least ``min_bytes`` bytes may be
+    in ``data`` (a JSON document): the ``(start, end)`` of every string value of a
+    ``"data"`` key (a block's field, or a ``log`` page's blob item) at least as
+    long as their base64 and without escapes. (``"data":"`` can only be that key
+    in JSON: a string holds no bare quote.)"""
+    chars = -(-min_bytes * 4 // 3)  # the base64 of min_bytes bytes, without padding
+    spans: list[tuple[int, int]] = []
+    find = data.find
+    key = find(_DATA_KEY)
+    while key >= 0:
+        start = key + len(_DATA_KEY)
+        end = find(b'"', start)
+        if end < 0:
+            break  # (not JSON)
+        if end - start >= chars and find(b"\\", start, end) < 0:
+            spans.append((start, end))
+        key = find(_DATA_KEY, end + 1)
+    return spans
+
+
+def payload_size(data: bytes, by_reference: int | None) -> int:
+    """The size ``data`` has in Temporal: with a ``BlobCodec`` of ``min_bytes ==
+    by_reference``, each large block's base64 is replaced by its 64-digit hash."""
+    if by_reference is None or len(data) < by_reference:
+        return len(data)
+    return len(data) - sum(end - start - 64 for start, end in blob_spans(data, by_reference))
+
+
+def oversized(data: bytes, what: str, by_reference: int | None = None) -> str | None:
     """Why ``data`` cannot travel as one payload (it is larger than
-    :data:`MAX_PAYLOAD_BYTES`), naming ``what`` it is; ``None`` when it can."""
-    if len(data) <= MAX_PAYLOAD_BYTES:
+    :data:`MAX_PAYLOAD_BYTES`, its large media blocks counted by reference when
+    ``by_reference`` is a ``BlobCodec``'s ``min_bytes``), naming ``what`` it is;
+    ``None`` when it can."""
+    size = payload_size(data, by_reference)
+    if size <= MAX_PAYLOAD_BYTES:
         return None
+    if by_reference is None:
+        return (
+            f"{what} is {size:,} bytes as JSON, more than the {MAX_PAYLOAD_BYTES:,} "
+            "one Temporal payload may hold (media blocks travel inline, base64): "
+            "pass large media by url= instead of data=, or give the clients a blob "
+            "store (agentloop.temporal.blob_converter)"
+        )
     return (
-        f"{what} is {len(data):,} bytes as JSON, more than the {MAX_PAYLOAD_BYTES:,} "
-        "one Temporal payload may hold (media blocks travel inline, base64): "
-        "pass large media by url= instead of data="
+        f"{what} is {size:,} bytes as JSON with its media blocks of {by_reference:,} "
+        f"bytes or more stored by reference, more than the {MAX_PAYLOAD_BYTES:,} one "
+        "Temporal payload may hold: lower the BlobCodec's min_bytes"
     )
 
 
@@ -147,13 +203,33 @@ def decode(value: RawValue, type_: type[T], what: str) -> T:
             where. (A ``RecursionError`` out of a signal handler would fail the
             workflow task, and Temporal would retry it forever.)
     """
+    data = payload_data(value)
     try:
-        return msgspec.json.decode(value.payload.data, type=type_)
+        return msgspec.json.decode(data, type=type_)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         problem = str(exc)
     except RecursionError:
         problem = "nested too deep to decode"
     raise ApplicationError(f"invalid {what}: {problem}", type="InvalidPayload", non_retryable=True)
+
+
+def payload_data(value: RawValue) -> bytes:
+    """The JSON of a payload of :mod:`agentloop.temporal`.
+
+    Raises:
+        RuntimeError: its large media bytes are in a blob store: this process's
+            client has no ``BlobCodec`` to read them. (Not an ``ApplicationError``:
+            a workflow task or activity attempt that fails this way is retried,
+            on another worker if this one is the one misconfigured.)
+    """
+    payload = value.payload
+    if payload.metadata.get("encoding") == BLOB_ENCODING:
+        raise RuntimeError(
+            "this payload's media blocks are in a blob store (agentloop.temporal.BlobCodec), "
+            "and this client has no BlobCodec to read them: connect every client and "
+            "worker with data_converter=agentloop.temporal.blob_converter(store)"
+        )
+    return payload.data
 
 
 # --------------------------------------------------------------------------- options
@@ -240,7 +316,10 @@ class AgentConfig(
     """An agent tool's child, as it travels (DESIGN §26): what its ``agent_loop`` is
     built from. Its model and its tools' implementations stay on the workers
     (:func:`~agentloop.temporal.worker` finds them in the agent tools it is given,
-    by name); hooks and an output type cannot travel (start_session refuses them).
+    by name). Its hooks and output type are code: the workflow class gives them
+    (:meth:`AgentLoopWorkflow.agent_hooks`, :meth:`AgentLoopWorkflow.agent_output`);
+    what travels is whether it has hooks and its output's ``OutputSpec`` (name,
+    schema, retries), which the child workflow checks against its own.
     """
 
     tools: tuple[ToolSpec, ...] = ()
@@ -250,6 +329,8 @@ class AgentConfig(
     limits: Limits | None = None
     parallel_tools: bool = False
     output_retries: int = 2
+    output: OutputSpec | None = None
+    hooks: bool = False
 
 
 class ChildOutcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -292,6 +373,12 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     server's limits). ``replies``: set by the workflow itself when it continues
     as new: every reply it sent its loop so far, stamped; the next run feeds
     them to a fresh loop, which rebuilds the log byte for byte.
+
+    ``by_reference``: set by :func:`~agentloop.temporal.start_session` when the
+    client has a :class:`~agentloop.temporal.BlobCodec`: its ``min_bytes``. Media
+    blocks that large travel by reference (their bytes in the blob store, their
+    SHA-256 in the history), and the workflow counts them so when it checks a
+    payload's size.
     """
 
     messages: tuple[Any, ...]
@@ -311,6 +398,7 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     agent: str | None = None
     parent: ParentLink | None = None
     replies: tuple[CarriedReply, ...] = ()
+    by_reference: int | None = None
 
     def __post_init__(self) -> None:
         steps = self.steps_per_run
@@ -471,7 +559,7 @@ _pending_decoder: msgspec.json.Decoder[Pending] = msgspec.json.Decoder(Pending)
 
 def decode_pending(value: RawValue) -> Pending:
     """Decode the ``pending`` query's result."""
-    return _pending_decoder.decode(value.payload.data)
+    return _pending_decoder.decode(payload_data(value))
 
 
 # --------------------------------------------------------------------------- the log query
@@ -506,7 +594,7 @@ def _swap_media(value: Any, swap: Any) -> Any:
     return msgspec.structs.replace(value, **changes) if changes else value
 
 
-def log_page(events: list[Event], max_bytes: int) -> bytes:
+def log_page(events: list[Event], max_bytes: int, by_reference: int | None = None) -> bytes:
     """The ``log`` query's answer: a JSON array of encoded events, as many as fit
     in ``max_bytes`` (at least one).
 
@@ -515,7 +603,8 @@ def log_page(events: list[Event], max_bytes: int) -> bytes:
     refers to them, and the events hold ``"data": "<sha-256 hex>"`` (64 hex
     digits are base64 too); :func:`inflate` puts the bytes back. A tool result's
     event holds its content twice (the reply and the message): by value, an image
-    of 1 MiB would make it too large for any query answer.
+    of 1 MiB would make it too large for any query answer. A blob item counts
+    as its size in Temporal (by reference, see :func:`payload_size`).
     """
     items: list[bytes] = []
     size = 2
@@ -532,7 +621,7 @@ def log_page(events: list[Event], max_bytes: int) -> bytes:
     for event in events:
         blobs.clear()
         data = encode_event(_swap_media(event, deflate))
-        size += len(data) + 1 + sum(len(blob) + 1 for blob in blobs)
+        size += len(data) + 1 + sum(payload_size(blob, by_reference) + 1 for blob in blobs)
         if items and size > max_bytes:
             break
         items += blobs

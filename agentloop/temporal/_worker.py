@@ -14,6 +14,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from agentloop import Tool, ToolRegistry, ToolSpec
 
 from ._activities import SessionActivities
+from ._blobs import by_reference
 from ._workflow import AgentLoopWorkflow
 
 __all__ = ["PASSTHROUGH_MODULES", "RECOVERY_OPTIONS", "sandbox_runner", "worker"]
@@ -73,7 +74,9 @@ def worker(
 
     Args:
         client: a connected :class:`temporalio.client.Client` (no special data
-            converter is needed).
+            converter is needed; for media blocks by reference, its data
+            converter is :func:`~agentloop.temporal.blob_converter`'s, as every
+            client's of the sessions).
         task_queue: the queue this worker polls.
         model: answers model requests: ``stream(request)`` like any agentloop
             model (read in a worker thread), or ``astream(request)``.
@@ -97,6 +100,7 @@ def worker(
     if not workflows and model is None and tools is None:
         raise ValueError("worker() needs workflows, a model or tools: it would run nothing")
     activities = SessionActivities(model=model, tools=tools, transcript_cache=transcript_cache)
+    activities.by_reference = by_reference(client)
     options.setdefault("workflow_runner", sandbox_runner())
     for name, value in RECOVERY_OPTIONS.items():
         options.setdefault(name, value)

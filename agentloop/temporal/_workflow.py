@@ -98,6 +98,7 @@ from agentloop import (
     ModelFailure,
     ModelRequest,
     ModelResponse,
+    OutputSpec,
     ParentLink,
     Pause,
     Resume,
@@ -114,7 +115,7 @@ from agentloop import (
     UserMessage,
     agent_loop,
 )
-from agentloop._spi import parts_problem
+from agentloop._spi import output_check, parts_problem
 
 from ._wire import (
     MAX_PAYLOAD_BYTES,
@@ -238,8 +239,10 @@ class ActivityModel:
         options: ActivityOptions,
         chunks_per_step: int = MAX_CHUNKS_PER_STEP,
         agent: str | None = None,
+        by_reference: int | None = None,
     ) -> None:
         self._agent = agent
+        self._by_reference = by_reference
         self._session = session
         self._run_id = run_id
         self._options = options
@@ -298,7 +301,7 @@ class ActivityModel:
         """
         argument = encode(self.call_for(request))
         items: tuple[ModelReply, ...]
-        too_large = oversized(argument, "the model request (its new messages)")
+        too_large = oversized(argument, "the model request (its new messages)", self._by_reference)
         try:
             if too_large is not None:
                 # (Scheduling it would fail the workflow task on the server.)
@@ -413,6 +416,7 @@ class ActivityTools:
             agents=spec.agents,
             agent=name,
             parent=link,
+            by_reference=spec.by_reference,
         )
         try:
             value = await workflow.execute_child_workflow(
@@ -436,6 +440,8 @@ class ActivityTools:
             tool_calls=outcome.tool_calls,
         )
         if result.status == "completed":
+            if agent.output is not None:  # the output as JSON, as the agent tool answers
+                return encode(result.output).decode(), False
             return result.final_text or "", False
         if result.error is not None:
             why = f"{result.error.code}: {result.error.message}"
@@ -617,6 +623,7 @@ class AgentLoopWorkflow:
             spec.model_activity,
             self._loop.limits.chunks_per_step,
             spec.agent,
+            spec.by_reference,
         )
         self._tools = ActivityTools(info.workflow_id, spec, self._loop.limits)
         self._answer: Resume | None = None
@@ -675,16 +682,17 @@ class AgentLoopWorkflow:
             if spec.started_at is None:
                 spec = msgspec.structs.replace(spec, started_at=_now())
             policy = self.compaction()
+            hooks, output = self._code(spec)
             loop = agent_loop(
                 spec.messages,
                 tools=spec.tools,
                 system=spec.system,
                 max_steps=spec.max_steps,
                 budget=spec.budget,
-                hooks=self.hooks(),
+                hooks=hooks,
                 started_at=spec.started_at,
                 limits=spec.limits,
-                output=self.output(),
+                output=output,
                 output_retries=spec.output_retries,
                 parallel_tools=spec.parallel_tools,
                 compaction=spec.compaction if policy is None else policy,
@@ -708,8 +716,57 @@ class AgentLoopWorkflow:
             return spec, loop, None
         return SessionInput(messages=()), agent_loop((), tools=()), problem
 
+    def _code(self, spec: SessionInput) -> tuple[HookRegistry | None, Any]:
+        """The session's hooks and output type: the class's own for a session
+        started by a client; for an agent tool's child, the class's for that agent
+        tool, checked against what its parent's client said it has.
+
+        Raises:
+            ApplicationError: (non-retryable, ``InvalidPayload``) a child's hooks
+                or output type are not what its agent tool has.
+        """
+        if spec.agent is None:
+            return self.hooks(), self.output()
+        name = spec.agent
+        config = spec.agents.get(name, AgentConfig())
+        hooks, output = self.agent_hooks(name), self.agent_output(name)
+        if config.hooks and hooks is None:
+            raise ApplicationError(
+                f"agent tool {name!r} has hooks, and this workflow class gives none: "
+                f"override {type(self).__name__}.agent_hooks() to return them",
+                type="InvalidPayload",
+                non_retryable=True,
+            )
+        check = output_check(output, spec.output_retries)
+        mine = None if check is None else check.spec
+        if mine != config.output:
+            raise ApplicationError(
+                f"agent tool {name!r}'s output type is {_named(config.output)}, and "
+                f"this workflow class's agent_output() gives {_named(mine)}: "
+                f"override {type(self).__name__}.agent_output() to return the same type",
+                type="InvalidPayload",
+                non_retryable=True,
+            )
+        return hooks, output
+
     def hooks(self) -> HookRegistry | None:
-        """The hooks every session of this workflow type runs with (none here)."""
+        """The hooks every session of this workflow type runs with (none here);
+        an agent tool's child runs with :meth:`agent_hooks` instead."""
+        return None
+
+    def agent_hooks(self, agent: str) -> HookRegistry | None:
+        """The hooks of agent tool ``agent``'s child sessions (none here). Hooks
+        are code: an agent tool's hooks cannot travel, so a workflow class whose
+        sessions call an agent tool with hooks returns them here (the same
+        ``HookRegistry`` the agent tool has; deterministic, as any hook). A child
+        whose agent tool has hooks, run by a class that gives none, fails."""
+        return None
+
+    def agent_output(self, agent: str) -> Any:
+        """The structured-output type of agent tool ``agent``'s child sessions
+        (none here): the type given to ``agent_tool(..., output=...)``. Its
+        ``OutputSpec`` (name, schema) travels and the child checks it against
+        this one; the parent receives the decoded output as JSON, as in process."""
         return None
 
     def output(self) -> Any:
@@ -755,7 +812,7 @@ class AgentLoopWorkflow:
             data = encode(result)
         else:  # a child session: its parent reads the ChildOutcome
             data = encode(ChildOutcome(result, _tool_calls(self._loop.log)))
-        problem = oversized(data, "the session's result (its RunResult)")
+        problem = oversized(data, "the session's result (its RunResult)", self._spec.by_reference)
         if problem is not None:
             # The server would refuse it; the log stays readable (query ``log``).
             raise ApplicationError(
@@ -1022,7 +1079,12 @@ class AgentLoopWorkflow:
         as many as fit in ``max_bytes`` (always at least one; Temporal refuses a
         query answer above 2 MiB), each media block's bytes once, by hash (see
         ``_wire.log_page``). :meth:`AgentSession.log` reads page after page."""
-        return raw(log_page(self._loop.log.since(since), max_bytes))
+        pages = log_page(self._loop.log.since(since), max_bytes, self._spec.by_reference)
+        return raw(pages)
+
+
+def _named(spec: OutputSpec | None) -> str:
+    return "none" if spec is None else repr(spec.name)
 
 
 def _tool_calls(log: Any) -> int:

@@ -16,6 +16,7 @@ first answer that is not JSON.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -100,7 +101,8 @@ def answer(request: ModelRequest) -> ScriptedResponse:
         if not first.exists():
             first.write_text("model")
             time.sleep(float(os.environ.get("AGENTLOOP_TEST_NOTE_SECONDS", "0")))
-        return ScriptedResponse.text(f"r{count}", "Done: answered", usage=usage)
+        seen = _blobs(request.messages[0].content)
+        return ScriptedResponse.text(f"r{count}", f"Done: answered{seen}", usage=usage)
     if script[0] == "json":
         text = "forty-two" if count == 1 else f'{{"total": {count}}}'
         return ScriptedResponse.text(f"r{count}", text, usage=usage)
@@ -112,6 +114,14 @@ def answer(request: ModelRequest) -> ScriptedResponse:
 
 
 MODEL = FunctionModel(answer)
+
+
+def _blobs(content: Any) -> str:
+    """The SHA-256 (first 12 digits) of each media block's bytes in ``content``."""
+    if type(content) is str:
+        return ""
+    digests = [hashlib.sha256(p.data).hexdigest()[:12] for p in content if hasattr(p, "data")]
+    return f" (saw {', '.join(digests)})"
 
 
 # --------------------------------------------------------------------------- hooks
@@ -158,6 +168,29 @@ class OutputWorkflow(AgentLoopWorkflow):
 
     def output(self) -> Any:
         return Total
+
+    @workflow.run
+    async def run(self, session: RawValue) -> RawValue:
+        return await super().run(session)
+
+
+class Finding(msgspec.Struct):
+    """The structured output of the ``analyst`` agent tool's child sessions."""
+
+    sum: int
+    task: str
+
+
+@workflow.defn(name="agentloop-agents")
+class AgentsWorkflow(AgentLoopWorkflow):
+    """Sessions whose ``analyst`` agent tool has :func:`hooks` and the output type
+    :class:`Finding`: the workflow class gives them to its child sessions."""
+
+    def agent_hooks(self, agent: str) -> HookRegistry | None:
+        return hooks() if agent == "analyst" else None
+
+    def agent_output(self, agent: str) -> Any:
+        return Finding if agent == "analyst" else None
 
     @workflow.run
     async def run(self, session: RawValue) -> RawValue:

@@ -39,7 +39,7 @@ from agentloop import (
 )
 from agentloop.temporal import get_session, start_session
 
-from .app import add
+from .app import AgentsWorkflow, Finding, add, hooks
 from .conftest import Temporal
 from .helpers import drive_by_hand, encoded, serving, session_id, wait_for
 
@@ -167,22 +167,121 @@ def test_cancelling_the_parent_cancels_the_child(temporal: Temporal) -> None:
     assert drive_by_hand(child_log) == encoded(child_log)
 
 
-def test_an_agent_tool_that_cannot_travel_is_refused(temporal: Temporal) -> None:
-    import msgspec as ms
-
-    class Out(ms.Struct):
-        x: int
-
-    typed = agent_tool("typed", "x", model=PARENT, tools=[], output=Out)
+def test_two_agent_tools_of_one_name_are_refused(temporal: Temporal) -> None:
     twin = agent_tool("researcher", "another", model=PARENT, tools=[], system="other")
     outer = agent_tool("outer", "nests the twin", model=PARENT, tools=[twin])
 
     async def scenario() -> None:
-        for tools, message in (([typed], "hooks or an output type"), ([RESEARCHER, outer], "two")):
-            with pytest.raises(ValueError, match=message):
-                await start_session(temporal.client, session_id(), [], task_queue="q", tools=tools)
+        with pytest.raises(ValueError, match="two agent tools are named 'researcher'"):
+            await start_session(
+                temporal.client, session_id(), [], task_queue="q", tools=[RESEARCHER, outer]
+            )
 
     temporal.run(scenario())
+
+
+def analyst_answer(request: ModelRequest) -> ScriptedResponse:
+    """Adds once, then answers a ``Finding`` about its task as it sees it (step 2:
+    the child's ``before_plan`` hook has rewritten it)."""
+    results = [m for m in request.messages if type(m) is ToolResultMessage]
+    if not results:
+        return ScriptedResponse.tool_calls("a1", ToolCall("s1", "add", {"left": 40, "right": 2}))
+    finding = {"sum": 42, "task": request.messages[0].content}
+    return ScriptedResponse.text("a2", msgspec.json.encode(finding).decode())
+
+
+ANALYST = agent_tool(
+    "analyst",
+    "Analyse a question.",
+    model=FunctionModel(analyst_answer),
+    tools=[add],
+    system="You analyse.",
+    output=Finding,
+    hooks=hooks(),
+)
+
+
+def ask_analyst(request: ModelRequest) -> ScriptedResponse:
+    last = request.messages[-1]
+    if type(last) is UserMessage:
+        return ScriptedResponse.tool_calls("p1", ToolCall("n1", "analyst", {"task": last.content}))
+    return ScriptedResponse.text("p2", f"Done: {last.content}")
+
+
+def test_an_agent_tool_with_hooks_and_an_output_type_runs_as_in_process(
+    temporal: Temporal,
+) -> None:
+    model, tools = FunctionModel(ask_analyst), [add, ANALYST]
+
+    async def scenario() -> Any:
+        async with serving(temporal, model=model, tools=tools, workflows=[AgentsWorkflow]) as start:
+            session = await start([UserMessage("u1", "the sum")], workflow="agentloop-agents")
+            result = await session.result()
+            child = get_session(temporal.client, f"{session.id}/n1")
+            return session.id, result, await session.log(), await child.log()
+
+    parent_id, result, log, child_log = temporal.run(scenario())
+    assert result.status == "completed"
+    # The child's hook rewrote its task; its output reached the parent as JSON.
+    assert result.final_text == 'Done: {"sum":42,"task":"the sum (rewritten)"}'
+    finished = child_log[-1]
+    assert type(finished) is RunFinishedEvent and finished.output == {
+        "sum": 42,
+        "task": "the sum (rewritten)",
+    }
+    assert drive_by_hand(child_log, hooks=hooks(), output=Finding) == encoded(child_log)
+    assert drive_by_hand(log) == encoded(log)
+    in_process_log = EventLog()
+    with idempotency_session(parent_id):
+        run(
+            [UserMessage("u1", "the sum")],
+            model=model,
+            tools=tools,
+            log=in_process_log,
+            started_at=log[0].at,
+        )
+    assert untimed(in_process_log) == untimed(log)
+    assert untimed(ANALYST.logs[f"{parent_id}/n1"]) == untimed(child_log)
+
+
+def test_a_child_whose_workflow_class_lacks_its_hooks_or_output_type_fails(
+    temporal: Temporal,
+) -> None:
+    class Other(msgspec.Struct):
+        sum: int
+
+    child = FunctionModel(analyst_answer)
+    hooked = agent_tool("analyst", "x", model=child, tools=[add], hooks=hooks())
+    other = agent_tool("analyst", "x", model=child, tools=[add], output=Other)
+    model = FunctionModel(ask_analyst)
+
+    async def scenario() -> list[str | None]:
+        answers = []
+        for tools, options in (
+            ([ANALYST], {}),  # the default workflow class gives no hooks
+            ([other], {"workflows": [AgentsWorkflow]}),  # another output type
+        ):
+            async with serving(temporal, model=model, tools=tools, **options) as start:
+                workflow = "agentloop-agents" if options else "agentloop"
+                session = await start([UserMessage("u1", "the sum")], workflow=workflow)
+                answers.append((await session.result()).final_text)
+        async with serving(temporal, model=model, tools=[hooked]) as start:
+            session = await start([UserMessage("u1", "the sum")])
+            answers.append((await session.result()).final_text)
+        return answers
+
+    no_hooks, wrong_type, hooks_only = temporal.run(scenario())
+    for answer in (no_hooks, hooks_only):
+        assert answer.startswith("Done: agent 'analyst' (session ")
+        assert answer.endswith(
+            "failed: agent tool 'analyst' has hooks, and this workflow class gives none: "
+            "override AgentLoopWorkflow.agent_hooks() to return them"
+        )
+    assert wrong_type.endswith(
+        "failed: agent tool 'analyst''s output type is 'Other', and this workflow class's "
+        "agent_output() gives 'Finding': override AgentsWorkflow.agent_output() to return "
+        "the same type"
+    )
 
 
 OUTER = agent_tool(

@@ -4,20 +4,25 @@
 
 It serves the app's model and tools (and the workflows) on ``TASK_QUEUE`` with
 ``worker()``'s defaults, prints
-``ready`` once it polls, and stops cleanly when its standard input closes.
+``ready`` once it polls, and stops cleanly when its standard input closes. With
+``AGENTLOOP_TEST_BLOBS`` set, its client has a blob store in that directory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import Any
 
 from temporalio.client import Client
 
-from agentloop.temporal import worker
+from agentloop.temporal import BlobDirectory, blob_converter, worker
 
 from .app import MODEL, TOOLS
+
+#: A blob directory: the worker's client stores large media blocks there.
+BLOBS_DIR = "AGENTLOOP_TEST_BLOBS"
 
 
 class ThreadedModel:
@@ -31,7 +36,11 @@ class ThreadedModel:
 
 
 async def main(target: str, task_queue: str) -> None:
-    client = await Client.connect(target)
+    blobs = os.environ.get(BLOBS_DIR)
+    if blobs is None:
+        client = await Client.connect(target)
+    else:  # media blocks by reference, in that directory
+        client = await Client.connect(target, data_converter=blob_converter(BlobDirectory(blobs)))
     async with worker(
         client,
         task_queue=task_queue,
