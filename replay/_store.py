@@ -1701,8 +1701,13 @@ def _stored_rows(
     link; advances ``format2``. The blob lines before each event (format 3) are
     added to ``blobs``, as their rows."""
     rows = []
+    text = format2.text
     for event in events:
         sequence = event.sequence
+        line = text(event)
+        if line is not None:  # (the common case: no blob line before it)
+            rows.append((session_id, sequence, line.decode() + "}", format2.link.decode()))
+            continue
         for position, (body, link, blob) in enumerate(format2.parts(event)):
             if blob is None:
                 rows.append((session_id, sequence, bytes(body).decode() + "}", link.decode()))
