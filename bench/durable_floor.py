@@ -8,7 +8,7 @@ Run from a checkout::
 
 ``replay.run_durable`` commits twice per step of S3 (a 50-step session: 49 ``add``
 calls, then the answer): before the model call and before the tool call (DESIGN
-§25's write-ahead rule). This prints, in CPU µs per step (``time.process_time``:
+§20's write-ahead rule). This prints, in CPU µs per step (``time.process_time``:
 this process's user + system time; best batch of several rounds, interleaved):
 
 - ``run()``: the step without persistence; ``run_durable``: with the store
