@@ -135,6 +135,7 @@ import contextlib
 import hashlib
 import itertools
 import math
+import operator
 import os
 import re
 import secrets
@@ -315,7 +316,8 @@ def _link(previous: bytes, body: bytes | memoryview) -> bytes:
 
 def _without(cls: type[msgspec.Struct], name: str) -> type[msgspec.Struct]:
     """A Struct like ``cls`` (same tag, same fields, same defaults) without ``name``:
-    how a line that leaves ``name`` out is decoded and encoded."""
+    how a line that leaves ``name`` out is decoded and encoded. Its fields may be
+    given by position, in order (cheaper than by keyword: see _Format2.body)."""
     fields: list[Any] = []
     for field in msgspec.structs.fields(cls):
         if field.name == name:
@@ -335,7 +337,6 @@ def _without(cls: type[msgspec.Struct], name: str) -> type[msgspec.Struct]:
         tag_field=config.tag_field,
         tag=config.tag,
         frozen=True,
-        kw_only=True,
         omit_defaults=True,
         module=__name__,
     )
@@ -352,6 +353,10 @@ _STORED: Final[dict[type[Any], type[msgspec.Struct]]] = {
     cls: _without(cls, "message") for cls in (PlanCommitEvent, ToolResultEvent, ToolErrorEvent)
 }
 _stored_decoders: Final = {stored: msgspec.json.Decoder(stored) for stored in _STORED.values()}
+# The values of an event's fields that its stored Struct holds, in their order.
+_STORED_VALUES: Final = {
+    cls: operator.attrgetter(*stored.__struct_fields__) for cls, stored in _STORED.items()
+}
 _STORED_DECODERS: Final = {
     b'{"type":"' + cls.type.encode() + b'",': (cls, stored) for cls, stored in _STORED.items()
 }
@@ -615,9 +620,8 @@ class _Format2:
         if cls in _STORED:
             rebuilt = self._message(cls, event)
             if rebuilt is not None and _same_message(event.message, rebuilt):  # type: ignore[arg-type,union-attr]
-                stored = _STORED[cls]
-                fields = {name: getattr(event, name) for name in stored.__struct_fields__}
-                return _encode_any(stored(**fields))[:-1] + _DERIVED["message"]
+                stored = _STORED[cls](*_STORED_VALUES[cls](event))
+                return _encode_any(stored)[:-1] + _DERIVED["message"]
         elif cls is RunFinishedEvent:
             final_text = event.final_text  # type: ignore[union-attr]
             if final_text is not None and final_text == self._final_text():
@@ -647,6 +651,20 @@ class _Format2:
                 del self.blobs[blob.blob]  # type: ignore[union-attr]
             raise
         return parts
+
+    def text(self, event: Event) -> bytes | None:
+        """The line for ``event`` up to its link member, when no blob line comes
+        before it (it holds no media bytes, or the log is format 2), and advances
+        the chain; otherwise ``None``, and nothing is done (see :meth:`parts`).
+        The common case of :meth:`parts`, without its lists."""
+        cls = event.__class__
+        no_media = _NO_MEDIA[cls] if cls in _NO_MEDIA else _media_check(cls)
+        if no_media is not None and self.version >= 3 and not no_media(event):
+            return None
+        body = self.body(event)
+        self.link = _link(self.link, body)
+        self.advance(event)
+        return body
 
     def _parts(
         self, event: Event, parts: list[tuple[bytes | memoryview, bytes, _BlobLine | None]]

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import math
 import os
 import sqlite3
@@ -526,6 +527,9 @@ class SQLiteStore:
             db.close()
             raise
         self._db = db
+        # The append's statements go through one cursor (Connection.execute makes a
+        # new one for every statement).
+        self._execute = db.cursor().execute
 
     # ------------------------------------------------------------------ plumbing
 
@@ -899,11 +903,12 @@ class SQLiteStore:
         _check_status(status)
         if not events:
             raise ValueError(f"session {session_id!r}: a new session needs its first events")
+        _check_batch(session_id, 0, events)
         _check_batch_status(session_id, status, events)
         header = (_header_body() + b"}").decode()
         format2 = _start(header)
         blobs: list[tuple[Any, ...]] = []
-        rows = _stored_rows(session_id, 0, events, format2, blobs)
+        rows = _stored_rows(session_id, events, format2, blobs)
         config = msgspec.json.encode(_session_config(events[0])).decode()
         now = self.now()
         if status in _UNLEASED:
@@ -937,7 +942,7 @@ class SQLiteStore:
                     start,
                 ),
             )
-            db.executemany(_INSERT_ROWS, rows)
+            _insert_rows(db.execute, rows)
             if blobs:
                 db.executemany(_INSERT_BLOBS, blobs)
         self.commits += 1
@@ -1002,7 +1007,8 @@ class SQLiteStore:
         unleased = status in _UNLEASED
         with self._lock:
             db = self._connection()
-            db.execute("BEGIN IMMEDIATE")
+            execute = self._execute
+            execute("BEGIN IMMEDIATE")
             try:
                 # One statement checks and moves the session on in the common case
                 # (the chain's end as remembered, no message waiting, the status
@@ -1013,7 +1019,7 @@ class SQLiteStore:
                 if remembered is not None and remembered[0] == expected:
                     chain, same_status = remembered[1], remembered[2] == status
                 if chain is not None and same_status and not unleased:
-                    moved = db.execute(
+                    moved = execute(
                         _APPEND_SAME_STATUS,
                         (
                             expected + len(events),
@@ -1039,9 +1045,9 @@ class SQLiteStore:
                     if poll_queued is not None:
                         waiting = self._queued(db, session_id, poll_queued)
                         if waiting:
-                            db.execute("COMMIT")  # (nothing was written)
+                            execute("COMMIT")  # (nothing was written)
                             return waiting
-                    moved = db.execute(
+                    moved = execute(
                         _APPEND,
                         (
                             expected + len(events),
@@ -1071,19 +1077,17 @@ class SQLiteStore:
                 else:
                     format2 = chain.copy()
                 blobs: list[tuple[Any, ...]] = []
-                db.executemany(
-                    _INSERT_ROWS, _stored_rows(session_id, expected, events, format2, blobs)
-                )
+                _insert_rows(execute, _stored_rows(session_id, events, format2, blobs))
                 if blobs:
                     db.executemany(_INSERT_BLOBS, blobs)
                 if consume_answer:
-                    db.execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
+                    execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
                 if consume_queued:
-                    db.execute(
+                    execute(
                         "DELETE FROM queued WHERE session_id = ? AND id <= ?",
                         (session_id, consume_queued),
                     )
-                db.execute("COMMIT")
+                execute("COMMIT")
             except BaseException:
                 _rollback(db)
                 raise
@@ -1138,7 +1142,6 @@ class SQLiteStore:
                     (event, link, session_id, sequence)
                     for _, sequence, event, link in _stored_rows(
                         session_id,
-                        0,
                         events,
                         format2,
                         [],  # (format 1 holds no media)
@@ -1593,7 +1596,6 @@ def _not_utf8(data: bytes | None) -> str | None:
 _SELECT_ROWS: Final = (
     "SELECT sequence, event, link FROM events WHERE session_id = ? ORDER BY sequence"
 )
-_INSERT_ROWS: Final = "INSERT INTO events (session_id, sequence, event, link) VALUES (?, ?, ?, ?)"
 _SELECT_BLOBS: Final = (
     "SELECT sequence, hash, media_type, data, link FROM blobs WHERE session_id = ? "
     "ORDER BY sequence, position"
@@ -1660,6 +1662,25 @@ def _file_line(text: str, link: str) -> bytes:
     return text.encode()[:-1] + _LINK_KEY + link.encode() + b'"}\n'
 
 
+# An INSERT of n event rows in one statement, n up to _ROWS_PER_INSERT (one run of
+# the statement instead of n: cheaper than executemany).
+_ROWS_PER_INSERT: Final = 64
+_INSERTS: Final = {
+    count: "INSERT INTO events (session_id, sequence, event, link) VALUES "
+    + ", ".join(["(?, ?, ?, ?)"] * count)
+    for count in range(1, _ROWS_PER_INSERT + 1)
+}
+
+
+def _insert_rows(
+    execute: Callable[[str, Sequence[Any]], Any], rows: Sequence[tuple[str, int, str, str]]
+) -> None:
+    """Insert event rows with ``execute`` (a connection's or a cursor's)."""
+    for first in range(0, len(rows), _ROWS_PER_INSERT):
+        chunk = rows[first : first + _ROWS_PER_INSERT]
+        execute(_INSERTS[len(chunk)], list(itertools.chain.from_iterable(chunk)))
+
+
 def _check_batch(session_id: str, start: int, events: Sequence[Event]) -> None:
     for offset, event in enumerate(events):
         if event.sequence != start + offset:
@@ -1671,18 +1692,22 @@ def _check_batch(session_id: str, start: int, events: Sequence[Event]) -> None:
 
 def _stored_rows(
     session_id: str,
-    start: int,
     events: Sequence[Event],
     format2: _Format2,
     blobs: list[tuple[Any, ...]],
 ) -> list[tuple[str, int, str, str]]:
-    """The rows of ``events`` (the session continues at ``start``), each the event's
-    log line without its link, and the link; advances ``format2``. The blob lines
-    before each event (format 3) are added to ``blobs``, as their rows."""
-    _check_batch(session_id, start, events)
+    """The rows of ``events`` (numbered as the session continues: see
+    :func:`_check_batch`), each the event's log line without its link, and the
+    link; advances ``format2``. The blob lines before each event (format 3) are
+    added to ``blobs``, as their rows."""
     rows = []
+    text = format2.text
     for event in events:
         sequence = event.sequence
+        line = text(event)
+        if line is not None:  # (the common case: no blob line before it)
+            rows.append((session_id, sequence, line.decode() + "}", format2.link.decode()))
+            continue
         for position, (body, link, blob) in enumerate(format2.parts(event)):
             if blob is None:
                 rows.append((session_id, sequence, bytes(body).decode() + "}", link.decode()))

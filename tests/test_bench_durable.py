@@ -30,3 +30,15 @@ def test_quick_run_prints_and_writes_every_number(tmp_path):
     assert data["D5"]["flush"]["fsyncs_per_step"] == 0
     assert data["D5"]["per_line_fsyncs_per_step"] > 7
     assert "D5 file tier" in done.stdout
+
+
+def test_the_floor_script_prints_the_sqlite_floor(tmp_path):
+    out = tmp_path / "floor.json"
+    done = quick_bench("durable_floor.py", out, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for needle in ("run_durable:", "overhead:", "F1 bare commits:", "F2 the store's statements:"):
+        assert needle in done.stdout, done.stdout
+    data = json.loads(out.read_text())
+    # The appends of S3 after the session's creation (the first commit): counted.
+    assert data["commits_per_step"] == 99 / 50
+    assert set(data["cpu_us_per_step"]) == {"run()", "run_durable", "F1", "F2"}

@@ -229,6 +229,28 @@ def test_reopening_keeps_everything(tmp_path, clock):
         assert store.events("s") == events
 
 
+def test_a_batch_of_more_events_than_one_insert_holds_is_stored_whole(tmp_path, clock):
+    # A batch's rows go in by INSERTs of up to _ROWS_PER_INSERT rows each: a session
+    # created with 150 initial messages, and one that gets them in one append.
+    from agentloop import EventLog
+
+    log = EventLog()
+    messages = [UserMessage(f"u-{index}", f"message {index}") for index in range(150)]
+    run(messages, model=FunctionModel(lambda request: "ok"), tools=[], log=log, clock=lambda: 5.0)
+    events = list(log)
+    assert len(events) > 2 * store_module._ROWS_PER_INSERT
+    path = tmp_path / "big.db"
+    with SQLiteStore(path, clock=clock) as store:
+        store.create("created", events, status="completed", steps=1)
+        store.create("appended", events[:1], status="running", steps=0)
+        store.append("appended", events[1:], expected=1, status="completed", steps=1)
+        assert store.commits == 3
+    with SQLiteStore(path) as store:  # (read afresh: every row and link checked)
+        assert store.events("created") == store.events("appended") == events
+        store.export("appended", tmp_path / "appended.jsonl")
+    assert replay.read_log(tmp_path / "appended.jsonl") == events
+
+
 def test_another_sqlite_database_is_refused(tmp_path):
     path = tmp_path / "other.db"
     db = sqlite3.connect(path)
