@@ -454,6 +454,7 @@ class _Host:
         on_pause: Callable[[Pause], Any] | None,
         signal: CancelToken | None,
         clock: Clock,
+        on_event: OnEvent | None,
     ) -> _Options:
         options: dict[str, Any] = {
             **tool.options,
@@ -466,6 +467,8 @@ class _Host:
             options["on_pause"] = on_pause
         if signal is not None:
             options["signal"] = signal
+        if on_event is not None:  # the parent's watchers' (agentloop.otel's: DESIGN §26)
+            options["on_event"] = on_event
         where = "arun_durable" if asynchronous else "run_durable"
         session_id = child_session_id(link)
         checked = _Options(
@@ -482,8 +485,9 @@ class _Host:
         on_pause: Callable[[Pause], Any] | None,
         signal: CancelToken | None,
         clock: Clock,
+        on_event: OnEvent | None = None,
     ) -> tuple[RunResult, list[Event]]:
-        checked = self._options(False, tool, link, messages, on_pause, signal, clock)
+        checked = self._options(False, tool, link, messages, on_pause, signal, clock, on_event)
         outcome = _run(checked, None)
         assert outcome is not None  # (no stop event)
         return self._ended(checked.session_id, outcome[0])
@@ -496,10 +500,11 @@ class _Host:
         on_pause: Callable[[Pause], Any] | None,
         signal: CancelToken | None,
         clock: Clock,
+        on_event: OnEvent | None = None,
     ) -> tuple[RunResult, list[Event]]:
         import asyncio
 
-        checked = self._options(True, tool, link, messages, on_pause, signal, clock)
+        checked = self._options(True, tool, link, messages, on_pause, signal, clock, on_event)
         outcome = await _arun(checked)
         if type(outcome) is Parked:
             return self._ended(checked.session_id, outcome)
