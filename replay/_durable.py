@@ -105,6 +105,7 @@ from agentloop._spi import (
     SessionOptions,
     child_session_id,
     clean_text,
+    handoff_tools,
     hosting,
     model_method,
     output_check,
@@ -148,13 +149,24 @@ class _LeaseOptions(TypedDict, total=False):
     lease_seconds: float
 
 
-class DurableOptions(SessionOptions, DriveOptions, _LeaseOptions, total=False):
+class _HandoffOptions(TypedDict, total=False):
+    handoffs: Any
+    agent_name: str | None
+
+
+#: The loop's options ``run_durable`` takes: a session's, and its agents'.
+_LOOP_KEYS: Final = SESSION_KEYS | frozenset(_HandoffOptions.__optional_keys__)
+
+
+class DurableOptions(SessionOptions, _HandoffOptions, DriveOptions, _LeaseOptions, total=False):
     """What :func:`run_durable` takes: :func:`agentloop.run`'s options (but ``log``)
     and the lease's, ``owner`` (default: host, pid and a random token) and
     ``lease_seconds`` (default 30.0)."""
 
 
-class AsyncDurableOptions(SessionOptions, AsyncDriveOptions, _LeaseOptions, total=False):
+class AsyncDurableOptions(
+    SessionOptions, _HandoffOptions, AsyncDriveOptions, _LeaseOptions, total=False
+):
     """What :func:`arun_durable` takes (its ``on_pause`` may be ``async def``)."""
 
 
@@ -290,6 +302,12 @@ def run_durable(
         system, max_steps, budget, started_at, parallel_tools, limits, output,
             output_retries, compaction: as for :func:`agentloop.run`, for a new
             session.
+        handoffs, agent_name: the agents the model may transfer the conversation
+            to, as for :func:`agentloop.run` (their tools join the driver's). A new
+            session records them in ``session.start``; to continue one, the
+            recorded agents serve (their tools from ``tools``), unless one holds
+            code (an ``input_filter``, an ``output`` type): then pass ``handoffs=``
+            again, the same agents (DESIGN §26).
         on_event: called with each new event as the loop emits it (before it is
             committed), from the first one this call adds: a live view (a
             resumed session's stored events are in ``store.events``).
@@ -613,7 +631,7 @@ class _Options:
         config, driving = split(
             {key: value for key, value in options.items() if key not in lease},
             where,
-            SESSION_KEYS,
+            _LOOP_KEYS,
         )
         hooks, on_pause, clock = config.get("hooks"), driving.get("on_pause"), driving.get("clock")
         on_event, signal = driving.get("on_event"), driving.get("signal")
@@ -638,6 +656,13 @@ class _Options:
         self.session_id = session_id
         self.messages = messages
         self.registry = ToolRegistry(tools)  # once: ``tools`` may be an iterator
+        self.handoffs: Any = config.get("handoffs")
+        # What the driver serves: with handoffs, their tools too (as run() adds them).
+        self.served = self.registry
+        if self.handoffs:
+            extra = handoff_tools(self.handoffs, self.registry)
+            if extra:
+                self.served = ToolRegistry([*self.registry, *extra])
         self.config = config  # agent_loop's options, as given (its defaults otherwise)
         self.hooks: HookRegistry | None = hooks
         self.output: Any = config.get("output")
@@ -689,7 +714,7 @@ class _Options:
             loop = self.new_loop(
                 started_at=float(self.clock()) if started_at is None else started_at
             )
-            return _Runner(self, loop, self.registry, created=False, status="running")
+            return _Runner(self, loop, self.served, created=False, status="running")
         try:
             if self.messages is not None:
                 problem = self.start_problem(events)
@@ -702,6 +727,7 @@ class _Options:
             self.check_output_type(events[0])
             if not info.finished:
                 self.check_output(events[0])
+                self.check_handoffs(events[0])
                 if not leased:
                     parked = _still_parked(store, session_id, info, events)
                     if parked is not None:
@@ -714,9 +740,13 @@ class _Options:
             if info.finished:
                 return self.finished(events)
             loop, _ = resume(
-                events, hooks=self.hooks, output=self.output, compaction=self.compaction
+                events,
+                hooks=self.hooks,
+                output=self.output,
+                compaction=self.compaction,
+                handoffs=self.handoffs or None,
             )
-            problem = tools_problem(self.registry, loop.tools, extra=True)
+            problem = tools_problem(self.served, loop.tools, extra=True)
             if problem is not None:
                 raise ValueError(f"session {session_id!r}: {problem}")
         except BaseException:
@@ -724,7 +754,7 @@ class _Options:
                 store.release(session_id, self.owner)
             raise
         # Only the session's tools go to the driver (it refuses others).
-        registry = ToolRegistry(self.registry.get(spec.name) for spec in loop.tools)  # type: ignore[misc]
+        registry = ToolRegistry(self.served.get(spec.name) for spec in loop.tools)  # type: ignore[misc]
         runner = _Runner(self, loop, registry, created=True, status=info.status)
         runner.committed = len(events)
         if self.on_event is not None:
@@ -737,7 +767,11 @@ class _Options:
     def finished(self, events: Sequence[Event]) -> RunResult:
         """The result of a finished session, from its log."""
         result = replay(
-            events, hooks=self.hooks, output=self.output, compaction=self.compaction
+            events,
+            hooks=self.hooks,
+            output=self.output,
+            compaction=self.compaction,
+            handoffs=self.handoffs or None,
         ).result
         assert result is not None  # the store vouches: its log ends with run.finished
         return result
@@ -755,6 +789,21 @@ class _Options:
             raise ValueError(
                 f"session {self.session_id!r} was started without structured output: "
                 "continue it without output="
+            )
+
+    def check_handoffs(self, start: Event) -> None:
+        """A session whose handoffs hold code (an ``input_filter``, an ``output``
+        type) needs ``handoffs=`` again to go on (code cannot be stored); without
+        code, the recorded agents serve (their tools from ``tools=``)."""
+        recorded = start.handoffs if type(start) is SessionStartEvent else ()
+        if self.handoffs or not recorded:
+            return
+        coded = [spec.name for spec in recorded if spec.filtered or spec.output is not None]
+        if coded:
+            raise ValueError(
+                f"session {self.session_id!r} was started with handoffs whose code "
+                f"(an input_filter or an output type) cannot be stored: {', '.join(coded)}; "
+                "pass handoffs= again (the same agents) to continue it"
             )
 
     def check_output_type(self, start: Event) -> None:
