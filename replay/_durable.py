@@ -158,6 +158,10 @@ class _HandoffOptions(TypedDict, total=False):
 _LOOP_KEYS: Final = SESSION_KEYS | frozenset(_HandoffOptions.__optional_keys__)
 
 
+class _SubmitOptions(SessionOptions, _HandoffOptions, total=False):
+    """What :func:`submit` takes: a new session's options."""
+
+
 class DurableOptions(SessionOptions, _HandoffOptions, DriveOptions, _LeaseOptions, total=False):
     """What :func:`run_durable` takes: :func:`agentloop.run`'s options (but ``log``)
     and the lease's, ``owner`` (default: host, pid and a random token) and
@@ -217,7 +221,7 @@ def submit(
     messages: Sequence[Any],
     *,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    **options: Unpack[SessionOptions],
+    **options: Unpack[_SubmitOptions],
 ) -> None:
     """Store a new session for a worker to run (:class:`replay.Worker`,
     ``python -m replay worker DB``): its first events, up to its first model call,
@@ -225,13 +229,14 @@ def submit(
 
     The worker continues it with the model and tools its factory gives for the
     session (the tools must offer the session's; ``hooks`` and ``output``, if the
-    session is started with them, must be given again by the factory).
+    session is started with them, must be given again by the factory, and so
+    must ``handoffs`` that hold code: see :func:`run_durable`).
 
     Args:
         store, session_id, messages, tools: as for :func:`run_durable`.
         system, max_steps, budget, hooks, started_at, parallel_tools, limits,
-            output, output_retries: as for :func:`agentloop.run` (``started_at``
-            defaults to ``time.time()``).
+            output, output_retries, compaction, handoffs, agent_name: as for
+            :func:`agentloop.run` (``started_at`` defaults to ``time.time()``).
 
     Raises:
         StoreConflict: a session with that id exists already.
@@ -240,7 +245,7 @@ def submit(
     """
     if type(session_id) is not str or not session_id or not clean_text(session_id):
         raise ValueError(f"session_id must be a non-empty str (valid Unicode), got {session_id!r}")
-    config, _ = split(options, "submit", SESSION_KEYS)
+    config, _ = split(options, "submit", _LOOP_KEYS)
     config.setdefault("started_at", time.time())
     loop = agent_loop(messages, tools=tools, **config)
     # Up to the first effect (a model call); an invalid transcript ends the run

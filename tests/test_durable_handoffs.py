@@ -326,3 +326,36 @@ def test_a_crash_anywhere_resumes_to_the_uninterrupted_log(
         assert encoded(replay.replay(events).events) == encoded(events)
         handed = any(type(e) is al.HandoffEvent for e in events)
         event(f"crashed: {first is None}, handed off: {handed}")
+
+
+def test_a_submitted_session_with_handoffs_runs_on_a_worker(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "s.db") as store:
+        replay.submit(
+            store,
+            "h",
+            ASK,
+            tools=[lookup],
+            system="You are triage.",
+            handoffs=agents(),
+            agent_name="triage",
+            max_steps=8,
+            started_at=100.0,
+        )
+        info = store.session("h")
+        # The stored config names the agents and their tools (a factory serves them).
+        assert info.config["agent"] == "triage"
+        assert info.config["handoffs"] == {"billing": ["refund"], "tech": []}
+        assert info.config["tools"] == ["lookup"]
+
+        def factory(info: replay.SessionInfo) -> replay.SessionSetup:
+            served = ["lookup", *(t for ts in info.config["handoffs"].values() for t in ts)]
+            tools = {"lookup": lookup, "refund": refund}
+            return replay.SessionSetup(
+                model=FunctionModel(scripted(SCRIPT)),
+                tools=[tools[name] for name in served],
+                options={"clock": clock},
+            )
+
+        stats = replay.Worker(store, factory).run()
+        assert stats.finished == {"completed": 1}
+        assert encoded(store.events("h")) == encoded(uninterrupted(SCRIPT, agents(), "Done."))
