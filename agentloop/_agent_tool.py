@@ -57,7 +57,14 @@ import msgspec
 from ._budget import Budget
 from ._caller import ROOT_SESSION, Caller, current
 from ._engine import AgentLoop, agent_loop
-from ._events import EventLog, RunFinishedEvent, ToolCallEvent, ToolErrorEvent, ToolResultEvent
+from ._events import (
+    Event,
+    EventLog,
+    RunFinishedEvent,
+    ToolCallEvent,
+    ToolErrorEvent,
+    ToolResultEvent,
+)
 from ._hooks import HookRegistry
 from ._idempotency import idempotency_session
 from ._limits import DEFAULT_LIMITS, Limits
@@ -143,12 +150,19 @@ class AgentTool(Tool):
         session = child_session_id(link)
         relay = None if on_pause is None else _relay(on_pause, session)
         host = caller.host
+        watchers = caller.child_watchers(link, self)
         if host is not None:
             result, events = host.run_child(
-                self, link, self._task(call), relay, caller.signal, caller.clock
+                self,
+                link,
+                self._task(call),
+                relay,
+                caller.signal,
+                caller.clock,
+                on_event=_together(watchers),
             )
             return self._answer(caller, call, link, result, events)
-        loop = self._loop(caller, link, call)
+        loop = self._loop(caller, link, call, watchers)
         with _keys(caller, session):
             result = drive(
                 loop,
@@ -173,12 +187,19 @@ class AgentTool(Tool):
         session = child_session_id(link)
         relay = None if on_pause is None else _arelay(on_pause, session)
         host = caller.host
+        watchers = caller.child_watchers(link, self)
         if host is not None:
             result, events = await host.arun_child(
-                self, link, self._task(call), relay, caller.signal, caller.clock
+                self,
+                link,
+                self._task(call),
+                relay,
+                caller.signal,
+                caller.clock,
+                on_event=_together(watchers),
             )
             return self._answer(caller, call, link, result, events)
-        loop = self._loop(caller, link, call)
+        loop = self._loop(caller, link, call, watchers)
         with _keys(caller, session):
             result = await adrive(
                 loop,
@@ -215,9 +236,18 @@ class AgentTool(Tool):
         """The child's initial transcript: the task, as one user message."""
         return [UserMessage(TASK_MESSAGE_ID, call.arguments["task"])]
 
-    def _loop(self, caller: Caller, link: ParentLink, call: ToolCall) -> AgentLoop:
-        """The child's loop, run in memory (its log kept in :attr:`logs`)."""
+    def _loop(
+        self,
+        caller: Caller,
+        link: ParentLink,
+        call: ToolCall,
+        watchers: Sequence[Callable[[Event], object]],
+    ) -> AgentLoop:
+        """The child's loop, run in memory (its log kept in :attr:`logs`, watched by
+        ``watchers``: :meth:`Caller.child_watchers`)."""
         log = EventLog()
+        for watcher in watchers:
+            log.subscribe(watcher)
         self.logs[child_session_id(link)] = log
         return agent_loop(
             self._task(call),
@@ -256,6 +286,40 @@ class AgentTool(Tool):
         else:
             why = result.reason or result.status
         return f"agent {self.name!r} (session {session!r}) ended {result.status}: {why}", True
+
+
+def _together(
+    watchers: Sequence[Callable[[Event], object]],
+) -> Callable[[Event], object] | None:
+    """One ``on_event`` for a host's child calling each of ``watchers`` (``None``
+    for none); it follows the child's own children as they do."""
+    if not watchers:
+        return None
+    if len(watchers) == 1:
+        return watchers[0]
+    return _Watchers(watchers)
+
+
+class _Watchers:
+    """Several watchers of one child, as one (:func:`_together`)."""
+
+    __slots__ = ("watchers",)
+
+    def __init__(self, watchers: Sequence[Callable[[Event], object]]) -> None:
+        self.watchers = watchers
+
+    def __call__(self, event: Event) -> None:
+        for watcher in self.watchers:
+            watcher(event)
+
+    def child_watcher(self, link: ParentLink, tool: Any) -> Callable[[Event], object] | None:
+        found = []
+        for watcher in self.watchers:
+            follow = getattr(watcher, "child_watcher", None)
+            child = None if follow is None else follow(link, tool)
+            if child is not None:
+                found.append(child)
+        return _together(found)
 
 
 def _keys(caller: Caller, session: str) -> AbstractContextManager[None]:

@@ -13,6 +13,13 @@ into a batch's worker thread or task); the agent tool reads it with
 
 A driver without agent tools makes no Caller, and its tool calls cost nothing more.
 
+*Watchers that follow children*: a subscriber of the parent's log, or the
+driver's ``on_event``, with a ``child_watcher(link, tool)`` method (an
+:class:`agentloop.otel.SpanRecorder` has one) is asked, when a child starts, for
+a watcher of the child's events (or ``None``); the child's log calls it
+(:meth:`Caller.child_watchers`). That is how live OTel spans of a child nest under
+the parent's ``execute_tool`` span.
+
 A *host* (:func:`hosting`) runs the children somewhere other than in memory: under
 ``replay.run_durable`` each child is its own stored session, run durably (parked,
 resumed, never re-run once finished). The driver captures the host in effect when
@@ -33,7 +40,7 @@ from ._tree import child_session_id
 
 if TYPE_CHECKING:
     from ._engine import AgentLoop
-    from ._events import Event
+    from ._events import Event, EventLog
     from ._protocol import RunResult
     from ._signals import CancelToken
     from ._tree import ParentLink
@@ -60,6 +67,7 @@ class ChildHost(Protocol):
         on_pause: Callable[[Any], Any] | None,
         signal: CancelToken | None,
         clock: Callable[[], float],
+        on_event: Callable[[Event], object] | None = None,
     ) -> tuple[RunResult, list[Event]]: ...
 
     async def arun_child(
@@ -70,6 +78,7 @@ class ChildHost(Protocol):
         on_pause: Callable[[Any], Any] | None,
         signal: CancelToken | None,
         clock: Callable[[], float],
+        on_event: Callable[[Event], object] | None = None,
     ) -> tuple[RunResult, list[Event]]: ...
 
 
@@ -97,7 +106,9 @@ class Caller:
         "clock",
         "depth",
         "host",
+        "log",
         "named",
+        "on_event",
         "on_pause",
         "session",
         "signal",
@@ -114,6 +125,8 @@ class Caller:
         asynchronous: bool,
         named: bool = False,
         host: ChildHost | None = None,
+        log: EventLog | None = None,
+        on_event: Callable[[Any], object] | None = None,
     ) -> None:
         self.session = session
         self.depth = depth
@@ -124,7 +137,26 @@ class Caller:
         self.asynchronous = asynchronous
         self.named = named
         self.host = host
+        self.log = log
+        self.on_event = on_event
         self.children: dict[str, ChildRun] = {}
+
+    def child_watchers(self, link: ParentLink, tool: Any) -> list[Callable[[Event], object]]:
+        """The watchers of the child ``link`` places (of agent tool ``tool``): each
+        one that a watcher of the parent's events (a subscriber of its log, its
+        driver's ``on_event``) with a ``child_watcher`` method gives for it."""
+        found: list[Callable[[Event], object]] = []
+        parents = [*(() if self.log is None else self.log.subscribers), self.on_event]
+        seen: set[int] = set()
+        for parent in parents:
+            follow = getattr(parent, "child_watcher", None)
+            if follow is None or id(parent) in seen:
+                continue
+            seen.add(id(parent))
+            watcher = follow(link, tool)
+            if watcher is not None:
+                found.append(watcher)
+        return found
 
     def take(self, call_id: str) -> ChildRun | None:
         """The child that call ``call_id`` ran, if any (once)."""
@@ -152,6 +184,7 @@ def make_caller(
     on_pause: Callable[[Any], Any] | None,
     clock: Callable[[], float],
     asynchronous: bool,
+    on_event: Callable[[Any], object] | None = None,
 ) -> Caller | None:
     """The :class:`Caller` a driver of ``loop`` lends its tool calls, or ``None``
     when none of ``tools`` runs a child session."""
@@ -174,6 +207,8 @@ def make_caller(
         asynchronous,
         named,
         _HOST.get(),
+        None if loop is None else loop.log,
+        on_event,
     )
 
 

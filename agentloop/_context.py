@@ -508,6 +508,17 @@ class Context:
         """The next request's estimated input tokens."""
         return self._total if self._anchor is None else self._anchor + self._since
 
+    def use(self, system: str | None, tools: tuple[ToolSpec, ...]) -> None:
+        """The requests from now on send ``system`` and ``tools`` (a handoff's
+        agent, DESIGN §26): the estimate counts them, from scratch (the recorded
+        usage was for another prompt)."""
+        fixed = _fixed_tokens(system, tools)
+        self._total += fixed - self._fixed
+        self._fixed = fixed
+        self._system = system
+        self._tools = tools
+        self._anchor = None
+
     def _shown(self, message: Message, index: int) -> Message:
         trim = self._trim
         if trim is not None and index < trim.before and type(message) is ToolResultMessage:

@@ -591,7 +591,9 @@ class _Rules:
         self._log: EventLog | None = None  # the driven loop's (watch)
         self.before_effect = before_effect
         self._begun: ToolBatch | None = None  # the batch before_effect let start
-        self._caller = make_caller(loop, registry, signal, on_pause, clock, self.asynchronous)
+        self._caller = make_caller(
+            loop, registry, signal, on_pause, clock, self.asynchronous, on_event
+        )
 
     @classmethod
     def checked(

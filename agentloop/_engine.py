@@ -361,7 +361,7 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._context = (  # the model's view and the window (DESIGN §27)
             None
             if limits.context_tokens is None
-            else Context(run, log, limits.context_tokens, compaction, system, specs)
+            else Context(run, log, limits.context_tokens, compaction, system, self._offered)
         )
         self._gen = self._main()
 
@@ -904,6 +904,8 @@ class AgentLoop(Generator[Effect, Reply | None, RunResult]):
         self._system, self._offered, self._output = agent.system, agent.offered, agent.output
         self._model = agent.model
         self._calls.use_tools(agent.specs)
+        if self._context is not None:  # the window's estimate: the new agent's prompt
+            self._context.use(agent.system, agent.offered)
 
     def _output_ok(self, text: str, response_id: str, step: int) -> bool:
         """Decode the final answer; if it does not, send it back (a user message) or,

@@ -392,6 +392,12 @@ class EventLog:
 
         return unsubscribe
 
+    @property
+    def subscribers(self) -> tuple[Callable[[Event], object], ...]:
+        """The subscribers now, in order (an agent tool asks those that follow child
+        sessions for the child's: DESIGN §26)."""
+        return tuple(self._subscribers)
+
     def append(self, event: Event) -> None:
         """Record ``event``, then call the subscribers with it, in order.
 

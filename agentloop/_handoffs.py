@@ -277,11 +277,6 @@ def check_handoffs(
         return None
     if not isinstance(handoffs, (list, tuple)):
         raise TypeError(f"handoffs must be a list of Handoff, got {type(handoffs).__name__}")
-    if context_tokens is not None:
-        raise ValueError(
-            "handoffs together with Limits.context_tokens are not supported yet "
-            "(the context window would estimate the starting agent's prompt and tools)"
-        )
     start = DEFAULT_AGENT if agent_name is None else agent_name
     problem = _name_problem(start)
     if problem is not None:
@@ -308,6 +303,12 @@ def check_handoffs(
                 raise TypeError(f"{where}: {field} must be a str, got {type(value).__name__}")
         if handoff.input_filter is not None and not callable(handoff.input_filter):
             raise TypeError(f"{where}: input_filter must be callable or None")
+        if handoff.input_filter is not None and context_tokens is not None:
+            raise ValueError(
+                f"{where}: an input_filter together with Limits.context_tokens is not "
+                "supported yet (the window's view of the transcript and the filter's "
+                "would have to be one)"
+            )
         try:
             tools = tool_specs(list(handoff.tools) if handoff.tools else [])
             checked = output_check(handoff.output, output_retries)

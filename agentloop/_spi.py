@@ -34,7 +34,9 @@ Who uses what:
   ``SESSION_KEYS``, ``split``: ``replay/_durable.py`` (the option families of
   ``agentloop/_keywords.py``, which ``run_durable`` takes with its lease's);
 - ``hosting``, ``child_session_id``: ``replay/_durable.py`` (a durable session's agent
-  tools run their children as stored sessions, DESIGN §26).
+  tools run their children as stored sessions, DESIGN §26);
+- ``handoff_tools``: ``replay/_durable.py`` (a durable session's handoffs' tools join
+  its driver's, as ``run`` adds them, DESIGN §26).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from ._context import compaction_problem
 from ._deep import encode as deep_encode
 from ._deep import parse as deep_parse
 from ._driver import model_method, tools_problem
-from ._handoffs import recorded_handoffs
+from ._handoffs import handoff_tools, recorded_handoffs
 from ._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
 from ._keywords import SESSION_KEYS, AsyncDriveOptions, DriveOptions, OnEvent, SessionOptions, split
 from ._logging import follow
@@ -70,6 +72,7 @@ __all__ = [
     "deep_encode",
     "deep_parse",
     "follow",
+    "handoff_tools",
     "hosting",
     "model_method",
     "output_check",

@@ -123,6 +123,7 @@ from ._messages import (
     content_text,
 )
 from ._protocol import ModelFailure, Usage
+from ._tree import ParentLink, child_session_id
 from ._version import __version__
 
 try:
@@ -274,6 +275,7 @@ class SpanRecorder:
                 raise TypeError(f"{name} must be a non-empty str or None, got {value!r}")
         if type(capture_content) is not bool:
             raise TypeError(f"capture_content must be a bool, got {capture_content!r}")
+        self._providers = (tracer_provider, meter_provider)
         self._tracer = trace.get_tracer("agentloop", __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter("agentloop", __version__, meter_provider=meter_provider)
         self._token_usage = meter.create_histogram(
@@ -327,6 +329,7 @@ class SpanRecorder:
         self._step_event: StepStartEvent | None = None
         self._chat_chunked = False
         self._tools: dict[str, _Open] = {}
+        self._kids: dict[str, SpanRecorder] = {}  # a child session's recorder, by call
         self._descriptions: dict[str, str] = {}
         self._system: str | None = None
         self._agent: str | None = None  # the current agent, in a session with handoffs
@@ -365,6 +368,29 @@ class SpanRecorder:
         except Exception:
             _logger.exception("agentloop.otel: cannot record %s", type(event).__name__)
 
+    def child_watcher(self, link: ParentLink, tool: Any) -> SpanRecorder | None:
+        """A recorder of the child session ``link`` places (DESIGN §26), asked by
+        an agent tool when its child starts: its ``invoke_agent`` span (named for
+        the agent tool, with its model's provider and model) and all its spans go
+        under this run's ``execute_tool`` span of the call, in the same trace, and
+        its own children under its calls. ``None`` when that call's span is not
+        open here."""
+        opened = self._tools.get(link.call_id)
+        if opened is None:
+            return None
+        conversation = self._conversation.get(_CONVERSATION)
+        child = SpanRecorder(
+            tracer_provider=self._providers[0],
+            meter_provider=self._providers[1],
+            model=getattr(tool, "model", None),
+            agent_name=getattr(tool, "name", None) or None,
+            conversation_id=None if conversation is None else child_session_id(link),
+            capture_content=self.capture_content,
+        )
+        child._root_context = trace.set_span_in_context(opened.span)
+        self._kids[link.call_id] = child
+        return child
+
     def finish(self) -> None:
         """End every span still open, marked ``agentloop.incomplete``.
 
@@ -374,7 +400,7 @@ class SpanRecorder:
         root = self._root
         if root is None:
             return
-        at = self._last_time
+        at = _later(self._last_time, self._finish_kids())
         for child in self._children():
             child.span.set_attribute("agentloop.incomplete", True)
             self._end(child, at)
@@ -631,6 +657,9 @@ class SpanRecorder:
     def _tool_end(self, event: ToolResultEvent | ToolErrorEvent, at: int | None) -> None:
         message = event.message
         self._remember(message)
+        kid = self._kids.pop(message.tool_call_id, None)
+        if kid is not None:
+            kid.finish()  # a child that never finished (it crashed): its spans end first
         tool = self._tools.pop(message.tool_call_id, None)
         if tool is None:  # its tool.call came before this recorder was attached
             tool = self._start(
@@ -748,9 +777,20 @@ class SpanRecorder:
             attributes["agentloop.resume.payload"] = _json(event.reply.payload)
         self._root.span.add_event("agentloop.session.resume", attributes, timestamp=at)
 
+    def _finish_kids(self) -> int | None:
+        """End the spans of child sessions that did not finish (a child that parked,
+        its parent ending or parked too), before this run's; the last time of
+        theirs (this run's spans end no earlier: it waited for them)."""
+        latest = None
+        for kid in self._kids.values():
+            latest = _later(latest, kid._last_time)
+            kid.finish()
+        return latest
+
     def _run_finished(self, event: RunFinishedEvent, at: int | None) -> None:
         root = self._root
         assert root is not None
+        at = _later(at, self._finish_kids())
         error = event.error
         for child in self._children():
             if error is not None:
@@ -788,6 +828,11 @@ class SpanRecorder:
 
 def _no_time(event: Event) -> None:
     return None
+
+
+def _later(a: int | None, b: int | None) -> int | None:
+    """The later of two times (either may be unknown)."""
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _str_attribute(obj: object, name: str) -> str | None:

@@ -1301,13 +1301,22 @@ def _summed_stats(results: list[tuple[int, str]]) -> WorkerStats:
     epilog=None,
 )
 def _view_page(args: argparse.Namespace) -> int:
-    events = None
+    events = children = None
     if args.session is not None or _is_store(args.log):
         events = _events(args.log, args.session)
+        children = _session_tree(args.log, args.session, events) if args.tree else []
     try:
-        return _view.run(args, events=events)
+        return _view.run(args, events=events, children=children)
     except _view.ViewError as exc:
         raise _Fail(str(exc)) from None
+
+
+def _session_tree(path: str, session: str | None, events: Sequence[Event]) -> list[_view.Session]:
+    """The child sessions of a store's session, with theirs, for the page."""
+    return [
+        _view.Session(kid.call_id, kid.source, kid.events, _session_tree(at, name, kid.events))
+        for kid, at, name in _kids(path, session, events)
+    ]
 
 
 @command(

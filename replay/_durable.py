@@ -105,6 +105,7 @@ from agentloop._spi import (
     SessionOptions,
     child_session_id,
     clean_text,
+    handoff_tools,
     hosting,
     model_method,
     output_check,
@@ -148,13 +149,28 @@ class _LeaseOptions(TypedDict, total=False):
     lease_seconds: float
 
 
-class DurableOptions(SessionOptions, DriveOptions, _LeaseOptions, total=False):
+class _HandoffOptions(TypedDict, total=False):
+    handoffs: Any
+    agent_name: str | None
+
+
+#: The loop's options ``run_durable`` takes: a session's, and its agents'.
+_LOOP_KEYS: Final = SESSION_KEYS | frozenset(_HandoffOptions.__optional_keys__)
+
+
+class _SubmitOptions(SessionOptions, _HandoffOptions, total=False):
+    """What :func:`submit` takes: a new session's options."""
+
+
+class DurableOptions(SessionOptions, _HandoffOptions, DriveOptions, _LeaseOptions, total=False):
     """What :func:`run_durable` takes: :func:`agentloop.run`'s options (but ``log``)
     and the lease's, ``owner`` (default: host, pid and a random token) and
     ``lease_seconds`` (default 30.0)."""
 
 
-class AsyncDurableOptions(SessionOptions, AsyncDriveOptions, _LeaseOptions, total=False):
+class AsyncDurableOptions(
+    SessionOptions, _HandoffOptions, AsyncDriveOptions, _LeaseOptions, total=False
+):
     """What :func:`arun_durable` takes (its ``on_pause`` may be ``async def``)."""
 
 
@@ -205,7 +221,7 @@ def submit(
     messages: Sequence[Any],
     *,
     tools: ToolRegistry | Iterable[Tool | ToolSpec],
-    **options: Unpack[SessionOptions],
+    **options: Unpack[_SubmitOptions],
 ) -> None:
     """Store a new session for a worker to run (:class:`replay.Worker`,
     ``python -m replay worker DB``): its first events, up to its first model call,
@@ -213,13 +229,14 @@ def submit(
 
     The worker continues it with the model and tools its factory gives for the
     session (the tools must offer the session's; ``hooks`` and ``output``, if the
-    session is started with them, must be given again by the factory).
+    session is started with them, must be given again by the factory, and so
+    must ``handoffs`` that hold code: see :func:`run_durable`).
 
     Args:
         store, session_id, messages, tools: as for :func:`run_durable`.
         system, max_steps, budget, hooks, started_at, parallel_tools, limits,
-            output, output_retries: as for :func:`agentloop.run` (``started_at``
-            defaults to ``time.time()``).
+            output, output_retries, compaction, handoffs, agent_name: as for
+            :func:`agentloop.run` (``started_at`` defaults to ``time.time()``).
 
     Raises:
         StoreConflict: a session with that id exists already.
@@ -228,7 +245,7 @@ def submit(
     """
     if type(session_id) is not str or not session_id or not clean_text(session_id):
         raise ValueError(f"session_id must be a non-empty str (valid Unicode), got {session_id!r}")
-    config, _ = split(options, "submit", SESSION_KEYS)
+    config, _ = split(options, "submit", _LOOP_KEYS)
     config.setdefault("started_at", time.time())
     loop = agent_loop(messages, tools=tools, **config)
     # Up to the first effect (a model call); an invalid transcript ends the run
@@ -290,6 +307,12 @@ def run_durable(
         system, max_steps, budget, started_at, parallel_tools, limits, output,
             output_retries, compaction: as for :func:`agentloop.run`, for a new
             session.
+        handoffs, agent_name: the agents the model may transfer the conversation
+            to, as for :func:`agentloop.run` (their tools join the driver's). A new
+            session records them in ``session.start``; to continue one, the
+            recorded agents serve (their tools from ``tools``), unless one holds
+            code (an ``input_filter``, an ``output`` type): then pass ``handoffs=``
+            again, the same agents (DESIGN §26).
         on_event: called with each new event as the loop emits it (before it is
             committed), from the first one this call adds: a live view (a
             resumed session's stored events are in ``store.events``).
@@ -454,6 +477,7 @@ class _Host:
         on_pause: Callable[[Pause], Any] | None,
         signal: CancelToken | None,
         clock: Clock,
+        on_event: OnEvent | None,
     ) -> _Options:
         options: dict[str, Any] = {
             **tool.options,
@@ -466,6 +490,8 @@ class _Host:
             options["on_pause"] = on_pause
         if signal is not None:
             options["signal"] = signal
+        if on_event is not None:  # the parent's watchers' (agentloop.otel's: DESIGN §26)
+            options["on_event"] = on_event
         where = "arun_durable" if asynchronous else "run_durable"
         session_id = child_session_id(link)
         checked = _Options(
@@ -482,8 +508,9 @@ class _Host:
         on_pause: Callable[[Pause], Any] | None,
         signal: CancelToken | None,
         clock: Clock,
+        on_event: OnEvent | None = None,
     ) -> tuple[RunResult, list[Event]]:
-        checked = self._options(False, tool, link, messages, on_pause, signal, clock)
+        checked = self._options(False, tool, link, messages, on_pause, signal, clock, on_event)
         outcome = _run(checked, None)
         assert outcome is not None  # (no stop event)
         return self._ended(checked.session_id, outcome[0])
@@ -496,10 +523,11 @@ class _Host:
         on_pause: Callable[[Pause], Any] | None,
         signal: CancelToken | None,
         clock: Clock,
+        on_event: OnEvent | None = None,
     ) -> tuple[RunResult, list[Event]]:
         import asyncio
 
-        checked = self._options(True, tool, link, messages, on_pause, signal, clock)
+        checked = self._options(True, tool, link, messages, on_pause, signal, clock, on_event)
         outcome = await _arun(checked)
         if type(outcome) is Parked:
             return self._ended(checked.session_id, outcome)
@@ -608,7 +636,7 @@ class _Options:
         config, driving = split(
             {key: value for key, value in options.items() if key not in lease},
             where,
-            SESSION_KEYS,
+            _LOOP_KEYS,
         )
         hooks, on_pause, clock = config.get("hooks"), driving.get("on_pause"), driving.get("clock")
         on_event, signal = driving.get("on_event"), driving.get("signal")
@@ -633,6 +661,13 @@ class _Options:
         self.session_id = session_id
         self.messages = messages
         self.registry = ToolRegistry(tools)  # once: ``tools`` may be an iterator
+        self.handoffs: Any = config.get("handoffs")
+        # What the driver serves: with handoffs, their tools too (as run() adds them).
+        self.served = self.registry
+        if self.handoffs:
+            extra = handoff_tools(self.handoffs, self.registry)
+            if extra:
+                self.served = ToolRegistry([*self.registry, *extra])
         self.config = config  # agent_loop's options, as given (its defaults otherwise)
         self.hooks: HookRegistry | None = hooks
         self.output: Any = config.get("output")
@@ -684,7 +719,7 @@ class _Options:
             loop = self.new_loop(
                 started_at=float(self.clock()) if started_at is None else started_at
             )
-            return _Runner(self, loop, self.registry, created=False, status="running")
+            return _Runner(self, loop, self.served, created=False, status="running")
         try:
             if self.messages is not None:
                 problem = self.start_problem(events)
@@ -697,6 +732,7 @@ class _Options:
             self.check_output_type(events[0])
             if not info.finished:
                 self.check_output(events[0])
+                self.check_handoffs(events[0])
                 if not leased:
                     parked = _still_parked(store, session_id, info, events)
                     if parked is not None:
@@ -709,9 +745,13 @@ class _Options:
             if info.finished:
                 return self.finished(events)
             loop, _ = resume(
-                events, hooks=self.hooks, output=self.output, compaction=self.compaction
+                events,
+                hooks=self.hooks,
+                output=self.output,
+                compaction=self.compaction,
+                handoffs=self.handoffs or None,
             )
-            problem = tools_problem(self.registry, loop.tools, extra=True)
+            problem = tools_problem(self.served, loop.tools, extra=True)
             if problem is not None:
                 raise ValueError(f"session {session_id!r}: {problem}")
         except BaseException:
@@ -719,7 +759,7 @@ class _Options:
                 store.release(session_id, self.owner)
             raise
         # Only the session's tools go to the driver (it refuses others).
-        registry = ToolRegistry(self.registry.get(spec.name) for spec in loop.tools)  # type: ignore[misc]
+        registry = ToolRegistry(self.served.get(spec.name) for spec in loop.tools)  # type: ignore[misc]
         runner = _Runner(self, loop, registry, created=True, status=info.status)
         runner.committed = len(events)
         if self.on_event is not None:
@@ -732,7 +772,11 @@ class _Options:
     def finished(self, events: Sequence[Event]) -> RunResult:
         """The result of a finished session, from its log."""
         result = replay(
-            events, hooks=self.hooks, output=self.output, compaction=self.compaction
+            events,
+            hooks=self.hooks,
+            output=self.output,
+            compaction=self.compaction,
+            handoffs=self.handoffs or None,
         ).result
         assert result is not None  # the store vouches: its log ends with run.finished
         return result
@@ -750,6 +794,21 @@ class _Options:
             raise ValueError(
                 f"session {self.session_id!r} was started without structured output: "
                 "continue it without output="
+            )
+
+    def check_handoffs(self, start: Event) -> None:
+        """A session whose handoffs hold code (an ``input_filter``, an ``output``
+        type) needs ``handoffs=`` again to go on (code cannot be stored); without
+        code, the recorded agents serve (their tools from ``tools=``)."""
+        recorded = start.handoffs if type(start) is SessionStartEvent else ()
+        if self.handoffs or not recorded:
+            return
+        coded = [spec.name for spec in recorded if spec.filtered or spec.output is not None]
+        if coded:
+            raise ValueError(
+                f"session {self.session_id!r} was started with handoffs whose code "
+                f"(an input_filter or an output type) cannot be stored: {', '.join(coded)}; "
+                "pass handoffs= again (the same agents) to continue it"
             )
 
     def check_output_type(self, start: Event) -> None:

@@ -375,6 +375,9 @@ def _session_config(start: Event) -> dict[str, Any]:
         "tools": [spec.name for spec in start.tools],
         "request_sequence_start": start.request_sequence_start,
     }
+    if start.handoffs:  # its agents (DESIGN §26): what a worker's factory must serve
+        config["agent"] = start.agent
+        config["handoffs"] = {spec.name: [t.name for t in spec.tools] for spec in start.handoffs}
     if start.parent is not None:  # a child session (DESIGN §26): SQLiteStore.children
         link = start.parent
         config["parent"] = {"session": link.session, "call_id": link.call_id, "depth": link.depth}

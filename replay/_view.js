@@ -42,6 +42,16 @@
   const EVENTS = DATA.events;
   const BLOBS = DATA.blobs || {};
   const REPORT = DATA.report;
+  // A session tree (DESIGN §26): each child session's events follow its parent's,
+  // depth first; SESSIONS says where each one is and which tool.call ran it.
+  const SESSIONS = DATA.sessions || [{ source: META.source, parent: null, call: null, start: 0, end: EVENTS.length }];
+  const ROOT_END = SESSIONS[0].end;
+  const sessionOf = new Int32Array(EVENTS.length);
+  const childAt = new Map(); // index of a tool.call -> the session it ran
+  SESSIONS.forEach((s, k) => {
+    sessionOf.fill(k, s.start, s.end);
+    if (k > 0) childAt.set(s.call, k);
+  });
   const OUTCOME_TYPES = new Set(["session.complete", "run.finished"]);
   const COMMON_FIELDS = new Set(["type", "sequence", "at", "step"]);
   const EXPAND_BY_DEFAULT = 2000; // events; larger logs open collapsed
@@ -947,6 +957,7 @@
     if (REPORT && !REPORT.ok && REPORT.index === i) {
       card.prepend(h("div", "diverged-note", "⚠ " + REPORT.title));
     }
+    if (childAt.has(i)) card.append(childSession(childAt.get(i)));
     row.append(h("div", "gutter", seq, time), card);
     rowOf.set(i, row);
     return row;
@@ -960,10 +971,11 @@
     let key = null;
     EVENTS.forEach((e, i) => {
       const outcome = OUTCOME_TYPES.has(e.type);
-      const k = outcome ? "outcome" : "step " + scalarText(e.step);
+      const session = sessionOf[i];
+      const k = session + (outcome ? " outcome" : " step " + scalarText(e.step));
       if (k !== key) {
         key = k;
-        groups.push({ key: k, outcome, step: num(e.step), start: i, end: i + 1 });
+        groups.push({ key: k, outcome, step: num(e.step), start: i, end: i + 1, session });
       } else {
         groups[groups.length - 1].end = i + 1;
       }
@@ -1028,8 +1040,13 @@
 
   function groupSection(g, index) {
     const s = (g.stats = groupStats(g));
-    const details = h("details", "group" + (g.outcome ? " outcome" : ""));
-    const base = g.outcome ? "outcome" : g.step === 0 ? "session" : "step-" + scalarText(g.step);
+    const details = h(
+      "details",
+      "group" + (g.outcome ? " outcome" : "") + (g.session ? " nested" : ""),
+    );
+    const base =
+      (g.session ? `s${g.session}.` : "") +
+      (g.outcome ? "outcome" : g.step === 0 ? "session" : "step-" + scalarText(g.step));
     let id = base;
     for (let n = 2; usedIds.has(id); n++) id = `${base}.${n}`; // a step seen twice
     usedIds.add(id);
@@ -1072,6 +1089,42 @@
     details.addEventListener("toggle", () => {
       if (details.open) renderGroup(g);
     });
+    return details;
+  }
+
+  // A child session (DESIGN §26), nested under the tool.call that ran it: a
+  // collapsible block with its own steps (and its own children under its calls).
+  function childSession(k) {
+    const s = SESSIONS[k];
+    let finished = null;
+    let steps = 0;
+    for (let i = s.start; i < s.end; i++) {
+      if (EVENTS[i].type === "run.finished") finished = EVENTS[i];
+      else if (EVENTS[i].type === "step.start") steps++;
+    }
+    const status = finished ? String(finished.status) : "unfinished";
+    const summary = h(
+      "summary",
+      null,
+      h("span", "label", "child session"),
+      h("span", "child-source", s.source),
+      chip(status, statusClass(status)),
+      chip(plural(steps, "step")),
+      chip(plural(s.end - s.start, "event")),
+      finished && finished.final_text
+        ? h("span", "preview", clip(String(finished.final_text), 100))
+        : null,
+    );
+    const body = h("div", "child-timeline");
+    appendAll(
+      body,
+      groups.filter((g) => g.session === k).map((g) => g.details),
+    );
+    const details = h("details", "child-session", summary, body);
+    details.id = "session-" + k;
+    details.dataset.session = String(k);
+    s.details = details;
+    if (EVENTS.length <= EXPAND_BY_DEFAULT) details.open = true;
     return details;
   }
 
@@ -1156,6 +1209,11 @@
 
   // Open whatever holds event i, render it, and return its row.
   function reveal(i) {
+    const k = sessionOf[i];
+    if (k > 0) {
+      reveal(SESSIONS[k].call); // the call's row holds the child session
+      SESSIONS[k].details.open = true;
+    }
     const g = groups[groupOf[i]];
     renderGroup(g);
     g.details.open = true;
@@ -1176,9 +1234,10 @@
 
   function setAll(open) {
     for (const g of groups) {
-      if (open) renderGroup(g);
+      if (open) renderGroup(g); // parents first: a child's block is in its call's row
       g.details.open = open;
     }
+    for (const s of SESSIONS) if (s.details) s.details.open = open;
     if (open) {
       for (const cg of new Set(chunkGroupOf.values())) {
         cg.render();
@@ -1199,7 +1258,7 @@
       finished: null,
     };
     let summed = false;
-    for (const e of EVENTS) {
+    for (const e of EVENTS.slice(0, ROOT_END)) {
       if (e.type === "step.start") t.steps++;
       else if (e.type === "tool.call") t.tools++;
       else if (e.type === "tool.error") t.errors++;
@@ -1214,7 +1273,7 @@
       (num(t.finished.usage.input_tokens) || num(t.finished.usage.output_tokens));
     if (reported) t.usage = t.finished.usage;
     else if (!summed) t.usage = null; // no response reported usage: "–", not "0 / 0"
-    t.duration = span(TIMES);
+    t.duration = span(TIMES.slice(0, ROOT_END));
     return t;
   }
 
@@ -1230,7 +1289,13 @@
   }
 
   function header(t) {
-    const status = t.finished ? t.finished.status : EVENTS.length ? "unfinished" : "empty";
+    const status = t.finished ? t.finished.status : ROOT_END ? "unfinished" : "empty";
+    const kids = SESSIONS.length - 1;
+    const eventsLabel = [
+      "events",
+      t.pauses ? plural(t.pauses, "pause") : null,
+      kids ? plural(kids, "child session") : null,
+    ];
     const stats = h(
       "div",
       "stats",
@@ -1255,7 +1320,7 @@
           : "tokens in / out",
       ),
       stat(t.duration === null ? "–" : seconds(t.duration), "duration"),
-      stat(fmtInt(EVENTS.length), t.pauses ? `events · ${plural(t.pauses, "pause")}` : "events"),
+      stat(fmtInt(ROOT_END), eventsLabel.filter(Boolean).join(" · ")),
     );
     const title = h(
       "div",
@@ -1298,7 +1363,7 @@
   }
 
   function minimap() {
-    const steps = groups.filter((g) => !g.outcome && g.step !== 0);
+    const steps = groups.filter((g) => !g.session && !g.outcome && g.step !== 0);
     if (!steps.length) return null;
     const durations = steps.map((g) => g.stats.duration);
     const timed = durations.every((d) => d !== null) && durations.some((d) => d > 0);
@@ -1590,15 +1655,20 @@
   const ERROR_SET = new Set(ERRORS);
   let errorAt = -1;
 
+  // The step of the top session that holds the focus (a child's steps are inside one).
   function currentGroup() {
     const active = document.activeElement;
-    const holder = active && active.closest ? active.closest("details.group") : null;
+    let holder = active && active.closest ? active.closest("details.group") : null;
+    while (holder && holder.classList.contains("nested"))
+      holder = holder.parentElement.closest("details.group");
     return holder ? Number(holder.dataset.group) : -1;
   }
 
+  const rootGroups = groups.filter((g) => !g.session).length; // (they come first)
+
   function moveGroup(direction) {
-    if (!groups.length) return;
-    const next = Math.min(Math.max(currentGroup() + direction, 0), groups.length - 1);
+    if (!rootGroups) return;
+    const next = Math.min(Math.max(currentGroup() + direction, 0), rootGroups - 1);
     const summary = groups[next].details.querySelector("summary");
     summary.focus({ preventScroll: true });
     groups[next].details.scrollIntoView({ block: "start" });
@@ -1645,7 +1715,10 @@
   timeline.id = "timeline";
   timeline.addEventListener("click", toggleRaw);
   if (!EVENTS.length) timeline.append(h("p", "empty", "This log has no events."));
-  appendAll(timeline, sections);
+  appendAll(
+    timeline,
+    sections.filter((_, index) => !groups[index].session),
+  );
   const parts = [
     header(t),
     toolbar(),
@@ -1662,7 +1735,7 @@
   ];
   app.append(...parts.filter(Boolean));
   const small = EVENTS.length <= EXPAND_BY_DEFAULT;
-  const lastStep = groups.filter((g) => !g.outcome).pop();
+  const lastStep = groups.filter((g) => !g.session && !g.outcome).pop();
   groups.forEach((g) => {
     const holdsDivergence = g.details.classList.contains("has-divergence");
     if (small || g.outcome || holdsDivergence || g === lastStep) {

@@ -34,6 +34,13 @@ A divergence renders too: ``view LOG --check`` replays the log and shows ok or t
 first divergence (recorded and regenerated event, field differences) above the
 timeline, with the diverging event marked in it; ``view A --diff B`` does the same
 for the first event where log ``B`` differs from log ``A`` (the timeline is A's).
+
+A session tree (DESIGN §26) renders as one page: each child session's events
+follow the parent's in the embedded array (depth first), and ``sessions`` says
+where each one starts and ends and which ``tool.call`` ran it; the script nests a
+child's timeline (collapsible, its own children in it) under that call. The
+children are a log file's next to it (:func:`replay.child_log_path`) or a store
+session's (``store.children``); the escaping above is the same for every event.
 """
 
 from __future__ import annotations
@@ -49,11 +56,11 @@ import shlex
 import sys
 from collections.abc import Iterable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-from agentloop import AgentLoopError, Event, __version__, encode_event
+from agentloop import AgentLoopError, Event, ToolCallEvent, __version__, encode_event
 
 from ._diff import diff_events
 from ._log import (
@@ -66,10 +73,12 @@ from ._log import (
     read_log,
 )
 from ._replay import ReplayDivergence, ReplayError, _line, replay
+from ._tree import subtree
 
 __all__ = [
     "DESCRIPTION",
     "Report",
+    "Session",
     "ViewError",
     "arguments",
     "check_report",
@@ -209,6 +218,65 @@ def diff_report(a: Sequence[Event], b: Sequence[Event], names: tuple[str, str]) 
     )
 
 
+# --------------------------------------------------------------------------- the tree
+
+
+class Session(NamedTuple):
+    """A child session as the page nests it under the call that ran it.
+
+    Attributes:
+        call_id: the parent's ``tool.call`` that ran it.
+        source: its log file, or its session id in a store.
+        events: its events.
+        children: its own children, in the order of their calls.
+    """
+
+    call_id: str
+    source: str
+    events: Sequence[Event]
+    children: Sequence[Session] = ()
+
+
+def file_tree(events: Sequence[Event], path: str) -> list[Session]:
+    """The children of the log file ``path`` (``events``), found next to it
+    (:func:`replay.child_log_path`), with theirs, and so on."""
+    return [
+        Session(kid.call_id, kid.source, kid.events, file_tree(kid.events, kid.source))
+        for kid in subtree(events, path=path)
+    ]
+
+
+def _sessions(
+    events: Sequence[Event], children: Sequence[Session]
+) -> tuple[list[Event], list[dict[str, Any]]]:
+    """Every event of the tree, depth first, and where each session is in them:
+    ``start``/``end``, its ``parent`` session and the index of the ``call`` that
+    ran it (a child whose call is not in its parent's events is left out)."""
+    everything: list[Event] = []
+    sessions: list[dict[str, Any]] = []
+
+    def add(
+        session_events: Sequence[Event],
+        kids: Sequence[Session],
+        info: dict[str, Any],
+    ) -> None:
+        number = len(sessions)
+        start = len(everything)
+        sessions.append({**info, "start": start, "end": start + len(session_events)})
+        everything.extend(session_events)
+        calls: dict[str, int] = {}
+        for index, event in enumerate(session_events):
+            if type(event) is ToolCallEvent:
+                calls.setdefault(event.call.id, start + index)
+        for kid in kids:
+            if kid.call_id in calls:
+                link = {"source": kid.source, "call_id": kid.call_id, "parent": number}
+                add(kid.events, kid.children, {**link, "call": calls[kid.call_id]})
+
+    add(events, children, {"source": "", "call_id": None, "parent": None, "call": None})
+    return everything, sessions
+
+
 # --------------------------------------------------------------------------- the page
 
 _MARKER = re.compile(r"@@([A-Z_]+)@@")
@@ -253,6 +321,7 @@ def render_html(
     source: str = "",
     report: Report | None = None,
     torn: str = "",
+    children: Sequence[Session] = (),
 ) -> str:
     """The page for ``events``.
 
@@ -262,6 +331,8 @@ def render_html(
         source: where the log came from (the page's title and header).
         report: a replay check or a comparison, shown above the timeline.
         torn: a warning shown above everything (e.g. the log's last line is torn).
+        children: the session's child sessions (DESIGN §26), each nested under the
+            ``tool.call`` that ran it.
     """
     name = os.path.basename(source) or "log"
     generator = f"agentloop {__version__} · python -m replay view"
@@ -282,13 +353,16 @@ def render_html(
             blobs[digest] = {"media_type": block.media_type, "size": len(data), "data": data}
         return msgspec.structs.replace(block, data=_blob_ref(digest))
 
+    everything, sessions = _sessions(events, children)
+    sessions[0]["source"] = source
     data = msgspec.json.encode(
         {
             "meta": meta,
             "events": [
                 _whole(_swap_media(event, deflate) if _media_fields(event.__class__) else event)
-                for event in events
+                for event in everything
             ],
+            "sessions": sessions,
             "report": report,
             "blobs": blobs,
         }
@@ -317,6 +391,7 @@ def _page(
     check: bool,
     other: tuple[Sequence[Event], str] | None,
     torn: str = "",
+    children: Sequence[Session] = (),
 ) -> tuple[str, Report | None]:
     """The page, and the report on it (``--check``/``--diff``), if any."""
     report = None
@@ -324,7 +399,8 @@ def _page(
         report = check_report(events)
     elif other is not None:
         report = diff_report(events, other[0], (source, other[1]))
-    return render_html(events, source=source, report=report, torn=torn), report
+    page = render_html(events, source=source, report=report, torn=torn, children=children)
+    return page, report
 
 
 def _load(log: Iterable[Event] | str | os.PathLike[str], what: str) -> tuple[list[Event], str]:
@@ -345,6 +421,7 @@ def view_html(
     check: bool = False,
     diff: Iterable[Event] | str | os.PathLike[str] | None = None,
     source: str | None = None,
+    tree: bool = True,
 ) -> str:
     """The self-contained HTML page of a log (what ``python -m replay view`` writes).
 
@@ -354,6 +431,8 @@ def view_html(
         check: replay the log and show ok or the first divergence above the timeline.
         diff: another log (events or a path): show the first event where it differs.
         source: where the log came from, for the page's title (default: the path).
+        tree: for a path, nest the child sessions' logs found next to it
+            (:func:`replay.child_log_path`) under the calls that ran them.
 
     Raises:
         LogError: a path that is not a readable log (a torn one included:
@@ -369,7 +448,8 @@ def view_html(
         other_events, other_path = _load(diff, "diff")
         other = (other_events, other_path or "B")
     name = path if source is None else source
-    return _page(events, name, check=check, other=other)[0]
+    children = file_tree(events, path) if tree and path else []
+    return _page(events, name, check=check, other=other, children=children)[0]
 
 
 def view(
@@ -379,6 +459,7 @@ def view(
     check: bool = False,
     diff: Iterable[Event] | str | os.PathLike[str] | None = None,
     source: str | None = None,
+    tree: bool = True,
 ) -> str:
     """Write the page of a log (:func:`view_html`) to ``output``; returns its path.
 
@@ -393,7 +474,7 @@ def view(
     for other in (log, diff):
         if isinstance(other, (str, os.PathLike)) and _same_file(target, os.fspath(other)):
             raise ValueError(f"{target}: that is a log, not overwritten; choose another output")
-    page = view_html(log, check=check, diff=diff, source=source)
+    page = view_html(log, check=check, diff=diff, source=source, tree=tree)
     with open(target, "w", encoding="utf-8") as file:
         file.write(page)
     return target
@@ -442,6 +523,14 @@ def arguments(view: argparse.ArgumentParser) -> None:
     against.add_argument(
         "--diff", metavar="B", help="compare LOG with log B and show the first difference"
     )
+    view.add_argument(
+        "--no-tree",
+        dest="tree",
+        action="store_false",
+        help="this session only (default: its child sessions too, DESIGN §26, each nested "
+        "under the call that ran it: a store's children, or a file's next to it, named "
+        "<log>.<call id>.jsonl)",
+    )
 
 
 def _read(path: str, *, allow_torn: bool) -> tuple[list[Event], str]:
@@ -476,17 +565,28 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def run(args: argparse.Namespace, *, events: Sequence[Event] | None = None) -> int:
+def run(
+    args: argparse.Namespace,
+    *,
+    events: Sequence[Event] | None = None,
+    children: Sequence[Session] | None = None,
+) -> int:
     """``python -m replay view``; returns the exit code or raises :class:`ViewError`.
 
     ``events`` are the log's when the caller read them (a session of a store,
-    ``--session``); otherwise ``args.log`` is read as a log file.
+    ``--session``), and ``children`` its child sessions; otherwise ``args.log`` is
+    read as a log file, and (unless ``--no-tree``) its children next to it.
     """
     session = getattr(args, "session", None)
     source = args.log if session is None else f"{args.log}, session {session!r}"
     torn = ""
     if events is None:
         events, torn = _read(args.log, allow_torn=True)
+        if children is None and args.tree:
+            try:
+                children = file_tree(events, args.log)
+            except LogError as exc:  # (a child's log, named in the message)
+                raise ViewError(str(exc)) from None
     other = None
     if args.diff is not None:
         other = (_read(args.diff, allow_torn=False)[0], args.diff)
@@ -494,7 +594,9 @@ def run(args: argparse.Namespace, *, events: Sequence[Event] | None = None) -> i
     for log in (args.log, args.diff):
         if output is not None and log is not None and _same_file(output, log):
             raise ViewError(f"{output}: that is a log, not overwritten; choose another -o FILE")
-    text, report = _page(events, source, check=args.check, other=other, torn=torn)
+    text, report = _page(
+        events, source, check=args.check, other=other, torn=torn, children=children or ()
+    )
     page = text.encode("utf-8")
     if output is None:
         sys.stdout.buffer.write(page)

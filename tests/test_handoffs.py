@@ -412,9 +412,11 @@ def _bad(*handoffs: Any, **options: Any) -> None:
             "tool 'lookup' takes other parameters",
         ),
         (
-            lambda: _bad(Handoff("a"), limits=Limits(context_tokens=10_000)),
+            lambda: _bad(
+                Handoff("a", input_filter=users_only), limits=Limits(context_tokens=10_000)
+            ),
             ValueError,
-            "not supported yet",
+            "handoff 'a': an input_filter together with Limits.context_tokens is not supported",
         ),
     ],
 )

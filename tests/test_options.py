@@ -39,13 +39,15 @@ def model() -> ScriptedModel:
 
 
 def test_the_families() -> None:
-    # (handoffs hold code: a durable session does not store them, DESIGN §26.)
     assert keys(LoopOptions) == SESSION_KEYS | {"log", "handoffs", "agent_name"} == LOOP_KEYS
     assert keys(AsyncDriveOptions) == keys(DriveOptions) == DRIVE_KEYS
     assert keys(RunOptions) == keys(AsyncRunOptions) == LOOP_KEYS | DRIVE_KEYS
     assert not LOOP_KEYS & DRIVE_KEYS
     lease = {"owner", "lease_seconds"}
-    assert keys(DurableOptions) == keys(AsyncDurableOptions) == SESSION_KEYS | DRIVE_KEYS | lease
+    # A durable session takes the loop's options but the log (its own is the store),
+    # handoffs too (DESIGN §26: the recorded agents, or handoffs= again).
+    durable = LOOP_KEYS - {"log"}
+    assert keys(DurableOptions) == keys(AsyncDurableOptions) == durable | DRIVE_KEYS | lease
     for family in (RunOptions, DurableOptions, *FAMILIES):
         assert not family.__required_keys__, family  # every option is optional
 

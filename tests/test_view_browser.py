@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 import pytest
 
+import replay
 from agentloop import (
     Event,
     Limits,
@@ -38,7 +39,15 @@ from agentloop import (
 from replay import read_log, write_log
 from replay._view import check_report, diff_report, embed_json, render_html
 
-from .view_logs import FIXTURES, HOSTILE, hostile_events, large_events, tampered
+from .view_logs import (
+    FIXTURES,
+    HOSTILE,
+    SPOOF_CHILD,
+    hostile_events,
+    large_events,
+    tampered,
+    tree_on_disk,
+)
 
 CHROMIUM = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
@@ -630,4 +639,137 @@ def test_images_render_inline_and_other_media_are_named(browser: Any, tmp_path: 
     assert hostile_type in text  # as text: the block is named, not drawn
     assert page.js("return window.pwned") is None
     assert page.count("script") == 2
+    assert page.errors() == []
+
+
+# --------------------------------------------------------------------------- a session tree
+
+
+def nested_rows(page: Page) -> dict[int, str]:
+    """Each rendered event's index -> the child session block holding it ("" for
+    the top session's)."""
+    return {
+        int(i): k
+        for i, k in page.js(
+            "return [...document.querySelectorAll('.ev')].map(e => [e.dataset.index, "
+            "(e.parentElement.closest('.child-session') || {dataset: {session: ''}})"
+            ".dataset.session])"
+        )
+    }
+
+
+def test_a_child_session_nests_under_its_call(browser: Any, tmp_path: Path) -> None:
+    """DESIGN §26: each child's timeline under the tool.call that ran it, a
+    grandchild's under its parent's call; collapsible; search and "e" reach them."""
+    files = tree_on_disk(tmp_path / "run.jsonl", ("c1", "searcher"), ("c2", "editor"))
+    logs = [read_log(f) for f in files]
+    path = tmp_path / "run.html"
+    path.write_text(replay.view_html(files[0]), encoding="utf-8")
+    page = Page(browser, path)
+    sizes = [len(log) for log in logs]
+    starts = [sum(sizes[:n]) for n in range(len(sizes))]
+    # The header is the top session's; the children are counted.
+    assert page.js("return document.querySelector('.stat:last-child').textContent") == (
+        f"{sizes[0]}events · 3 child sessions"
+    )
+    # A small tree opens whole: every event rendered, each in its own session's block.
+    page.key("e")
+    rows = nested_rows(page)
+    assert sorted(rows) == list(range(sum(sizes)))
+    for k, (start, size) in enumerate(zip(starts, sizes, strict=True)):
+        assert {rows[i] for i in range(start, start + size)} == {str(k) if k else ""}
+    # Each block is in the card of its call: c1 and c2 in the parent's, g1 in c2's.
+    holders = page.js(
+        "return [...document.querySelectorAll('.child-session')].map(d => "
+        "[d.dataset.session, d.closest('.ev').dataset.index, "
+        "d.querySelector('summary').textContent])"
+    )
+    calls = {k: int(i) for k, i, _ in holders}
+    for k, call_id in ((1, "c1"), (2, "c2"), (3, "g1")):
+        event = [e for log in logs for e in log][calls[str(k)]]
+        assert event.type == "tool.call" and event.call.id == call_id  # type: ignore[union-attr]
+    assert rows[calls["3"]] == "2"  # g1's call is one of c2's events
+    summaries = {k: text for k, _, text in holders}
+    assert summaries["1"] == f"child session{files[1]}completed2 steps{sizes[1]} eventscats purr"
+    # The child's steps are its own groups, titled as the parent's are.
+    titles = page.js(
+        "return [...document.querySelectorAll('#session-1 > .child-timeline > .group "
+        ".group-title')].map(e => e.textContent)"
+    )
+    assert titles == ["Session", "Step 1", "Step 2", "Outcome"]
+    # j/k move through the top session's steps only; the minimap shows them.
+    assert page.count(".minimap .tick") == 2
+    # Collapsible: closing c2's block hides g1's rows with it.
+    page.js("document.querySelector('#session-2 > summary').click()")
+    assert page.js("return document.getElementById('session-2').open") is False
+    grandchild_row = f"e{starts[3]}"
+    assert page.js(f"return document.getElementById('{grandchild_row}').checkVisibility()") is False
+    # Search finds a grandchild's event and opens what holds it.
+    page.key("c")
+    assert page.js("return document.getElementById('session-1').open") is False
+    page.key("/")
+    page.key("results for cats\n")
+    hit = page.js("return document.querySelector('.ev.hit').id")
+    assert hit == f"e{starts[1] + [e.type for e in logs[1]].index('tool.result')}"
+    assert page.js("return document.getElementById('session-1').open") is True
+    assert page.js(f"return document.getElementById('{hit}').checkVisibility()") is True
+    everything = [e for log in logs for e in log]
+    matches = [i for i, e in enumerate(everything) if b"results for cats" in encode_event(e)]
+    assert matches[0] == int(hit[1:])
+    for _ in range(matches.index(next(i for i in matches if i >= starts[3]))):
+        page.key("\n")
+    hit = page.js("return document.querySelector('.ev.hit').id")
+    assert int(hit[1:]) >= starts[3]  # in g1, inside c2's block
+    assert page.js("return document.getElementById('session-2').open") is True
+    assert page.js("return document.getElementById('session-3').open") is True
+    # The raw view of a nested event.
+    page.js(f"document.querySelector('#{hit} .raw-toggle').click()")
+    assert '"type": "tool.result"' in page.js(
+        f"return document.querySelector('#{hit} .raw').textContent"
+    )
+    assert page.errors() == []
+
+
+def test_a_hostile_child_session_stays_text(browser: Any, tmp_path: Path) -> None:
+    """The viewer's rules for hostile content hold in a child's events and its
+    source: markup stays text, reordering and invisible characters show as tokens."""
+    hostile_id = "c<img src=x onerror=window.pwned=1>\u202e"
+    files = tree_on_disk(
+        tmp_path / "run.jsonl",
+        (hostile_id, "searcher"),
+        ("c2", "editor"),
+        text=HOSTILE + SPOOF_CHILD,
+    )
+    path = tmp_path / "run.html"
+    path.write_text(replay.view_html(files[0]), encoding="utf-8")
+    page = Page(browser, path)
+    page.key("e")
+    page.js("document.querySelectorAll('.raw-toggle, .more').forEach(b => b.click())")
+    page.js("document.querySelectorAll('details').forEach(d => d.open = true)")
+    assert page.js("return window.pwned") is None
+    assert page.count("script") == 2
+    assert page.count("img, svg, iframe, b, object, embed") == 0
+    child = page.js("return document.getElementById('session-1').textContent")
+    assert "invoice<U+202E>fdp.exe pay<U+200B>pal" in child
+    assert HOSTILE.split("\u2028")[0] in page.js(
+        "return document.getElementById('session-1').textContent"
+    )
+    assert (
+        page.js("return document.getElementById('session-3').textContent").count(
+            "invoice<U+202E>fdp.exe"
+        )
+        >= 2
+    )  # the grandchild's search and answer
+    for char in ("\u202e", "\u200b"):
+        assert char not in page.js("return document.getElementById('app').textContent")
+    # The source (a path holding the model's call id, percent-encoded) is text too.
+    assert (
+        page.js("return document.querySelector('#session-1 .child-source').textContent")
+        == (files[1])
+    )
+    bidi = page.js(
+        "return [...document.querySelectorAll('.child-source')]"
+        ".map(e => getComputedStyle(e).unicodeBidi)"
+    )
+    assert set(bidi) == {"isolate"}
     assert page.errors() == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -104,3 +105,70 @@ def tampered(path: Path) -> Path:
     events[9] = msgspec.structs.replace(event, message=message)  # type: ignore[arg-type]
     write_log(path, events)
     return path
+
+
+#: A right-to-left override and a zero-width space: text that reorders itself.
+SPOOF_CHILD = "invoice\u202efdp.exe pay\u200bpal"
+
+
+def tree_tools(text: str = "cats purr") -> list[Any]:
+    """Agent tools: ``searcher`` answers ``text`` after a search; ``editor`` calls
+    ``searcher`` (a grandchild)."""
+    import agentloop as al
+    from agentloop import FunctionModel, ModelRequest, ScriptedResponse
+
+    @al.tool
+    def search(query: str) -> str:
+        """Search the web."""
+        return f"results for {query}"
+
+    def searching(request: ModelRequest) -> ScriptedResponse:
+        if request.step == 1:
+            return ScriptedResponse.tool_calls("s1", ToolCall("k1", "search", {"query": text}))
+        return ScriptedResponse.text("s2", text)
+
+    def editing(request: ModelRequest) -> ScriptedResponse:
+        if request.step == 1:
+            return ScriptedResponse.tool_calls("e1", ToolCall("g1", "searcher", {"task": "go"}))
+        return ScriptedResponse.text("e2", "edited")
+
+    searcher = al.agent_tool(
+        "searcher", "Searches.", model=FunctionModel(searching), tools=[search]
+    )
+    editor = al.agent_tool("editor", "Edits.", model=FunctionModel(editing), tools=[searcher])
+    return [searcher, editor]
+
+
+def delegating(*calls: tuple[str, str]) -> Any:
+    """A parent model that calls ``calls`` (id, agent tool) at once, then answers."""
+    from agentloop import ModelRequest, ScriptedResponse
+
+    def fn(request: ModelRequest) -> ScriptedResponse:
+        if request.step == 1:
+            return ScriptedResponse.tool_calls(
+                "p1", *(ToolCall(cid, name, {"task": "go"}) for cid, name in calls)
+            )
+        return ScriptedResponse.text("p2", "all done")
+
+    return fn
+
+
+def tree_on_disk(path: Path, *calls: tuple[str, str], text: str = "cats purr") -> list[str]:
+    """Run a parent that calls ``calls``; write its tree at ``path``
+    (``replay.write_tree``); the files written."""
+    import agentloop as al
+    import replay
+    from agentloop import FunctionModel
+
+    from .helpers import Ticker
+
+    log = al.EventLog()
+    tools = tree_tools(text)
+    al.run(
+        [UserMessage("u1", "research cats")],
+        model=FunctionModel(delegating(*calls)),
+        tools=tools,
+        log=log,
+        clock=Ticker(),
+    )
+    return replay.write_tree(path, log, tools)
