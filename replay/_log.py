@@ -592,10 +592,23 @@ _TAG_MARK: Final = b'{"$'  # how a tagged value starts (see agentloop/_codec.py)
 # a run of 19 zeros once every digit is a zero (two passes at C speed).
 _ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER: Final = b"0" * 19
+
+
 # The events whose lines may leave their message out, by type: class and decoder
 # (see _Format2._read_stored).
+def _builder(cls: type[Any], stored: type[msgspec.Struct]) -> Callable[[Any, Any], Event]:
+    """``lambda fields, message: cls(**asdict(fields), message=message)``, with the
+    keywords spelled out (no dict made per line: about 2.5x faster)."""
+    keywords = "".join(f"{name}=fields.{name}, " for name in stored.__struct_fields__)
+    build: Callable[[Any, Any], Event] = eval(  # (field names only: no input)
+        f"lambda fields, message: cls({keywords}message=message)", {"cls": cls}
+    )
+    return build
+
+
 _STORED_TYPES: Final = {
-    cls.type.encode(): (cls, _stored_decoders[stored].decode) for cls, stored in _STORED.items()
+    cls.type.encode(): (cls, _stored_decoders[stored].decode, _builder(cls, stored))
+    for cls, stored in _STORED.items()
 }
 # The events that may hold a media block.
 _MEDIA_EVENTS: Final = frozenset(cls for cls in _EVENT_TYPES if _media_fields(cls))
@@ -798,7 +811,7 @@ class _Format2:
         known = _STORED_TYPES.get(line[9:end]) if line.startswith(b'{"type":"') else None
         if known is None:
             return None
-        cls, decode = known
+        cls, decode, build = known
         try:
             fields = decode(line)
         except msgspec.MsgspecError:
@@ -811,7 +824,7 @@ class _Format2:
             encoded[:-1]
         ):
             return None
-        event: Event = cls(**msgspec.structs.asdict(fields), message=message)
+        event = build(fields, message)
         if cls is PlanCommitEvent:
             self.committed = message  # type: ignore[assignment]
         return event
