@@ -49,7 +49,8 @@ declared with msgspec's ``omit_defaults``).
 Reading
 -------
 :func:`read_log` streams the file line by line (peak memory: the events plus one
-line) and fails closed. It refuses, naming the line: a broken chain link; a line
+line; a long blob line is read a piece at a time, see Format version 3) and
+fails closed. It refuses, naming the line: a broken chain link; a line
 that is not JSON or not a known event; a line that is not *canonical*, i.e. not
 byte for byte what this module writes for the event it decodes to (a line with an
 unknown or repeated field, extra whitespace or another spelling of the same
@@ -91,7 +92,11 @@ In an event line a media block's ``data`` is the blob's SHA-256 in hex (64 hex
 digits are valid base64: the line decodes as any event, and is canonical by the
 same rule); the reader checks each blob's hash, refuses a reference to a blob no
 earlier line holds, and puts the bytes back, so the events in memory are those the
-loop recorded. Whether a line may hold media is known from its event's type
+loop recorded. A blob line is never held whole: the writers write its base64 a
+piece at a time from the bytes, and the reader reads a long one (from a file it
+can seek) a piece at a time, hashing, checking and decoding each piece into one
+``bytes`` of the blob's size; a line those steps do not accept is read whole and
+its problem worded as before. Whether a line may hold media is known from its event's type
 (:func:`_media_fields`, computed once per type); a line with no
 ``"media_type":`` in a log with no blob yet costs one search. A header of
 version 2 reads as format 2 (no blob lines; media bytes, if any, inline), and
