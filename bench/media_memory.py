@@ -91,6 +91,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "session.jsonl")
+        # (A first run makes what replay builds on first use: not the image's.)
+        _peak(None, args.requests, os.path.join(folder, "warm-up.jsonl"))
         written_baseline, _ = _peak(None, args.requests, os.path.join(folder, "text.jsonl"))
         written, _ = _peak(image, args.requests, path)
         file_size = os.path.getsize(path)

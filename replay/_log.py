@@ -49,7 +49,8 @@ declared with msgspec's ``omit_defaults``).
 Reading
 -------
 :func:`read_log` streams the file line by line (peak memory: the events plus one
-line) and fails closed. It refuses, naming the line: a broken chain link; a line
+line; a long blob line is read a piece at a time, see Format version 3) and
+fails closed. It refuses, naming the line: a broken chain link; a line
 that is not JSON or not a known event; a line that is not *canonical*, i.e. not
 byte for byte what this module writes for the event it decodes to (a line with an
 unknown or repeated field, extra whitespace or another spelling of the same
@@ -91,7 +92,11 @@ In an event line a media block's ``data`` is the blob's SHA-256 in hex (64 hex
 digits are valid base64: the line decodes as any event, and is canonical by the
 same rule); the reader checks each blob's hash, refuses a reference to a blob no
 earlier line holds, and puts the bytes back, so the events in memory are those the
-loop recorded. Whether a line may hold media is known from its event's type
+loop recorded. A blob line is never held whole: the writers write its base64 a
+piece at a time from the bytes, and the reader reads a long one (from a file it
+can seek) a piece at a time, hashing, checking and decoding each piece into one
+``bytes`` of the blob's size; a line those steps do not accept is read whole and
+its problem worded as before. Whether a line may hold media is known from its event's type
 (:func:`_media_fields`, computed once per type); a line with no
 ``"media_type":`` in a log with no blob yet costs one search. A header of
 version 2 reads as format 2 (no blob lines; media bytes, if any, inline), and
@@ -131,8 +136,10 @@ from __future__ import annotations
 
 import array
 import base64
+import binascii
 import contextlib
 import hashlib
+import io
 import itertools
 import math
 import operator
@@ -525,6 +532,51 @@ class _BlobHead(msgspec.Struct, frozen=True):
 
 
 _blob_decoder: Final = msgspec.json.Decoder(_BlobLine)
+# A blob's bytes are written (and read) as base64 this many bytes at a time (a
+# multiple of 3: the pieces' base64 joined is the whole's), so that a big blob
+# is never in memory twice.
+_BLOB_PIECE: Final = 3 * 64 * 1024
+_DATA_KEY: Final = b',"data":"'
+_BLOB_TEXT: Final = _BLOB_PIECE // 3 * 4  # a piece's base64
+_blob_head_decoder: Final = msgspec.json.Decoder(_BlobHead)
+
+
+def _blob_head(digest: str, media_type: str, size: int) -> bytes:
+    """A blob line up to its base64 (``...,"data":"``)."""
+    return _encode(_BlobHead(digest, media_type, size))[:-1] + _DATA_KEY
+
+
+def _base64_pieces(data: bytes) -> Iterator[bytes]:
+    """``base64.b64encode(data)``, as pieces of at most 1 MiB."""
+    view = memoryview(data)
+    for start in range(0, len(data), _BLOB_PIECE):
+        yield binascii.b2a_base64(view[start : start + _BLOB_PIECE], newline=False)
+
+
+def _blob_link(previous: bytes, head: bytes, data: bytes) -> bytes:
+    """The chain link of the blob line ``head`` + base64 of ``data`` + ``"``, the
+    base64 made piece by piece."""
+    digest = _SHA256.copy()
+    digest.update(previous)
+    digest.update(head)
+    for piece in _base64_pieces(data):
+        digest.update(piece)
+    digest.update(b'"')
+    return digest.digest()[:8].hex().encode()
+
+
+def _pieces(parts: Iterable[tuple[bytes, bytes, _BlobLine | None]]) -> Iterator[bytes]:
+    """The bytes of the lines :meth:`_Format2.parts` describes, a blob's base64 in
+    pieces (a blob line is never one ``bytes``)."""
+    for body, link, blob in parts:
+        if blob is None:
+            yield body + _LINK_KEY + link + b'"}\n'
+        else:
+            yield body
+            yield from _base64_pieces(blob.data)
+            yield b'"' + _LINK_KEY + link + b'"}\n'
+
+
 # Every media block a line holds writes its media type (how a line without one
 # is known at once to refer to no blob).
 _MEDIA_MARK: Final = b'"media_type":'
@@ -550,10 +602,23 @@ _TAG_MARK: Final = b'{"$'  # how a tagged value starts (see agentloop/_codec.py)
 # a run of 19 zeros once every digit is a zero (two passes at C speed).
 _ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER: Final = b"0" * 19
+
+
 # The events whose lines may leave their message out, by type: class and decoder
 # (see _Format2._read_stored).
+def _builder(cls: type[Any], stored: type[msgspec.Struct]) -> Callable[[Any, Any], Event]:
+    """``lambda fields, message: cls(**asdict(fields), message=message)``, with the
+    keywords spelled out (no dict made per line: about 2.5x faster)."""
+    keywords = "".join(f"{name}=fields.{name}, " for name in stored.__struct_fields__)
+    build: Callable[[Any, Any], Event] = eval(  # (field names only: no input)
+        f"lambda fields, message: cls({keywords}message=message)", {"cls": cls}
+    )
+    return build
+
+
 _STORED_TYPES: Final = {
-    cls.type.encode(): (cls, _stored_decoders[stored].decode) for cls, stored in _STORED.items()
+    cls.type.encode(): (cls, _stored_decoders[stored].decode, _builder(cls, stored))
+    for cls, stored in _STORED.items()
 }
 # The events that may hold a media block.
 _MEDIA_EVENTS: Final = frozenset(cls for cls in _EVENT_TYPES if _media_fields(cls))
@@ -633,15 +698,13 @@ class _Format2:
         """The lines for ``event`` (line ends included): the blob lines of the bytes
         it holds that the log does not have yet (format 3), then its own line.
         Advances the chain."""
-        pieces: list[bytes | memoryview] = []
-        for body, link, _ in self.parts(event):
-            pieces += (body, _LINK_KEY, link, b'"}\n')
-        return b"".join(pieces)  # (one copy of a blob's base64, not one per step)
+        return b"".join(_pieces(self.parts(event)))
 
-    def parts(self, event: Event) -> list[tuple[bytes | memoryview, bytes, _BlobLine | None]]:
+    def parts(self, event: Event) -> list[tuple[bytes, bytes, _BlobLine | None]]:
         """The lines for ``event`` as ``(body, link, blob)``: ``body`` up to the link
-        member, and for a blob line the blob it holds (see :meth:`line`)."""
-        parts: list[tuple[bytes | memoryview, bytes, _BlobLine | None]] = []
+        member, and for a blob line the blob it holds and as ``body`` only the
+        line's head, up to its base64 (see :func:`_pieces`)."""
+        parts: list[tuple[bytes, bytes, _BlobLine | None]] = []
         link = self.link
         try:
             self._parts(event, parts)
@@ -666,9 +729,7 @@ class _Format2:
         self.advance(event)
         return body
 
-    def _parts(
-        self, event: Event, parts: list[tuple[bytes | memoryview, bytes, _BlobLine | None]]
-    ) -> None:
+    def _parts(self, event: Event, parts: list[tuple[bytes, bytes, _BlobLine | None]]) -> None:
         cls = event.__class__
         no_media = _NO_MEDIA[cls] if cls in _NO_MEDIA else _media_check(cls)
         if no_media is not None and self.version >= 3 and not no_media(event):
@@ -679,9 +740,9 @@ class _Format2:
                 digest = hashlib.sha256(data).hexdigest()
                 if digest not in blobs:
                     blob = _BlobLine(digest, block.media_type, len(data), data)
-                    body = memoryview(_encode(blob))[:-1]
-                    self.link = _link(self.link, body)
-                    parts.append((body, self.link, blob))
+                    head = _blob_head(digest, block.media_type, len(data))
+                    self.link = _blob_link(self.link, head, data)
+                    parts.append((head, self.link, blob))
                     blobs[digest] = data
                 return msgspec.structs.replace(block, data=_blob_ref(digest))
 
@@ -773,7 +834,7 @@ class _Format2:
         known = _STORED_TYPES.get(line[9:end]) if line.startswith(b'{"type":"') else None
         if known is None:
             return None
-        cls, decode = known
+        cls, decode, build = known
         try:
             fields = decode(line)
         except msgspec.MsgspecError:
@@ -786,7 +847,7 @@ class _Format2:
             encoded[:-1]
         ):
             return None
-        event: Event = cls(**msgspec.structs.asdict(fields), message=message)
+        event = build(fields, message)
         if cls is PlanCommitEvent:
             self.committed = message  # type: ignore[assignment]
         return event
@@ -826,6 +887,76 @@ class _Format2:
         if digest in self.blobs:
             raise where.error(f"blob {digest} again (a log holds each blob once)")
         self.blobs[digest] = data
+
+    def read_blob_from(self, file: IO[bytes], first: bytes, limit: int) -> bool:
+        """Read a blob line from ``file`` without holding it whole: ``first`` is its
+        first ``readline`` piece (the file is just past it); the base64 is read,
+        hashed into the chain, checked and decoded a piece at a time, into one
+        ``bytes`` of the blob's size (made once, never copied). ``False``, with the
+        file back where it was, for a line that is not a right, complete blob line
+        of a format-3 log: :meth:`read` then reads it whole and says what is wrong."""
+        resume = file.tell()
+        try:
+            if self._read_blob_from(file, first, resume, limit):
+                return True
+        except (msgspec.MsgspecError, ValueError):  # (binascii.Error is a ValueError)
+            pass
+        file.seek(resume)
+        return False
+
+    def _read_blob_from(self, file: IO[bytes], first: bytes, resume: int, limit: int) -> bool:
+        key = first.find(_DATA_KEY)
+        if key < 0:
+            return False
+        head = first[: key + len(_DATA_KEY)]
+        info = _blob_head_decoder.decode(first[:key] + b"}")
+        digest, size = info.blob, info.size
+        left = 4 * ((size + 2) // 3)
+        if (
+            size <= 0  # (a line this long holds bytes, or a long media type: read whole)
+            or len(head) + left + _LINK_TAIL + 2 > limit
+            or _blob_head(digest, info.media_type, size) != head
+            or digest in self.blobs
+        ):
+            return False
+        file.seek(resume - len(first) + len(head))
+        chain = _SHA256.copy()
+        chain.update(self.link)
+        chain.update(head)
+        blob = hashlib.sha256()
+        out = io.BytesIO()
+        out.seek(size - 1)  # (the one bytes object, its final size: getvalue() keeps it)
+        out.write(b"\0")
+        out.seek(0)
+        while left:
+            text = file.read(min(left, _BLOB_TEXT))
+            data = binascii.a2b_base64(text)
+            if (
+                len(text) != min(left, _BLOB_TEXT)
+                or binascii.b2a_base64(data, newline=False) != text
+            ):
+                return False  # (the file ends, or not canonical base64)
+            chain.update(text)
+            blob.update(data)
+            out.write(data)
+            left -= len(text)
+        rest = file.readline(_LINK_TAIL + 3)
+        end = len(rest) - (2 if rest.endswith(b"\r\n") else 1)
+        link = rest[7:23]
+        chain.update(b'"')
+        if (
+            out.tell() != size
+            or end != _LINK_TAIL + 1
+            or not rest.endswith(b"\n")
+            or rest[:7] != b'"' + _LINK_KEY
+            or rest[23:end] != b'"}'
+            or chain.digest()[:8].hex().encode() != link
+            or blob.hexdigest() != digest
+        ):
+            return False
+        self.link = link
+        self.blobs[digest] = out.getvalue()
+        return True
 
     def _inflate(self, block: Any, where: _Where) -> Any:
         """``block`` (as a format-3 line holds it) with its blob's bytes."""
@@ -1449,6 +1580,14 @@ def _events2(
         if line.endswith(b"\n") and size <= limit and not line.endswith(b"\r\n"):
             end = size - 1
         else:
+            if (
+                size == step
+                and line[:9] == _BLOB_START
+                and format2.version >= 3
+                and file.seekable()
+                and format2.read_blob_from(file, line, limit)
+            ):
+                continue  # a long blob line, read a piece at a time
             line, end, complete = _next_line(file, line, where, limit)
             if not line:
                 return
@@ -1565,7 +1704,7 @@ def _lines(events: Iterable[Event]) -> Iterator[bytes]:
             raise ValueError(
                 f"events[{index}] is a second session.start (one log file records one session)"
             )
-        yield format2.line(event)
+        yield from _pieces(format2.parts(event))
 
 
 def write_log(path: StrPath, events: Iterable[Event]) -> None:
@@ -1705,7 +1844,10 @@ class LogWriter:
         self._file: IO[bytes] | None = open(name, mode, buffering=0)  # noqa: SIM115
         self._unsynced = False
         # The lines since the last side-effect boundary, written together there.
-        self._buffer: list[bytes] = []
+        # An event with blob lines is kept as its parts (see _Format2.parts): those
+        # lines are written from the blob's bytes, never held whole.
+        self._buffer: list[bytes | list[tuple[bytes, bytes, _BlobLine | None]]] = []
+        self._blobs = False  # whether the buffer holds such an event
         if fresh:
             self._write_line(_header_line(self._format2))
         # The header's link: where the chain of the file's events starts.
@@ -1737,7 +1879,13 @@ class LogWriter:
                 f"{self.path}: event {event.type} has sequence {event.sequence}, but the "
                 f"log continues at {self._next} (one log file records one run, in order)"
             )
-        self._buffer.append(self._format2.line(event))
+        parts = self._format2.parts(event)
+        if len(parts) == 1:
+            body, link, _ = parts[0]
+            self._buffer.append(body + _LINK_KEY + link + b'"}\n')
+        else:  # blob lines first: written from the blob's bytes when flushed
+            self._buffer.append(parts)
+            self._blobs = True
         self._next += 1
         if event.type in _SYNC_AFTER:
             self._flush()
@@ -1753,16 +1901,21 @@ class LogWriter:
     def _flush(self) -> None:
         buffer = self._buffer
         if buffer:
-            if len(buffer) == 1 or sum(map(len, buffer)) > _CHUNK:
+            if self._blobs or len(buffer) == 1 or sum(map(len, buffer)) > _CHUNK:
                 for index, lines in enumerate(buffer):  # (big lines: not copied to join)
                     try:
-                        self._write_line(lines)
+                        if lines.__class__ is bytes:
+                            self._write_line(lines)
+                        else:  # an event's blob lines and its line, piece by piece
+                            for piece in _pieces(lines):  # type: ignore[arg-type]
+                                self._write_line(piece)
                     except BaseException:
                         del buffer[:index]  # the rest: for a later flush
                         raise
             else:
-                self._write_line(b"".join(buffer))
+                self._write_line(b"".join(buffer))  # type: ignore[arg-type]
             buffer.clear()  # (kept when the write failed: a later flush writes them)
+            self._blobs = False
 
     def sync(self) -> None:
         """Write the buffered lines and ``os.fsync`` what was written since the last
@@ -1795,7 +1948,7 @@ class LogWriter:
         if written:
             probe = _Format2(self._start, self._format2.version)
             for event in log[:written]:
-                probe.line(event)
+                probe.parts(event)
             if len(log) < written or probe.link != self._format2.link:
                 raise ValueError(
                     f"{self.path}: the log to follow is not the run this file records (the "

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import importlib.util
 import json
+import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -479,3 +480,117 @@ def test_flush_and_sync_of_a_closed_writer_do_nothing(tmp_path: Path) -> None:
     writer.flush()
     writer.sync()
     assert path.read_bytes() == data and read_log(path) == MEDIA_EVENTS[:1]
+
+
+# A blob line longer than the reader's chunk (1 MiB) is read a piece at a time.
+BIG = ImageBlock("image/png", data=random.Random(7).randbytes(3_000_001))  # 3k + 1 bytes
+BIG_EVENTS = [
+    MEDIA_EVENTS[0],
+    MessageAcceptedEvent(sequence=1, message=UserMessage("u1", (TextBlock("look"), BIG))),
+    MessageAcceptedEvent(sequence=2, message=UserMessage("u2", (BIG,))),
+]
+
+
+def _big_log(tmp_path: Path) -> bytes:
+    path = tmp_path / "big.jsonl"
+    write_log(path, BIG_EVENTS)
+    return path.read_bytes()
+
+
+def test_a_big_blob_line_is_read_a_piece_at_a_time(tmp_path: Path) -> None:
+    import tracemalloc
+
+    data = _big_log(tmp_path)
+    assert len(data.splitlines()[2]) > _log._CHUNK
+    path = _write(tmp_path, data)
+    read_log(path)  # (the decoders, made on first use)
+    tracemalloc.start()
+    try:
+        events = read_log(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert events == BIG_EVENTS
+    first, second = events[1].message.content[1], events[2].message.content[0]  # type: ignore[union-attr]
+    assert first.data is second.data  # type: ignore[union-attr]
+    # The bytes once, the line's first chunk and pieces: not the line (4/3 of the
+    # bytes) and the bytes besides.
+    assert peak < len(BIG.data) + 2 * _log._CHUNK  # type: ignore[arg-type]
+    # CRLF line ends (git's autocrlf) read the same.
+    assert read_log(_write(tmp_path, data.replace(b"\n", b"\r\n"))) == BIG_EVENTS
+
+
+def _big_edit(old: bytes, new: bytes, at: int = 0) -> Any:
+    def edit(parts: list[bytes]) -> list[bytes]:
+        i = _blob_index(parts)
+        start = parts[i].index(old, at)
+        parts[i] = parts[i][:start] + new + parts[i][start + len(old) :]
+        return parts
+
+    return edit
+
+
+def _big_damage(parts: list[bytes]) -> list[bytes]:
+    i = _blob_index(parts)
+    middle = len(parts[i]) // 2
+    flipped = b"B" if parts[i][middle : middle + 1] == b"A" else b"A"
+    parts[i] = parts[i][:middle] + flipped + parts[i][middle + 1 :]
+    return parts
+
+
+big_ref = _sha(BIG.data)  # type: ignore[arg-type]
+BIG_CORRUPTIONS = [
+    (_big_damage, LogIntegrityError, f"blob '{big_ref}' is damaged: its bytes hash to "),
+    (_big_edit(b"A", b"!", 1_000_000), LogFormatError, "not a valid blob line"),
+    (_big_edit(b"A", b"=", 1_000_000), LogFormatError, "not a valid blob line"),
+    (
+        _big_edit(b'"size":3000001', b'"size":3000002'),
+        LogFormatError,
+        "the blob's size is 3000002, its data 3000001 bytes",
+    ),
+    (
+        _big_edit(b'"size":3000001', b'"size":3000009'),
+        LogFormatError,
+        "the blob's size is 3000009, its data 3000001 bytes",
+    ),
+    (_big_edit(b'"size":', b'"size": '), LogFormatError, "not in canonical form"),
+    (_duplicate_blob, LogFormatError, f"blob {big_ref} again (a log holds each blob once)"),
+    (
+        _big_edit(b'"image/png"', b'"image/' + b"p" * (_log._CHUNK + 9) + b'"'),
+        None,
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("edit", "error", "message"), BIG_CORRUPTIONS, ids=[c[2][:30] for c in BIG_CORRUPTIONS]
+)
+def test_a_damaged_big_blob_line_is_refused_naming_it(
+    tmp_path: Path, edit: Any, error: type[Exception] | None, message: str
+) -> None:
+    path = _write(tmp_path, _relinked(_big_log(tmp_path), edit))
+    if error is None:  # (a valid line the pieces do not read: read whole)
+        assert read_log(path) == BIG_EVENTS
+        return
+    with pytest.raises(error) as raised:
+        read_log(path)
+    assert message in str(raised.value)
+    assert raised.value.line == (4 if edit is _duplicate_blob else 3)  # type: ignore[attr-defined]
+
+
+def test_a_big_blob_line_is_in_the_chain_and_may_be_torn(tmp_path: Path) -> None:
+    data = _big_log(tmp_path)
+    start = data.index(b'{"blob":')
+    middle = start + 1_000_000
+    flipped = data[:middle] + (b"B" if data[middle] == 0x41 else b"A") + data[middle + 1 :]
+    with pytest.raises(LogIntegrityError, match="line 3: the hash chain is broken"):
+        read_log(_write(tmp_path, flipped))
+    with pytest.raises(TornLogError, match="line 3 is torn") as torn:
+        read_log(_write(tmp_path, data[:middle]))
+    assert torn.value.events == BIG_EVENTS[:1]
+    end = data.index(b"\n", middle)
+    with pytest.raises(TornLogError, match="line 3 has no final newline"):
+        read_log(_write(tmp_path, data[:end]))
+    with pytest.raises(LogFormatError, match="longer than 3,600,000 bytes"):
+        read_log(_write(tmp_path, data), max_line_bytes=3_600_000)

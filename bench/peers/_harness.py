@@ -912,8 +912,13 @@ def format_agentloop(data: Mapping[str, Any]) -> list[str]:
         if "file_bytes_per_step" in s5:
             say(
                 f"  S5 log file: {s5['file_bytes_per_step']:,.0f} bytes per step; read_log "
-                f"{s5['read_log_events_per_s']:,.0f} events/s, write_log "
-                f"{s5['write_log_events_per_s']:,.0f} events/s"
+                f"{s5['read_log_events_per_s']:,.0f} events/s"
+                + (
+                    f" (floor, the C calls alone: {s5['read_floor_events_per_s']:,.0f})"
+                    if "read_floor_events_per_s" in s5
+                    else ""
+                )
+                + f", write_log {s5['write_log_events_per_s']:,.0f} events/s"
             )
     chunks = extras.get("chunks")
     if chunks:
