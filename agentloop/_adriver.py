@@ -13,7 +13,8 @@ the sync driver uses (``_Rules``).
 - ``ModelRequest``: ``model.astream(request)`` is an async iterable of chunks
   then the response (an ``async def`` returning one is awaited first);
 - ``ToolRequest``: :meth:`ToolRegistry.aexecute`: an ``async def`` tool is
-  awaited, a sync one runs in a worker thread (``asyncio.to_thread``);
+  awaited, a sync one runs in a worker thread (a reused pool thread:
+  ``_offload.offload``, ``asyncio.to_thread`` at a fraction of its cost);
 - ``ToolBatch`` (``parallel_tools=True``): each call an asyncio task (at most
   ``tool_workers`` at once when given, see ``_batch.py``), the results sent in
   completion order;
@@ -103,7 +104,7 @@ async def arun(
     be ``async def`` (sync tools run in a worker thread), and ``on_pause`` may be
     ``async def``. With ``parallel_tools=True`` the calls of a batch run as
     asyncio tasks, at most ``tool_workers`` at once (default: no limit; sync tools
-    also share the event loop's default thread pool).
+    also share a pool of at most ``min(32, CPUs + 4)`` worker threads).
 
     Raises:
         TypeError, ValueError: bad options (before anything runs), a model without
