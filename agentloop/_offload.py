@@ -34,12 +34,14 @@ import functools
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 if TYPE_CHECKING:
     import asyncio
 
 __all__ = ["offload"]
+
+_T = TypeVar("_T")
 
 #: How long a pool thread waits for work before it ends (seconds).
 IDLE_SECONDS: Final = 60.0
@@ -213,7 +215,7 @@ def _pool() -> _Pool:
     return pool
 
 
-async def offload(fn: Callable[..., Any], /, *args: Any) -> Any:
+async def offload(fn: Callable[..., _T], /, *args: Any) -> _T:
     """``await asyncio.to_thread(fn, *args)``, cheaper: ``fn`` runs in a reused
     pool thread in a copy of this context; its result or exception comes back
     here. A ``StopIteration`` comes back as a ``RuntimeError`` (asyncio cannot
@@ -222,6 +224,6 @@ async def offload(fn: Callable[..., Any], /, *args: Any) -> Any:
     import asyncio  # on first use: ``import agentloop`` stays free of asyncio
 
     loop = asyncio.get_running_loop()
-    future = loop.create_future()
+    future: asyncio.Future[_T] = loop.create_future()
     _pool().submit(_Job(loop, future, fn, args))
     return await future

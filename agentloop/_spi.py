@@ -33,6 +33,9 @@ Who uses what:
   ``agentloop/_keywords.py``, which ``run_durable`` takes with its lease's);
 - ``hosting``, ``child_session_id``: ``replay/_durable.py`` (a durable session's agent
   tools run their children as stored sessions, DESIGN §26).
+- ``offload``: ``replay/_durable.py`` (``arun_durable`` runs the store's calls, one or
+  more per step, on the async drivers' reused worker threads: ``asyncio.to_thread``
+  costs several times as much per call).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from ._handoffs import recorded_handoffs
 from ._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
 from ._keywords import SESSION_KEYS, AsyncDriveOptions, DriveOptions, OnEvent, SessionOptions, split
 from ._logging import follow
+from ._offload import offload
 from ._output import RecordedOutput, output_check
 from ._tree import child_session_id
 from ._validation import content_structure_problem, parts_problem, reserved_id_problem
@@ -70,6 +74,7 @@ __all__ = [
     "follow",
     "hosting",
     "model_method",
+    "offload",
     "output_check",
     "parts_problem",
     "recorded_handoffs",
