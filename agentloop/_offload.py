@@ -14,7 +14,11 @@ settles with one ``call_soon_threadsafe``. The function runs in a copy of the
 caller's context, as under ``to_thread`` (``idempotency_key()``, the agent
 tool's caller). The pool grows on demand to at most ``min(32, cpus + 4)``
 threads (``to_thread``'s default executor's bound; calls beyond it wait their
-turn) and a thread idle for a minute ends.
+turn) and a thread idle for a minute ends. A call made *from* a pool thread (a sync
+tool that runs ``asyncio.run(arun(...))`` of its own) never waits for a free
+thread, it may start one past the bound: the pool is shared by every event loop of
+the process (``to_thread`` had one executor per loop), and pool threads waiting
+for each other's turn would wait forever.
 
 Handing over without a shared queue: a thread with nothing to do appends itself
 to ``idle`` and then looks at ``backlog`` again; a call that found no idle thread
@@ -108,6 +112,10 @@ class _Thread:
         self.job: _Job | None = None
 
 
+#: ``inside.pool`` is set in the pool's threads.
+_inside: Final = threading.local()
+
+
 class _Pool:
     """Reused worker threads (see the module's docstring)."""
 
@@ -131,7 +139,7 @@ class _Pool:
             thread.wake.release()
             return
         with self.lock:
-            start = self.threads < self.size
+            start = self.threads < self.size or getattr(_inside, "pool", False)
             if start:
                 self.threads += 1
             else:
@@ -158,6 +166,7 @@ class _Pool:
         thread.wake.release()
 
     def _serve(self, thread: _Thread, job: _Job | None) -> None:
+        _inside.pool = True
         while job is not None:
             job = self._next(thread, job.run())
 

@@ -165,6 +165,49 @@ def test_at_most_size_threads_the_rest_wait_their_turn(pool: _Pool) -> None:
     assert not pool.backlog
 
 
+def test_a_call_from_a_pool_thread_never_waits_for_a_free_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One thread allowed, busy with a call that makes a call of its own on a loop
+    of its own: the inner call gets a second thread (waiting, it would never run)."""
+    pool = own_pool(monkeypatch, 1, 5.0)
+
+    def nested() -> str:
+        async def inner() -> str:
+            seen: str = await offload(lambda: "inner")
+            return seen
+
+        return asyncio.run(inner())
+
+    async def main() -> str:
+        outer: str = await offload(nested)
+        return outer
+
+    assert asyncio.run(main()) == "inner"
+    assert pool.threads == 2
+
+
+def test_loops_in_several_threads_share_the_pool(pool: _Pool) -> None:
+    results: list[int] = []
+
+    def loop_thread(n: int) -> None:
+        async def main() -> int:
+            total = 0
+            for step in range(20):
+                total += await offload(lambda step=step: step + n)
+            return total
+
+        results.append(asyncio.run(main()))
+
+    threads = [threading.Thread(target=loop_thread, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(results) == [190 + 20 * n for n in range(4)]
+    assert pool.threads <= 2
+
+
 def test_an_idle_thread_ends_and_a_new_one_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     pool = own_pool(monkeypatch, 1, 0.05)
 
