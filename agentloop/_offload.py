@@ -80,11 +80,18 @@ class _Job:
             error.__cause__ = exc
         except BaseException as exc:  # delivered to the caller, as to_thread does
             value, error = None, exc
-        return functools.partial(self._deliver, value, error)
+        return functools.partial(_post, self.loop, self.future, value, error)
 
-    def _deliver(self, value: Any, error: BaseException | None) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            self.loop.call_soon_threadsafe(_settle, self.future, value, error)
+
+def _post(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    value: Any,
+    error: BaseException | None,
+) -> None:
+    """Hand an outcome over to ``loop``'s thread (from a pool thread)."""
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+        loop.call_soon_threadsafe(_settle, future, value, error)
 
 
 def _name(fn: Callable[..., Any]) -> str:
@@ -102,14 +109,17 @@ def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None
 
 
 class _Thread:
-    """A pool thread's mailbox: the lock it sleeps on and the job it is handed."""
+    """A pool thread's mailbox: the lock it sleeps on, the job it is handed and the
+    last job's outcome until it is delivered (kept here, not in a local variable,
+    so that nothing of a finished job stays alive while the thread waits)."""
 
-    __slots__ = ("job", "wake")
+    __slots__ = ("deliver", "job", "wake")
 
     def __init__(self) -> None:
         self.wake = threading.Lock()
         self.wake.acquire()
         self.job: _Job | None = None
+        self.deliver: Callable[[], None] | None = None
 
 
 #: ``inside.pool`` is set in the pool's threads.
@@ -145,8 +155,10 @@ class _Pool:
             else:
                 self.backlog.append(job)
         if start:
+            thread = _Thread()
+            thread.job = job  # (not in the Thread's args: they live as long as it does)
             threading.Thread(
-                target=self._serve, args=(_Thread(), job), name="agentloop-offload", daemon=True
+                target=self._serve, args=(thread,), name="agentloop-offload", daemon=True
             ).start()
             return
         self._recheck()
@@ -165,16 +177,20 @@ class _Pool:
         thread.job = job
         thread.wake.release()
 
-    def _serve(self, thread: _Thread, job: _Job | None) -> None:
+    def _serve(self, thread: _Thread) -> None:
         _inside.pool = True
+        job, thread.job = thread.job, None
         while job is not None:
-            job = self._next(thread, job.run())
+            thread.deliver = job.run()
+            job = None
+            job = self._next(thread)
 
-    def _next(self, thread: _Thread, deliver: Callable[[], None] | None) -> _Job | None:
+    def _next(self, thread: _Thread) -> _Job | None:
         """The next job for ``thread``: the backlog's first, else one handed to it;
-        ``None`` when it has been idle too long (it ends). ``deliver`` (the last
-        job's outcome) is called once ``thread`` is idle or has its next job, so the
-        caller, should it call again at once, finds it idle."""
+        ``None`` when it has been idle too long (it ends). The last job's outcome
+        (``thread.deliver``) is delivered once ``thread`` is idle or has its next
+        job, so the caller, should it call again at once, finds it idle."""
+        deliver, thread.deliver = thread.deliver, None
         while True:
             try:
                 job = self.backlog.popleft()

@@ -6,8 +6,10 @@ import asyncio
 import collections
 import contextvars
 import functools
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +58,20 @@ def test_the_thread_is_reused(pool: _Pool) -> None:
 
     assert len(asyncio.run(main())) == 1
     assert pool.threads == 1
+
+
+def test_an_idle_thread_keeps_nothing_of_its_last_call(pool: _Pool) -> None:
+    class Result:
+        pass
+
+    async def main() -> weakref.ref[Result]:
+        result = await offload(Result)
+        return weakref.ref(result)
+
+    gone = asyncio.run(main())
+    wait_until(lambda: len(pool.idle) == 1)
+    gc.collect()
+    assert gone() is None
 
 
 def test_exceptions_come_back() -> None:
@@ -284,7 +300,7 @@ def test_a_thread_going_idle_takes_a_job_that_reached_the_backlog_meanwhile() ->
     pool, thread = _Pool(1, 5.0), _Thread()
     job = Marker("late")
     pool.idle = Idle(lambda thread: pool.backlog.append(job))
-    assert pool._next(thread, None) is job
+    assert pool._next(thread) is job
     assert not pool.idle
 
 
@@ -299,14 +315,14 @@ def test_a_thread_taken_by_a_caller_as_it_goes_idle_waits_for_its_job() -> None:
         thread.wake.release()
 
     pool.idle = Idle(caller_takes_it)
-    assert pool._next(thread, None) is handed
+    assert pool._next(thread) is handed
     assert thread.job is None
 
 
 def test_an_idle_thread_ends_after_idle_seconds() -> None:
     pool, thread = _Pool(1, 0.01), _Thread()
     pool.threads = 1
-    assert pool._next(thread, None) is None
+    assert pool._next(thread) is None
     assert pool.threads == 0 and not pool.idle
 
 
@@ -323,7 +339,7 @@ def test_an_idle_thread_that_times_out_with_a_backlog_takes_it() -> None:
 
     pool._unidle = unidle  # type: ignore[method-assign]
     pool.threads = 1
-    assert pool._next(thread, None) is job
+    assert pool._next(thread) is job
     assert pool.threads == 1
 
 
@@ -341,7 +357,7 @@ def test_an_idle_thread_taken_as_it_times_out_waits_for_its_job() -> None:
         return False
 
     pool._unidle = unidle  # type: ignore[method-assign]
-    assert pool._next(thread, None) is job
+    assert pool._next(thread) is job
     assert calls == 1
 
 
