@@ -13,7 +13,8 @@ the sync driver uses (``_Rules``).
 - ``ModelRequest``: ``model.astream(request)`` is an async iterable of chunks
   then the response (an ``async def`` returning one is awaited first);
 - ``ToolRequest``: :meth:`ToolRegistry.aexecute`: an ``async def`` tool is
-  awaited, a sync one runs in a worker thread (``asyncio.to_thread``);
+  awaited, a sync one runs in a worker thread (a reused pool thread:
+  ``_offload.offload``, ``asyncio.to_thread`` at a fraction of its cost);
 - ``ToolBatch`` (``parallel_tools=True``): each call an asyncio task (at most
   ``tool_workers`` at once when given, see ``_batch.py``), the results sent in
   completion order;
@@ -33,6 +34,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Sequence
+from types import AsyncGeneratorType
 from typing import Any, Protocol, runtime_checkable
 
 from typing_extensions import Unpack
@@ -103,7 +105,7 @@ async def arun(
     be ``async def`` (sync tools run in a worker thread), and ``on_pause`` may be
     ``async def``. With ``parallel_tools=True`` the calls of a batch run as
     asyncio tasks, at most ``tool_workers`` at once (default: no limit; sync tools
-    also share the event loop's default thread pool).
+    also share a pool of at most ``min(32, CPUs + 4)`` worker threads).
 
     Raises:
         TypeError, ValueError: bad options (before anything runs), a model without
@@ -238,7 +240,11 @@ class _AsyncDriver(_Rules):
             cancel = self._cancel()
             if cancel is not None:
                 return cancel
-            outcome = await aexecute_tool(self._registry, effect.call, self._caller)  # type: ignore[union-attr]
+            call = effect.call  # type: ignore[union-attr]
+            if self._caller is None:
+                outcome = await self._registry.aexecute(call)
+            else:
+                outcome = await aexecute_tool(self._registry, call, self._caller)
             return self._tool_result(effect, outcome)  # type: ignore[arg-type]
         if kind is ToolBatch:
             return await self._batch_reply(effect)  # type: ignore[arg-type]
@@ -272,7 +278,8 @@ class _AsyncDriver(_Rules):
             self._stream_id = request.id
             try:
                 items = self._model.astream(request)
-                if inspect.isawaitable(items):  # an ``async def`` returning the iterable
+                # an ``async def`` returning the iterable (an async generator never is)
+                if type(items) is not AsyncGeneratorType and inspect.isawaitable(items):
                     items = await items
                 self._stream = aiter(items)
             except Exception as exc:
@@ -321,10 +328,9 @@ class _AsyncDriver(_Rules):
 
 
 async def aexecute_tool(
-    registry: ToolRegistry, call: ToolCall, caller: Caller | None = None
+    registry: ToolRegistry, call: ToolCall, caller: Caller
 ) -> tuple[Content, bool]:
-    """Run one tool call for an async driver (see :func:`~agentloop._driver.execute_tool`)."""
-    if caller is None:
-        return await registry.aexecute(call)
+    """Run one tool call for an async driver, lending it ``caller`` (see
+    :func:`~agentloop._driver.execute_tool`)."""
     with lent(caller):
         return await registry.aexecute(call)

@@ -14,7 +14,7 @@ protocol (:class:`_Batches` holds what they share):
   ``tool_workers`` threads (default :data:`DEFAULT_TOOL_WORKERS`, started as needed).
 - :class:`TaskBatches` (:func:`agentloop.arun`): one asyncio task per call, at most
   ``tool_workers`` running at once when given; an ``async def`` tool is awaited, a
-  sync one runs in a worker thread (``asyncio.to_thread``).
+  sync one runs in a worker thread (a reused one: :func:`~agentloop._offload.offload`).
 
 Cancellation stays cooperative, as for a sequential tool: a call checks the
 :class:`~agentloop.CancelToken` right before it starts, so once the token is set,

@@ -10,8 +10,8 @@ one place the key is made, for every tier (``agentloop.temporal`` included). Who
 session names it with :func:`idempotency_session` (``replay.run_durable`` and
 ``agentloop.temporal`` do it themselves; with a log file, wrap your driving code),
 and :meth:`agentloop.Tool.execute` sets the key while the tool's function runs.
-Both are context variables: they follow the call into ``contextvars.copy_context()``
-and ``asyncio.to_thread``.
+Both are context variables: they follow the call into ``contextvars.copy_context()``,
+``asyncio.to_thread`` and the async drivers' worker threads (``_offload``).
 """
 
 from __future__ import annotations

@@ -36,7 +36,10 @@ Who uses what:
 - ``hosting``, ``child_session_id``: ``replay/_durable.py`` (a durable session's agent
   tools run their children as stored sessions, DESIGN §26);
 - ``handoff_tools``: ``replay/_durable.py`` (a durable session's handoffs' tools join
-  its driver's, as ``run`` adds them, DESIGN §26).
+  its driver's, as ``run`` adds them, DESIGN §26);
+- ``offload``: ``replay/_durable.py`` (``arun_durable`` runs the store's calls, one or
+  more per step, on the async drivers' reused worker threads: ``asyncio.to_thread``
+  costs several times as much per call).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from ._handoffs import handoff_tools, recorded_handoffs
 from ._json import MAX_ANSWER_DEPTH, answer_problem, clean_text
 from ._keywords import SESSION_KEYS, AsyncDriveOptions, DriveOptions, OnEvent, SessionOptions, split
 from ._logging import follow
+from ._offload import offload
 from ._output import RecordedOutput, output_check
 from ._tree import child_session_id
 from ._validation import content_structure_problem, parts_problem, reserved_id_problem
@@ -75,6 +79,7 @@ __all__ = [
     "handoff_tools",
     "hosting",
     "model_method",
+    "offload",
     "output_check",
     "parts_problem",
     "recorded_handoffs",

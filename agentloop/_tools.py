@@ -26,6 +26,7 @@ from ._docstrings import parameter_descriptions
 from ._idempotency import _keyed
 from ._json import non_finite_path
 from ._messages import AudioBlock, Content, DocumentBlock, ImageBlock, TextBlock, ToolCall
+from ._offload import offload
 from ._output import is_pydantic_model, pydantic_errors
 from ._text import exception_text
 from ._toolspec import ToolSpec
@@ -158,20 +159,18 @@ class Tool:
 
     async def aexecute(self, call: ToolCall) -> tuple[Content, bool]:
         """:meth:`execute` for async drivers: an ``async def`` tool is awaited, a sync
-        one runs in a worker thread (``asyncio.to_thread``, which carries context
-        variables along), so it never blocks the event loop."""
-        import asyncio  # on first use: ``import agentloop`` stays free of asyncio
-
+        one runs in a worker thread (a reused one: ``_offload``; context variables
+        go along, as with ``asyncio.to_thread``), so it never blocks the event loop."""
         prepared = self._prepare(call)
         if isinstance(prepared, str):
             return prepared, True
         args, kwargs = prepared
         try:
-            with _keyed(call.id):  # idempotency_key(): to_thread copies the context
+            with _keyed(call.id):  # idempotency_key(): offload copies the context
                 if self.is_async:
                     value = await self.fn(*args, **kwargs)
                 else:
-                    value = await asyncio.to_thread(_stop_as_value, self.fn, args, kwargs)
+                    value = await offload(_stop_as_value, self.fn, args, kwargs)
                     if type(value) is _Stopped:
                         raise value.exc
         except Exception as exc:

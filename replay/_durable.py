@@ -46,7 +46,8 @@ staller's next commit fails (its lease is gone, and the optimistic append would
 refuse it anyway): two workers never both extend a log.
 
 The async twin does the same work: the store's calls (reading and resuming the
-session, each boundary's commit) run in a worker thread (``asyncio.to_thread``) so
+session, each boundary's commit) run in a worker thread (the async drivers' reused
+pool threads, ``asyncio.to_thread`` at a fraction of its cost) so
 the event loop never waits for SQLite, and the lease is renewed by the same
 background thread.
 """
@@ -108,6 +109,7 @@ from agentloop._spi import (
     handoff_tools,
     hosting,
     model_method,
+    offload,
     output_check,
     split,
     tools_problem,
@@ -400,7 +402,7 @@ async def arun_durable(
     idempotency keys; driven by :func:`agentloop.adrive`, so the model needs
     ``astream`` (:class:`agentloop.AsyncModel`), tools may be ``async def`` (sync
     ones run in a worker thread) and ``on_pause`` may be ``async def``. The store is
-    used from a worker thread (``asyncio.to_thread``): reading and replaying a
+    used from a worker thread (a reused one, as ``arun`` runs sync tools): reading and replaying a
     stored session and every commit; the event loop never waits for SQLite. A
     session may be advanced by ``run_durable`` one day and ``arun_durable`` the
     next: the log is the same.
@@ -419,33 +421,31 @@ async def arun_durable(
 
 async def _arun(checked: _Options) -> RunResult | Parked:
     """:func:`arun_durable`'s work."""
-    import asyncio  # on first use: importing replay stays free of asyncio
-
     session_id = checked.session_id
-    runner = await asyncio.to_thread(checked.prepare)
+    runner = await offload(checked.prepare)
     if not isinstance(runner, _Runner):
         return runner
     loop = runner.loop
 
     def before_effect(effect: Effect) -> Any:
-        return asyncio.to_thread(runner.before_effect, effect)
+        return offload(runner.before_effect, effect)
 
     try:
         with idempotency_session(session_id), hosting(checked.host()):
             await adrive(loop, **checked.driving(runner), before_effect=before_effect)
-        return await asyncio.to_thread(runner.finish)
+        return await offload(runner.finish)
     except _Parking as parking:
         if parking.child:
-            await asyncio.to_thread(runner.park_on_child)
+            await offload(runner.park_on_child)
         return Parked(session_id=session_id, pause=parking.pause, steps=loop.step)
     except CallerProtocolError:
-        await asyncio.to_thread(runner.commit)
+        await offload(runner.commit)
         raise
     finally:
         runner.stop()
         # (In a thread too; should this task be cancelled again meanwhile, the
         # thread still gives the lease up.)
-        await asyncio.to_thread(runner.release)
+        await offload(runner.release)
 
 
 # --------------------------------------------------------------------------- the tree
@@ -525,13 +525,11 @@ class _Host:
         clock: Clock,
         on_event: OnEvent | None = None,
     ) -> tuple[RunResult, list[Event]]:
-        import asyncio
-
         checked = self._options(True, tool, link, messages, on_pause, signal, clock, on_event)
         outcome = await _arun(checked)
         if type(outcome) is Parked:
             return self._ended(checked.session_id, outcome)
-        return outcome, await asyncio.to_thread(self.store.events, checked.session_id)  # type: ignore[return-value]
+        return outcome, await offload(self.store.events, checked.session_id)  # type: ignore[return-value]
 
     def _ended(self, session_id: str, outcome: RunResult | Parked) -> tuple[RunResult, list[Event]]:
         """The child's result and log; a parked child parks its parent."""

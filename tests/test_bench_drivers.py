@@ -15,7 +15,8 @@ def test_quick_run_prints_and_writes_every_number(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     for needle in (
         "A1 per step",
-        "arun vs run (sync tools), goal <= 2x",
+        "arun vs run (sync tools), goal <= 1.5x",
+        "the same, the tool a sync function",
         "A2 50 concurrent",
         "A3 OpenAIChatModel over a recorded stream",
     ):
@@ -23,8 +24,14 @@ def test_quick_run_prints_and_writes_every_number(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert set(data["A1"]["us_per_step"]) == {
         "run",
-        "arun (sync tool, to_thread)",
+        "arun (sync tool)",
+        "arun (sync tool, asyncio.to_thread)",
         "arun (async tool)",
+    }
+    assert set(data["A2"]["wall_ms_by_tool"]) == {
+        "async tool",
+        "sync tool",
+        "sync tool, asyncio.to_thread",
     }
     assert data["A2"]["sessions"] == 50 and data["A2"]["peak_rss_mib"] > 0
     assert set(data["A3"]["us_per_step"]) == {
