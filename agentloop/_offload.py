@@ -27,10 +27,17 @@ and no room to start one appends its job to ``backlog`` and then looks at
 the backlog while a thread sleeps. A thread leaves ``idle`` itself (to take the
 backlog, or to end) with ``deque.remove``; when that fails a caller has just
 taken it, and a job is coming.
+
+At the process's exit the pool drains, as ``to_thread``'s executor is joined: the
+threads are daemon threads (an idle one must not hold the exit up for a minute),
+so an ``atexit`` hook (:func:`_drain`) ends the idle ones and waits for the calls
+still running and those waiting their turn (a sync tool whose task was cancelled
+still finishes what it does, as under ``to_thread``).
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import contextvars
@@ -137,6 +144,8 @@ class _Pool:
         self.backlog: collections.deque[_Job] = collections.deque()
         self.lock = threading.Lock()  # guards threads (and the backlog's last check)
         self.threads = 0
+        self.exiting = False  # set by _drain: a thread going idle ends
+        self.running: set[threading.Thread] = set()  # what _drain joins
 
     def submit(self, job: _Job) -> None:
         """Run ``job`` on an idle thread, a new one, or the first thread free."""
@@ -157,9 +166,11 @@ class _Pool:
         if start:
             thread = _Thread()
             thread.job = job  # (not in the Thread's args: they live as long as it does)
-            threading.Thread(
+            worker = threading.Thread(
                 target=self._serve, args=(thread,), name="agentloop-offload", daemon=True
-            ).start()
+            )
+            self.running.add(worker)
+            worker.start()
             return
         self._recheck()
 
@@ -184,6 +195,7 @@ class _Pool:
             thread.deliver = job.run()
             job = None
             job = self._next(thread)
+        self.running.discard(threading.current_thread())
 
     def _next(self, thread: _Thread) -> _Job | None:
         """The next job for ``thread``: the backlog's first, else one handed to it;
@@ -206,6 +218,8 @@ class _Pool:
                 deliver = None
             if self.backlog and self._unidle(thread):
                 continue
+            if self.exiting and self._unidle(thread):
+                return None  # (the process is exiting: _drain joins this thread)
             while not thread.wake.acquire(timeout=self.idle_seconds):
                 if self._unidle(thread):
                     with self.lock:
@@ -238,6 +252,27 @@ def _pool() -> _Pool:
     if pool is None or pool.pid != os.getpid():
         pool = _POOL = _Pool(min(32, (os.cpu_count() or 1) + 4), IDLE_SECONDS)
     return pool
+
+
+def _drain(pool: _Pool | None = None) -> None:
+    """At exit (``atexit``): wait for the pool's calls, running or waiting their
+    turn, then for its threads to end (an idle one is woken to end at once)."""
+    pool = _POOL if pool is None else pool
+    if pool is None or pool.pid != os.getpid():
+        return
+    pool.exiting = True
+    while True:
+        try:
+            thread = pool.idle.pop()
+        except IndexError:
+            break
+        thread.job = None  # (woken with no job: it ends)
+        thread.wake.release()
+    for worker in list(pool.running):
+        worker.join()
+
+
+atexit.register(_drain)
 
 
 async def offload(fn: Callable[..., _T], /, *args: Any) -> _T:

@@ -7,10 +7,14 @@ import collections
 import contextvars
 import functools
 import gc
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -380,3 +384,118 @@ def test_arun_runs_sync_tools_on_the_pool(pool: _Pool) -> None:
     assert len(threads) == 3 and len(set(threads)) == 1
     assert threads[0] != threading.get_ident()
     assert pool.threads == 1
+
+
+# --- the exit: the pool drains, as to_thread's executor is joined --------------------
+
+
+def test_an_exiting_thread_going_idle_ends() -> None:
+    pool, thread = _Pool(1, 5.0), _Thread()
+    pool.exiting = True
+    assert pool._next(thread) is None
+    assert not pool.idle
+
+
+def test_an_exiting_thread_taken_by_a_caller_as_it_goes_idle_waits_for_its_job() -> None:
+    pool, thread = _Pool(1, 5.0), _Thread()
+    handed = Marker("handed")
+
+    def exit_and_a_caller_takes_it(thread: _Thread) -> None:
+        pool.exiting = True
+        pool.idle.remove(thread)  # _drain (or a caller) popped it and wakes it
+        thread.job = handed
+        thread.wake.release()
+
+    pool.idle = Idle(exit_and_a_caller_takes_it)
+    assert pool._next(thread) is handed
+
+
+def test_drain_without_a_pool_of_this_process_does_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(offload_module, "_POOL", None)
+    offload_module._drain()
+    forked = _Pool(1, 5.0)
+    forked.pid = -1  # the parent's pool, as a forked child sees it
+    offload_module._drain(forked)
+    assert not forked.exiting
+
+
+def test_drain_waits_for_running_and_waiting_calls_and_ends_idle_threads(pool: _Pool) -> None:
+    done: list[str] = []
+    started = threading.Event()
+
+    def slow(name: str) -> str:
+        started.set()
+        time.sleep(0.2)
+        done.append(name)
+        return name
+
+    async def main() -> None:
+        assert await offload(str, 1) == "1"  # a thread that goes idle again
+        tasks = [asyncio.ensure_future(offload(slow, name)) for name in "abc"]
+        await asyncio.get_running_loop().run_in_executor(None, started.wait)
+        for task in tasks:  # the callers give up: the calls go on (a, b) or wait (c)
+            task.cancel()
+
+    asyncio.run(main())
+    assert pool.size == 2 and done == []
+    offload_module._drain()
+    assert sorted(done) == ["a", "b", "c"]
+    assert pool.exiting and not pool.running and not pool.backlog
+
+
+def test_drain_wakes_idle_threads_to_end(pool: _Pool) -> None:
+    assert asyncio.run(offload(str, 1)) == "1"
+    wait_until(lambda: len(pool.idle) == 1)
+    (worker,) = pool.running
+    offload_module._drain()
+    assert not worker.is_alive() and not pool.running and not pool.idle
+
+
+def test_the_process_exit_waits_for_a_cancelled_sync_tool(tmp_path: Path) -> None:
+    """A sync tool whose task was cancelled still finishes before the process ends
+    (its pool thread is a daemon thread: the exit drains the pool)."""
+    marker = tmp_path / "written"
+    script = tmp_path / "cancelled_tool.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import asyncio, pathlib, threading, time
+            from agentloop import (
+                ScriptedModel, ScriptedResponse, TextBlock, ToolCall, UserMessage, arun, tool,
+            )
+
+            started = threading.Event()
+
+            @tool
+            def write() -> str:
+                "Write the marker, slowly."
+                started.set()
+                time.sleep(0.5)
+                pathlib.Path({str(marker)!r}).write_text("done")
+                return "ok"
+
+            async def main():
+                model = ScriptedModel([
+                    ScriptedResponse("r1", (ToolCall("c1", "write", {{}}),), "tool_call"),
+                    ScriptedResponse("r2", (TextBlock("done"),), "stop"),
+                ])
+                messages = [UserMessage("u1", "go")]
+                task = asyncio.ensure_future(arun(messages, model=model, tools=[write]))
+                await asyncio.get_running_loop().run_in_executor(None, started.wait)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+            asyncio.run(main())
+            assert not pathlib.Path({str(marker)!r}).exists()
+            print("asyncio.run returned")
+            """
+        )
+    )
+    ran = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "asyncio.run returned\n"
+    assert marker.read_text() == "done"
