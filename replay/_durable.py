@@ -679,6 +679,8 @@ class _Options:
         self.lease_seconds = float(lease_seconds)
         self.model = model
         self.driving_options = driving  # drive's options, as given
+        # The session as a worker's claim read and leased it (see Worker), or None.
+        self.claimed: tuple[SessionInfo, list[Event]] | None = None
 
     def host(self) -> _Host:
         """What runs this session's agent tools' children: each as its own stored
@@ -707,8 +709,13 @@ class _Options:
         try:
             # Read and lease it in one transaction (not a finished session, nor a
             # parked one that nothing of this run would answer).
-            info, events, leased = store._claim(
-                session_id, self.owner, self.lease_seconds, paused=self.on_pause is not None
+            claimed = self.claimed
+            info, events, leased = (
+                (*claimed, True)
+                if claimed is not None
+                else store._claim(
+                    session_id, self.owner, self.lease_seconds, paused=self.on_pause is not None
+                )
             )
         except SessionNotFound:
             if self.messages is None:

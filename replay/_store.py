@@ -58,6 +58,7 @@ serialized by a lock); several processes may open the same file.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import itertools
@@ -403,6 +404,11 @@ _LOAD_SESSION: Final = (
 )
 
 
+#: What :meth:`SQLiteStore._claim_in` read: the session's row, its event rows and blob
+#: rows, whether it leased the session, and when.
+_Claim = tuple[Any, list[Any], list[Any], bool, float]
+
+
 def _info(row: tuple[Any, ...]) -> SessionInfo:
     return SessionInfo(
         id=row[0],
@@ -740,21 +746,45 @@ class SQLiteStore:
             StoreError: as for :meth:`events` (nothing was leased).
         """
         _check_lease(owner, lease_seconds)
-        now = 0.0
         with self._write() as db:
-            try:
+            claim = self._claim_in(db, session_id, owner, lease_seconds, paused, None)
+        return self._claimed(session_id, owner, lease_seconds, claim)
+
+    def _claim_in(
+        self,
+        db: sqlite3.Connection,
+        session_id: str,
+        owner: str,
+        lease_seconds: float,
+        paused: bool,
+        row: Any,
+    ) -> _Claim:
+        """:meth:`_claim`'s reads and lease, in the open write transaction (``row``:
+        the session's :data:`_LOAD_SESSION` row when already read)."""
+        now = 0.0
+        try:
+            if row is None:
                 row = db.execute(_LOAD_SESSION, (session_id,)).fetchone()
                 if row is None:
                     raise SessionNotFound(session_id)
-                status = row[1]
-                lease = status not in _FINISHED and (status != "paused" or row[9] or paused)
-                if lease:
-                    now = self.now()
-                    self._lease(db, session_id, owner, lease_seconds, now, *row[6:8], *row[13:])
-                rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
-                blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
-            except sqlite3.Error as exc:  # e.g. a row that is not valid UTF-8
-                raise _damaged(db, self.path, session_id, exc) from None
+            status = row[1]
+            lease = status not in _FINISHED and (status != "paused" or row[9] or paused)
+            if lease:
+                now = self.now()
+                self._lease(db, session_id, owner, lease_seconds, now, *row[6:8], *row[13:])
+            rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+            blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
+        except sqlite3.Error as exc:  # e.g. a row that is not valid UTF-8
+            raise _damaged(db, self.path, session_id, exc) from None
+        return row, rows, blobs, lease, now
+
+    def _claimed(
+        self, session_id: str, owner: str, lease_seconds: float, claim: _Claim
+    ) -> tuple[SessionInfo, list[Event], bool]:
+        """What :meth:`_claim` returns, from what :meth:`_claim_in` read (the events
+        decoded and checked outside the transaction; the lease released should
+        they not do)."""
+        row, rows, blobs, lease, now = claim
         try:
             events = self._events_of(session_id, row, rows, blobs)
         except BaseException:
@@ -767,6 +797,53 @@ class SQLiteStore:
                 info, lease_owner=owner, lease_expires=now + lease_seconds
             )
         return info, events, lease
+
+    def _claim_next(
+        self, candidates: collections.deque[str], owner: str, lease_seconds: float
+    ) -> tuple[str | None, _Claim | None, int]:
+        """A worker's claim (DESIGN §29): the first of ``candidates`` (listed by
+        :meth:`runnable`, taken from the left as they are looked at) that is still
+        runnable, read and leased to ``owner`` in one write transaction, as
+        :meth:`_claim` does; those leased by another live owner, finished, or gone
+        since they were listed are passed over inside that transaction (a read
+        each: no exception, no events read, nothing written).
+
+        Returns:
+            ``(session_id, claim, passed over)``: ``claim`` is for :meth:`_claimed`
+            (not leased: a parked tree's root whose run leases it itself), or
+            ``None`` when the session's rows cannot be read (nothing was leased:
+            its run says what is wrong); ``session_id`` is ``None`` when none of
+            the candidates was left.
+        """
+        skipped = 0
+        session_id: str | None = None
+        try:
+            with self._write() as db:
+                now = self.now()
+                while candidates:
+                    session_id = candidates.popleft()
+                    row = db.execute(_LOAD_SESSION, (session_id,)).fetchone()
+                    if (
+                        row is None
+                        or row[1] in _FINISHED
+                        or (
+                            row[6] is not None
+                            and row[6] != owner
+                            and row[7] is not None
+                            and row[7] > now
+                            and not gone(*row[13:])
+                        )
+                    ):
+                        skipped += 1
+                        continue
+                    claim = self._claim_in(db, session_id, owner, lease_seconds, False, row)
+                    return session_id, claim, skipped
+        except (sqlite3.Error, StoreError):
+            if session_id is None:  # (no candidate was looked at: e.g. BEGIN failed)
+                raise
+            # Its row or rows cannot be read (its lease, if any, was rolled back).
+            return session_id, None, skipped
+        return None, None, skipped
 
     def _check_format(self, session_id: str, log_format: int) -> None:
         if log_format > LOG_FORMAT_VERSION:

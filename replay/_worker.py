@@ -30,9 +30,9 @@ processes, may serve one store, and no session is advanced by two at once.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
-import queue
 import secrets
 import socket
 import threading
@@ -45,7 +45,7 @@ import msgspec
 from agentloop import AgentLoopError, ModelError, ModelRequest, ModelResponse
 
 from ._durable import Parked, _Options, _run
-from ._store import SessionInfo, SessionLeased, SQLiteStore, StoreConflict, _check_lease
+from ._store import SessionInfo, SessionLeased, SQLiteStore, StoreConflict, _check_lease, _Claim
 
 __all__ = ["RateLimit", "SessionSetup", "Worker", "WorkerError", "WorkerStats", "work"]
 
@@ -361,6 +361,13 @@ class Worker:
         # resumable for the next one, or for run_durable, once fixed).
         self._failed: set[str] = set()
         self._lock = threading.Lock()
+        # The listed sessions not claimed yet, those in progress, and what the
+        # threads claiming take turns with.
+        self._pending: collections.deque[str] = collections.deque()
+        self._busy: set[str] = set()
+        self._claiming = threading.Lock()
+        self._broken = threading.Event()  # a thread failed: the others end too
+        self._errors: list[BaseException] = []
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
     def stop(self) -> None:
@@ -383,13 +390,13 @@ class Worker:
         """Run sessions until none is runnable (or, ``forever``, until :meth:`stop`);
         then wait for the threads. Returns the stats."""
         started = time.monotonic()
-        work: queue.Queue[str | None] = queue.Queue(maxsize=self.threads)
-        in_flight: set[str] = set()
-        done = threading.Condition()
+        self._pending.clear()
+        self._busy.clear()
+        self._errors.clear()
         threads = [
             threading.Thread(
                 target=self._serve,
-                args=(work, in_flight, done, f"{self._owner}:{index}"),
+                args=(f"{self._owner}:{index}",),
                 name=f"replay worker {index}",
                 daemon=True,
             )
@@ -399,34 +406,23 @@ class Worker:
             thread.start()
         shown = started
         try:
-            while not self._stop.is_set():
-                now = time.monotonic()
-                if self.on_progress is not None and now - shown >= self.progress:
-                    shown = now
-                    self.on_progress(self._stamp(started))
-                with done:
-                    busy = set(in_flight)
-                failed = self._failed
-                runnable = [s for s in self.store.runnable() if s not in busy and s not in failed]
-                if not runnable:
-                    if not busy and not self.forever:
-                        break
-                    self._stop.wait(self.poll if not busy else min(self.poll, 0.01))
-                    continue
-                for session_id in runnable:
-                    if self._stop.is_set():
-                        break
-                    with done:
-                        in_flight.add(session_id)
-                    work.put(session_id)
-                with done:  # the sessions handed out are done or in progress
-                    while not self._stop.is_set() and len(in_flight) >= self.threads:
-                        done.wait(0.1)
-        finally:
-            for _ in threads:
-                work.put(None)
+            for thread in threads:
+                while thread.is_alive():
+                    if self.on_progress is None:
+                        thread.join(1.0)
+                        continue
+                    thread.join(max(0.0, shown + self.progress - time.monotonic()))
+                    now = time.monotonic()
+                    if now - shown >= self.progress:
+                        shown = now
+                        self.on_progress(self._stamp(started))
+        except BaseException:
+            self._broken.set()  # (e.g. on_progress raised: the threads stop, then it goes on)
             for thread in threads:
                 thread.join()
+            raise
+        if self._errors:
+            raise self._errors[0]
         return self._stamp(started)
 
     def _stamp(self, started: float) -> WorkerStats:
@@ -434,56 +430,111 @@ class Worker:
             self._stats.seconds = time.monotonic() - started
         return self.stats()
 
-    def _serve(
-        self,
-        work: queue.Queue[str | None],
-        in_flight: set[str],
-        done: threading.Condition,
-        owner: str,
-    ) -> None:
-        while True:
-            session_id = work.get()
-            if session_id is None:
-                return
-            try:
-                outcome = self._advance(session_id, owner)
-            finally:
-                with done:
-                    in_flight.discard(session_id)
-                    done.notify_all()
-            with self._lock:
-                stats = self._stats
-                if outcome in ("parked", "stopped", "skipped", "failed"):
-                    setattr(stats, outcome, getattr(stats, outcome) + 1)
-                else:
-                    stats.finished[outcome] = stats.finished.get(outcome, 0) + 1
-
-    def _advance(self, session_id: str, owner: str) -> str:
-        """Run one session; how it went (a status, or parked/stopped/skipped/failed)."""
-        if self._stop.is_set():
-            return "stopped"
+    def _serve(self, owner: str) -> None:
+        """A thread: claim a session, run it, again, until none is left (or the
+        worker stops)."""
         try:
-            info = self.store.session(session_id)
-            if info.finished:  # another worker finished it since it was listed
-                return "skipped"
-            setup = self.factory(info)
-            if type(setup) is not SessionSetup:
-                raise WorkerError(
-                    f"the factory returned {setup!r} for session {session_id!r}, not a "
-                    "replay.SessionSetup"
+            while True:
+                job = self._next(owner)
+                if job is None:
+                    return
+                session_id, claim = job
+                try:
+                    outcome = self._advance(session_id, owner, claim)
+                finally:
+                    with self._claiming:
+                        self._busy.discard(session_id)
+                self._count(outcome)
+        except BaseException as exc:  # (the store failed: run() raises it)
+            self._errors.append(exc)
+            self._broken.set()
+
+    def _count(self, outcome: str, number: int = 1) -> None:
+        with self._lock:
+            stats = self._stats
+            if outcome in ("parked", "stopped", "skipped", "failed"):
+                setattr(stats, outcome, getattr(stats, outcome) + number)
+            else:
+                stats.finished[outcome] = stats.finished.get(outcome, 0) + number
+
+    def _next(self, owner: str) -> tuple[str, _Claim | None] | None:
+        """The next session for this thread, claimed by ``owner``; ``None`` when it
+        should end (stopped, or none is left and not ``forever``).
+
+        The sessions :meth:`SQLiteStore.runnable` listed are claimed one by one,
+        each in one write transaction that passes over those another worker
+        claimed (or finished) since: several workers on one store never build a
+        session's run only to find it taken. The list is made again once it is
+        used up; when nothing is runnable, the thread waits ``poll`` seconds (10
+        ms while a session of this worker is in progress: it may leave work)."""
+        store, pending, busy = self.store, self._pending, self._busy
+        while True:
+            with self._claiming:
+                fresh = False
+                while True:
+                    if self._stop.is_set() or self._broken.is_set():
+                        return None
+                    if not pending:
+                        if fresh:
+                            break
+                        failed = self._failed
+                        pending.extend(
+                            s for s in store.runnable() if s not in busy and s not in failed
+                        )
+                        fresh = True
+                        continue
+                    session_id, claim, skipped = store._claim_next(
+                        pending, owner, self.lease_seconds
+                    )
+                    if skipped:
+                        self._count("skipped", skipped)
+                    if session_id is not None:
+                        busy.add(session_id)
+                        return session_id, claim
+                idle = not busy
+            if idle and not self.forever:
+                return None
+            self._stop.wait(self.poll if idle else min(self.poll, 0.01))
+
+    def _advance(self, session_id: str, owner: str, claim: _Claim | None) -> str:
+        """Run one claimed session; how it went (a status, or
+        parked/stopped/skipped/failed). ``claim``: what the claim read (``None``:
+        its rows could not be read; its run says why)."""
+        store = self.store
+        try:
+            if claim is None:
+                info = store.session(session_id)
+                claimed = None
+            else:
+                info, events, leased = store._claimed(session_id, owner, self.lease_seconds, claim)
+                # (Not leased: a parked tree's root, whose run leases it itself.)
+                claimed = (info, events) if leased else None
+            if self._stop.is_set():  # (stopped while it was claimed)
+                store.release(session_id, owner)  # (a no-op when not leased)
+                return "stopped"
+            try:
+                setup = self.factory(info)
+                if type(setup) is not SessionSetup:
+                    raise WorkerError(
+                        f"the factory returned {setup!r} for session {session_id!r}, not a "
+                        "replay.SessionSetup"
+                    )
+                model = setup.model
+                limiter = None if setup.provider is None else self._limiters.get(setup.provider)
+                if limiter is not None:
+                    model = _LimitedModel(model, limiter)
+                options = {
+                    **setup.options,
+                    "owner": owner,
+                    "lease_seconds": self.lease_seconds,
+                }
+                checked = _Options(
+                    False, store, session_id, None, model, setup.tools, options, "Worker"
                 )
-            model = setup.model
-            limiter = None if setup.provider is None else self._limiters.get(setup.provider)
-            if limiter is not None:
-                model = _LimitedModel(model, limiter)
-            options = {
-                **setup.options,
-                "owner": owner,
-                "lease_seconds": self.lease_seconds,
-            }
-            checked = _Options(
-                False, self.store, session_id, None, model, setup.tools, options, "Worker"
-            )
+            except BaseException:
+                store.release(session_id, owner)  # (a no-op when not leased)
+                raise
+            checked.claimed = claimed
             outcome = _run(checked, self._stop)
         except (SessionLeased, StoreConflict):
             return "skipped"

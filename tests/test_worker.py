@@ -119,6 +119,25 @@ def test_parked_sessions_wait_for_their_answer_then_a_worker_finishes_them(store
     assert replay.replay(store.events("p")).result.final_text == "approved"  # type: ignore[union-attr]
 
 
+def test_a_parked_session_whose_answer_went_before_its_claim_stays_parked(tmp_path):
+    class Listing(SQLiteStore):
+        def runnable(self) -> list[str]:
+            listed = super().runnable()
+            if listed:  # the answer is withdrawn right after the listing
+                assert self._db is not None
+                self._db.execute("DELETE FROM answers")
+            return listed
+
+    with Listing(tmp_path / "parked.db") as store:
+        replay.submit(store, "p", [UserMessage("u", "Ask first.")], tools=[approve_me])
+        assert Worker(store, approval_factory).run().parked == 1
+        replay.answer(store, "p", Resume({"approved": True}))
+        stats = Worker(store, approval_factory).run()
+        assert (stats.skipped, stats.advanced) == (1, 0)
+        info = store.session("p")
+        assert (info.status, info.lease_owner) == ("paused", None)
+
+
 def test_a_factory_can_pass_run_durable_options(store):
     replay.submit(store, "p", [UserMessage("u", "Ask first.")], tools=[approve_me])
 
@@ -158,9 +177,8 @@ def test_sessions_leased_elsewhere_are_skipped_and_failures_are_counted(store, c
     sessions.submit_sessions(store, 3)
 
     def factory(info: replay.SessionInfo) -> Any:
-        if info.id == "s0":  # another worker claims it first
-            store.acquire("s0", "someone-else", 600)
-        if info.id == "s1":
+        if info.id == "s0":
+            store.acquire("s1", "someone-else", 600)  # another worker claims s1 first
             raise RuntimeError("no model for you")
         if info.id == "s2":
             return "not a setup"
@@ -170,20 +188,27 @@ def test_sessions_leased_elsewhere_are_skipped_and_failures_are_counted(store, c
         stats = Worker(store, factory, threads=1).run()
     assert (stats.skipped, stats.failed, stats.advanced) == (1, 2, 0)  # each tried once
     messages = [record.getMessage() for record in caplog.records]
-    assert "worker: session 's1' failed" in messages
+    assert "worker: session 's0' failed" in messages
     assert "not a replay.SessionSetup" in caplog.text
-    assert store.session("s1").status == "running" and store.session("s1").lease_owner is None
+    assert store.session("s0").status == "running" and store.session("s0").lease_owner is None
+    assert store.session("s1").lease_owner == "someone-else"  # passed over, never claimed
 
 
-def test_a_session_finished_by_another_worker_meanwhile_is_skipped(store):
+def test_a_session_claimed_by_a_worker_is_refused_to_another_until_it_is_done(store):
+    # The claim leases the session before the factory is called: another worker
+    # (here run_durable with its own owner, from the factory) cannot run it.
     sessions.submit_sessions(store, 1)
+    refused: list[str] = []
 
     def factory(info: replay.SessionInfo) -> SessionSetup:
-        replay.run_durable(store, info.id, **sessions.options())  # another worker, first
+        assert info.lease_owner is not None and info.lease_owner.endswith(":0")
+        with pytest.raises(replay.SessionLeased):
+            replay.run_durable(store, info.id, **sessions.options())  # another worker
+        refused.append(info.id)
         return sessions.factory(info)
 
     stats = Worker(store, factory, threads=1).run()
-    assert (stats.skipped, stats.advanced) == (1, 0)
+    assert refused == ["s0"] and (stats.skipped, stats.finished) == (0, {"completed": 1})
 
 
 def test_a_session_another_worker_finishes_while_this_one_claims_it_never_keeps_a_lease(
@@ -676,7 +701,7 @@ def test_a_stop_while_sessions_are_handed_out_hands_out_no_more(store):
 
     worker.append(Worker(store, factory, threads=1))
     stats = worker[0].run()
-    assert stats.advanced == 0 and stats.stopped >= 2
+    assert (stats.advanced, stats.stopped) == (0, 1)  # the one claimed, none after
     assert len(store.runnable()) == 6  # every one still there, resumable
 
 
@@ -702,3 +727,94 @@ def test_the_processes_stats_sum_what_each_printed():
     assert summed.finished == {"completed": 4, "failed": 1}
     assert (summed.parked, summed.stopped, summed.skipped, summed.failed) == (1, 1, 2, 2)
     assert summed.seconds == 2.5
+
+
+def test_a_session_whose_rows_cannot_be_read_fails_and_the_others_run(store):
+    sessions.submit_sessions(store, 3)
+    assert store._db is not None
+    store._db.execute(
+        "UPDATE events SET event = CAST(x'ff' AS TEXT) WHERE session_id = 's1' AND sequence = 1"
+    )
+    stats = Worker(store, sessions.factory, threads=1).run()
+    assert (stats.finished, stats.failed) == ({"completed": 2}, 1)
+    info = store.session("s1")
+    assert (info.status, info.lease_owner) == ("running", None)  # nothing leased
+
+
+def test_a_store_that_fails_stops_every_thread_and_run_raises_it(tmp_path):
+    class Broken(SQLiteStore):
+        def runnable(self) -> list[str]:
+            raise replay.StoreError("the disk is gone")
+
+    with Broken(tmp_path / "broken.db") as store:
+        sessions.submit_sessions(store, 2)
+        with pytest.raises(replay.StoreError, match="the disk is gone"):
+            Worker(store, sessions.factory, threads=3).run()
+
+
+def test_a_claim_that_cannot_begin_is_raised(tmp_path):
+    path = tmp_path / "locked.db"
+    with SQLiteStore(path) as setup:
+        sessions.submit_sessions(setup, 1)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        with SQLiteStore(path, timeout=0) as store:
+            other.execute("BEGIN IMMEDIATE")  # another process writes, and goes on writing
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                Worker(store, sessions.factory, threads=1).run()
+            other.execute("ROLLBACK")
+    finally:
+        other.close()
+
+
+def test_a_progress_callback_that_raises_stops_the_worker(store):
+    sessions.submit_sessions(store, 2)
+    called = threading.Event()
+
+    def factory(info: replay.SessionInfo) -> SessionSetup:
+        assert called.wait(30)
+        return sessions.factory(info)
+
+    def progress(stats: WorkerStats) -> None:
+        called.set()
+        raise RuntimeError("no screen")
+
+    worker = Worker(store, factory, threads=1, on_progress=progress, progress=1e-3)
+    with pytest.raises(RuntimeError, match="no screen"):
+        worker.run()
+    assert store.runnable() == ["s1"]  # the session in progress finished, no other began
+
+
+def test_a_stop_during_a_claim_releases_the_session(tmp_path):
+    worker: list[Worker] = []
+
+    class Stopping(SQLiteStore):
+        def _claim_next(self, *args: Any) -> Any:
+            claimed = super()._claim_next(*args)
+            worker[0].stop()  # (SIGTERM, right after the claim's commit)
+            return claimed
+
+    with Stopping(tmp_path / "stop.db") as store:
+        sessions.submit_sessions(store, 2)
+        worker.append(Worker(store, sessions.factory, threads=1))
+        stats = worker[0].run()
+        assert (stats.stopped, stats.advanced) == (1, 0)
+        assert all(info.lease_owner is None for info in store.sessions())
+        assert len(store.runnable()) == 2
+
+
+def test_a_run_that_loses_its_lease_is_skipped(store):
+    sessions.submit_sessions(store, 1)
+
+    def factory(info: replay.SessionInfo) -> SessionSetup:
+        assert store._db is not None  # another worker takes the lease over (it expired)
+        store._db.execute(
+            "UPDATE sessions SET lease_owner = 'other', lease_expires = ?, lease_host = NULL "
+            "WHERE id = ?",
+            (time.time() + 600, info.id),
+        )
+        return sessions.factory(info)
+
+    stats = Worker(store, factory, threads=1).run()
+    assert (stats.skipped, stats.advanced) == (1, 0)
+    assert store.session("s0").lease_owner == "other"
