@@ -203,6 +203,21 @@ def test_a_line_that_leaves_its_message_out_is_checked_for_its_canonical_form(
         read_log(path)
 
 
+def test_a_line_leaving_its_message_out_that_does_not_decode_is_refused_as_the_general_path_does(
+    tmp_path: Path,
+) -> None:
+    path = _two_steps(tmp_path)
+    parts = bodies(path.read_bytes())
+    assert parts[3].endswith(b',"=":"message"')
+    parts[3] = parts[3].replace(b'"step":1', b'"step":"1"')  # a field of the wrong type
+    path.write_bytes(chain(parts))
+    with pytest.raises(LogFormatError, match="line 4") as fast:
+        read_log(path)
+    with pytest.raises(LogFormatError) as general:
+        _general(path)
+    assert str(fast.value) == str(general.value)
+
+
 def test_a_second_session_is_refused_whatever_the_line_ends(tmp_path: Path) -> None:
     path = _two_steps(tmp_path)
     parts = bodies(path.read_bytes())
