@@ -780,9 +780,18 @@ def test_a_progress_callback_that_raises_stops_the_worker(store):
         raise RuntimeError("no screen")
 
     worker = Worker(store, factory, threads=1, on_progress=progress, progress=1e-3)
+    before = store.session("s1")
     with pytest.raises(RuntimeError, match="no screen"):
         worker.run()
-    assert store.runnable() == ["s1"]  # the session in progress finished, no other began
+    # No other session began; the one claimed when the callback raised finished, or
+    # (the stop reached its thread before its first step) was released untouched.
+    assert store.session("s1") == before
+    first = store.session("s0")
+    assert first.lease_owner is None
+    assert first.status == "completed" or (first.steps, first.events) == (
+        before.steps,
+        before.events,
+    )
 
 
 def test_a_stop_during_a_claim_releases_the_session(tmp_path):
