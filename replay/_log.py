@@ -694,12 +694,6 @@ class _Format2:
                 return encode_event(plain)[:-1] + _DERIVED["final_text"]
         return encode_event(event)[:-1]
 
-    def line(self, event: Event) -> bytes:
-        """The lines for ``event`` (line ends included): the blob lines of the bytes
-        it holds that the log does not have yet (format 3), then its own line.
-        Advances the chain."""
-        return b"".join(_pieces(self.parts(event)))
-
     def parts(self, event: Event) -> list[tuple[bytes, bytes, _BlobLine | None]]:
         """The lines for ``event`` as ``(body, link, blob)``: ``body`` up to the link
         member, and for a blob line the blob it holds and as ``body`` only the
@@ -1879,13 +1873,17 @@ class LogWriter:
                 f"{self.path}: event {event.type} has sequence {event.sequence}, but the "
                 f"log continues at {self._next} (one log file records one run, in order)"
             )
-        parts = self._format2.parts(event)
-        if len(parts) == 1:
-            body, link, _ = parts[0]
-            self._buffer.append(body + _LINK_KEY + link + b'"}\n')
-        else:  # blob lines first: written from the blob's bytes when flushed
-            self._buffer.append(parts)
-            self._blobs = True
+        format2 = self._format2
+        body = format2.text(event)  # (the common case: no blob line before it)
+        if body is None:
+            parts = format2.parts(event)
+            if len(parts) == 1:  # (its blobs are in the log already)
+                body = parts[0][0]
+            else:  # blob lines first: written from the blob's bytes when flushed
+                self._buffer.append(parts)
+                self._blobs = True
+        if body is not None:
+            self._buffer.append(body + _LINK_KEY + format2.link + b'"}\n')
         self._next += 1
         if event.type in _SYNC_AFTER:
             self._flush()

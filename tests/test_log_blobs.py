@@ -344,9 +344,14 @@ def test_the_writer_finds_media_bytes_wherever_an_event_holds_them(where: str) -
                 or where == "message"
                 or event.reply is not None
             )
-            line = _log._Format2().line(event)
+            line = _line(event)
             assert line.startswith(b'{"blob":') is holds, (event, line[:60])
-            assert _log._Format2().line(_log._swap_media(event, lambda block: block)) == line
+            assert _line(_log._swap_media(event, lambda block: block)) == line
+
+
+def _line(event: Any) -> bytes:
+    """What a fresh log writes for ``event``: its blob lines, then its line."""
+    return b"".join(_log._pieces(_log._Format2().parts(event)))
 
 
 # --------------------------------------------------------------------------- properties
