@@ -826,13 +826,7 @@ class SQLiteStore:
                     if (
                         row is None
                         or row[1] in _FINISHED
-                        or (
-                            row[6] is not None
-                            and row[6] != owner
-                            and row[7] is not None
-                            and row[7] > now
-                            and not gone(*row[13:])
-                        )
+                        or _held(owner, now, *row[6:8], *row[13:])
                     ):
                         skipped += 1
                         continue
@@ -1289,13 +1283,8 @@ class SQLiteStore:
     ) -> None:
         """Lease the session to ``owner`` (in the open write transaction), unless
         another owner holds a live lease (:class:`SessionLeased`)."""
-        if (
-            holder is not None
-            and holder != owner
-            and expires is not None
-            and expires > now
-            and not gone(holder_host, holder_pid, holder_start)
-        ):
+        if _held(owner, now, holder, expires, holder_host, holder_pid, holder_start):
+            assert holder is not None and expires is not None  # (what _held checked)
             raise SessionLeased(
                 session_id,
                 holder,
@@ -1759,6 +1748,26 @@ def _insert_rows(
     for first in range(0, len(rows), _ROWS_PER_INSERT):
         chunk = rows[first : first + _ROWS_PER_INSERT]
         execute(_INSERTS[len(chunk)], list(itertools.chain.from_iterable(chunk)))
+
+
+def _held(
+    owner: str,
+    now: float,
+    holder: str | None,
+    expires: float | None,
+    host: str | None,
+    pid: int | None,
+    start: str | None,
+) -> bool:
+    """Whether another owner than ``owner`` holds a live lease: not expired at
+    ``now``, its process not known to be gone (same-machine takeover, DESIGN §29)."""
+    return (
+        holder is not None
+        and holder != owner
+        and expires is not None
+        and expires > now
+        and not gone(host, pid, start)
+    )
 
 
 def _check_batch(session_id: str, start: int, events: Sequence[Event]) -> None:
