@@ -55,7 +55,7 @@ from typing import Any
 import msgspec
 
 from ._budget import Budget
-from ._caller import ROOT_SESSION, Caller, current
+from ._caller import ROOT_SESSION, Caller, child_watchers, current
 from ._engine import AgentLoop, agent_loop
 from ._events import (
     Event,
@@ -313,13 +313,7 @@ class _Watchers:
             watcher(event)
 
     def child_watcher(self, link: ParentLink, tool: Any) -> Callable[[Event], object] | None:
-        found = []
-        for watcher in self.watchers:
-            follow = getattr(watcher, "child_watcher", None)
-            child = None if follow is None else follow(link, tool)
-            if child is not None:
-                found.append(child)
-        return _together(found)
+        return _together(child_watchers(self.watchers, link, tool))
 
 
 def _keys(caller: Caller, session: str) -> AbstractContextManager[None]:

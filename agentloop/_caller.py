@@ -145,18 +145,8 @@ class Caller:
         """The watchers of the child ``link`` places (of agent tool ``tool``): each
         one that a watcher of the parent's events (a subscriber of its log, its
         driver's ``on_event``) with a ``child_watcher`` method gives for it."""
-        found: list[Callable[[Event], object]] = []
         parents = [*(() if self.log is None else self.log.subscribers), self.on_event]
-        seen: set[int] = set()
-        for parent in parents:
-            follow = getattr(parent, "child_watcher", None)
-            if follow is None or id(parent) in seen:
-                continue
-            seen.add(id(parent))
-            watcher = follow(link, tool)
-            if watcher is not None:
-                found.append(watcher)
-        return found
+        return child_watchers(parents, link, tool)
 
     def take(self, call_id: str) -> ChildRun | None:
         """The child that call ``call_id`` ran, if any (once)."""
@@ -175,6 +165,25 @@ def hosting(host: ChildHost | None) -> Iterator[None]:
         yield
     finally:
         _HOST.reset(token)
+
+
+def child_watchers(
+    parents: Iterable[object], link: ParentLink, tool: Any
+) -> list[Callable[[Event], object]]:
+    """The watchers of the child ``link`` places (of agent tool ``tool``) that
+    ``parents`` (watchers of its parent's events) give: each one's, once, that has
+    a ``child_watcher`` method and gives one."""
+    found: list[Callable[[Event], object]] = []
+    seen: set[int] = set()
+    for parent in parents:
+        follow = getattr(parent, "child_watcher", None)
+        if follow is None or id(parent) in seen:
+            continue
+        seen.add(id(parent))
+        watcher = follow(link, tool)
+        if watcher is not None:
+            found.append(watcher)
+    return found
 
 
 def make_caller(
