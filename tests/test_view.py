@@ -196,6 +196,7 @@ def test_hostile_strings_stay_data() -> None:
 @example(text="</script><script>x()</script>", name="</SCRIPT", at=1.0)
 @example(text="<!--<script>", name="\u2028\u2029", at=None)
 @example(text="]]></script ", name="<img src=x onerror=alert(1)>", at=2.0**60)
+@example(text="", name="$float", at=None)  # arguments that read as a codec tag
 def test_no_string_can_become_markup(text: str, name: str, at: float | None) -> None:
     """Arbitrary text as a tool result, a tool name and a user message: the page keeps
     the template's tags and nothing else, and the data reads back to the events."""
@@ -218,7 +219,10 @@ def test_no_string_can_become_markup(text: str, name: str, at: float | None) -> 
     assert page.tags == TEMPLATE_TAGS
     data_text = page.raw["script"][0]
     assert "<" not in data_text and "\u2028" not in data_text and "\u2029" not in data_text
-    assert page.data()["events"] == [as_json(e) for e in events]
+    # The data reads back to the events, decoded as the log's lines are: the page holds
+    # each event's line, where a plan.draft's arguments that read as a codec tag
+    # ({"$float": ...}) are escaped ({"$dict": {...}}, agentloop/_codec.py).
+    assert [decode_event(json.dumps(e)) for e in page.data()["events"]] == events
     # No string could end the data element early: its end tag is where we put it.
     assert page_text.count("</script>") == 2
 
