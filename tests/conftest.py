@@ -43,6 +43,7 @@ VERSION_INDEPENDENT = (
     "tests/test_worker_crash.py",
     "tests/test_idempotency.py::test_a_file_tier_session_killed_at_any_point",
     "tests/temporal/test_kill.py",
+    "tests/temporal/test_blobs.py::test_a_killed_worker_is_replaced_by_one_that_reads_the_bytes",
     "tests/test_view_browser.py",
     "tests/test_bench_agents.py",
     "tests/test_bench_batches.py",
