@@ -845,6 +845,7 @@ class SQLiteStore:
                     if (
                         holder is not None
                         and holder != owner
+                        and expires is not None
                         and expires > now
                         and listed is not None
                         and listed.get(session_id, holder) not in (holder, "")

@@ -906,3 +906,14 @@ def test_a_claim_passes_over_a_session_a_live_holder_leased(store, listed, unloo
     candidates = collections.deque(["s0"])
     assert store._claim_next(candidates, "me", 30.0, listed) == (None, None, 1, unlooked)
     assert store.session("s0").lease_owner == "other"
+
+
+def test_a_claim_takes_a_session_whose_lease_has_no_expiry(store):
+    # (A hand-edited row: an owner without an expiry holds nothing.)
+    sessions.submit_sessions(store, 1)
+    assert store._db is not None
+    store._db.execute("UPDATE sessions SET lease_owner = 'other' WHERE id = 's0'")
+    candidates = collections.deque(["s0"])
+    session_id, claim, skipped, unlooked = store._claim_next(candidates, "me", 30.0, {"s0": None})
+    assert (session_id, skipped, unlooked) == ("s0", 0, False) and claim is not None
+    assert store.session("s0").lease_owner == "me"
