@@ -471,8 +471,9 @@ class Worker:
         claimed (or finished) since: several workers on one store never build a
         session's run only to find it taken (nor read ``/proc`` for the workers
         that took them: see :meth:`SQLiteStore._claim_next`). The list is made
-        again once it is used up; when nothing is runnable, the thread waits ``poll`` seconds (10
-        ms while a session of this worker is in progress: it may leave work)."""
+        again once it is used up (and before ending, when a claim passed over one
+        so); when nothing is runnable, the thread waits ``poll`` seconds (10 ms
+        while a session of this worker is in progress: it may leave work)."""
         store, pending, busy = self.store, self._pending, self._busy
         while True:
             with self._claiming:
