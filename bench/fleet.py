@@ -14,7 +14,10 @@ Prints, never asserts (timing is not a test):
   ``python -m replay worker --processes 4 --threads 1`` (four processes: the
   threads of one process share its interpreter lock). Goal (issue 26): at least
   2,000 sessions per second with 4 workers; printed as met or missed for the best
-  4-worker figure.
+  4-worker figure. With each, the CPU time per session (on a shared machine, the
+  steadier figure): this process's for threads; for processes, every process of
+  the command's, their start-up included (printed apart: the same command on an
+  empty store), while the sessions per second count from the workers' start.
 - F2 what one session costs in one thread: ``run_durable`` of the same sessions one
   after the other, no worker (the floor the worker's threads divide).
 - F3 the SQLite floor: the write transactions a worker makes for one session (its
@@ -23,6 +26,12 @@ Prints, never asserts (timing is not a test):
   file, and nothing else: no loop, no encoding. SQLite takes one writer at a time
   (per file), so this bounds the fleet's sessions per second on this machine
   whatever the number of workers.
+
+- F4 the write lock's share: one thread's worker run with the time spent inside
+  its write transactions (from ``BEGIN IMMEDIATE`` to ``COMMIT``: the statements
+  and the Python between them, e.g. the events' encoding) summed. One writer at a
+  time holds that lock (per file), so one over it bounds the sessions per second
+  of any number of workers, threads or processes (Amdahl's serial part).
 
 ``--crash N`` runs the issue's crash test at full size instead (``--crash 10000``):
 N sessions, 4 worker processes, one SIGKILLed every second until every session is
@@ -40,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sqlite3
 import subprocess
 import sys
@@ -89,30 +99,53 @@ def fresh_store(path: Path, count: int) -> None:
             replay.submit(store, f"s{index}", [UserMessage(f"u{index}", "Do it.")], tools=[effect])
 
 
-def threads_rate(directory: Path, count: int, threads: int) -> float:
+def threads_rate(directory: Path, count: int, threads: int) -> tuple[float, float]:
+    """Sessions per second, and CPU milliseconds per session (this process's)."""
     path = directory / f"threads-{threads}.db"
     fresh_store(path, count)
     with replay.SQLiteStore(path) as store:
+        cpu = time.process_time()
         stats = replay.work(store, factory, threads=threads)
+        cpu = time.process_time() - cpu
     assert stats.finished == {"completed": count}, stats
-    return stats.per_second
+    return stats.per_second, cpu / count * 1000
 
 
-def processes_rate(directory: Path, count: int, processes: int) -> float:
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def processes_rate(directory: Path, count: int, processes: int) -> tuple[float, float, float]:
+    """Sessions per second (over the workers' runs: their start-up is not timed),
+    CPU milliseconds per session of every process of the command, and the CPU
+    seconds of the same command on an empty store (the processes' start-up)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)])}
+
+    def worker(path: Path) -> dict[str, Any]:
+        command = [sys.executable, "-m", "replay", "worker", str(path), "--factory"]
+        options = ["--processes", str(processes), "--threads", "1", "--quiet", "--json"]
+        done = subprocess.run(
+            [*command, "fleet:factory", *options],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return dict(json.loads(done.stdout))
+
+    empty = directory / f"processes-{processes}-empty.db"
+    fresh_store(empty, 0)
+    cpu = children_cpu()
+    worker(empty)
+    start_up = children_cpu() - cpu
     path = directory / f"processes-{processes}.db"
     fresh_store(path, count)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)])}
-    command = [sys.executable, "-m", "replay", "worker", str(path), "--factory", "fleet:factory"]
-    done = subprocess.run(
-        [*command, "--processes", str(processes), "--threads", "1", "--quiet", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    stats = json.loads(done.stdout)
+    cpu = children_cpu()
+    stats = worker(path)
+    cpu = children_cpu() - cpu
     assert stats["finished"] == {"completed": count}, stats
-    return float(stats["per_second"])
+    return float(stats["per_second"]), cpu / count * 1000, start_up
 
 
 def serial_rate(directory: Path, count: int) -> float:
@@ -123,6 +156,53 @@ def serial_rate(directory: Path, count: int) -> float:
         for index in range(count):
             replay.run_durable(store, f"s{index}", model=FunctionModel(answer), tools=[effect])
         return count / (time.perf_counter() - started)
+
+
+class _Timed:
+    """The store's connection, its ``execute`` timed (see :func:`write_lock`)."""
+
+    def __init__(self, db: sqlite3.Connection, execute: Any) -> None:
+        self.__dict__.update(_db=db, execute=execute)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+def write_lock(directory: Path, count: int) -> tuple[float, float, float]:
+    """F4: one thread's worker run with the time inside its write transactions
+    (``BEGIN IMMEDIATE`` returned to ``COMMIT`` returned) summed: CPU microseconds
+    per session in all, and inside the write lock (CPU, wall). The store's
+    statements are timed through its connection and its cursor (private
+    attributes: a bench's look inside)."""
+    inside = [0.0, 0.0]
+    began = [0.0, 0.0]
+
+    def timed(execute: Any) -> Any:
+        def run(sql: str, *args: Any) -> Any:
+            result = execute(sql, *args)
+            if sql == "BEGIN IMMEDIATE":
+                began[:] = time.thread_time(), time.perf_counter()
+            elif sql in ("COMMIT", "ROLLBACK") and began[1]:
+                inside[0] += time.thread_time() - began[0]
+                inside[1] += time.perf_counter() - began[1]
+                began[1] = 0.0
+            return result
+
+        return run
+
+    path = directory / "write-lock.db"
+    fresh_store(path, count)
+    with replay.SQLiteStore(path) as store:
+        db = store._db
+        assert db is not None
+        store._execute = timed(store._execute)
+        store._db = _Timed(db, timed(db.execute))  # type: ignore[assignment]
+        cpu = time.process_time()
+        stats = replay.work(store, factory, threads=1)
+        cpu = time.process_time() - cpu
+        store._db = db
+    assert stats.finished == {"completed": count}, stats
+    return cpu / count * 1e6, inside[0] / count * 1e6, inside[1] / count * 1e6
 
 
 def floor_rate(directory: Path) -> tuple[float, float]:
@@ -227,14 +307,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {"sessions": count, "goal_per_second_4_workers": GOAL}
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        print(f"F1 {count} scripted 4-step sessions through replay.Worker (sessions/s)")
+        print(f"F1 {count} scripted 4-step sessions through replay.Worker")
+        print("                               sessions/s  CPU ms/session")
         for threads in (1, 4, 16):
-            rate = threads_rate(directory, count, threads)
+            rate, cpu = threads_rate(directory, count, threads)
             results[f"threads_{threads}"] = rate
-            print(f"  {threads:>2} threads, 1 process     {rate:>9.0f}/s")
-        rate = processes_rate(directory, count, 4)
+            results[f"threads_{threads}_cpu_ms"] = cpu
+            print(f"  {threads:>2} threads, 1 process     {rate:>9.0f}/s {cpu:>10.2f}")
+        rate, cpu, start_up = processes_rate(directory, count, 4)
         results["processes_4"] = rate
-        print(f"   4 processes, 1 thread each {rate:>8.0f}/s")
+        results["processes_4_cpu_ms"] = cpu
+        results["processes_4_start_up_cpu_s"] = start_up
+        run_cpu = cpu - start_up * 1000 / count
+        results["processes_4_run_cpu_ms"] = run_cpu
+        print(
+            f"   4 processes, 1 thread each {rate:>8.0f}/s {cpu:>10.2f} "
+            f"(with the 5 interpreters' start-up: {start_up:.2f} s of CPU on an empty store; "
+            f"{run_cpu:.2f} without it)"
+        )
         best = max(results["threads_4"], results["processes_4"])
         verdict = "met" if best >= GOAL else "missed"
         results["goal_met"] = best >= GOAL
@@ -247,6 +337,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"F3 the SQLite floor (a worker's write transactions alone): {rate:.0f}/s "
             f"({per_cpu:.0f} per CPU second)"
+        )
+        cpu, locked, locked_wall = write_lock(directory, count)
+        results["write_lock_cpu_us"], results["write_lock_wall_us"] = locked, locked_wall
+        results["write_lock_session_cpu_us"] = cpu
+        print(
+            f"F4 inside the write lock (1 thread): {locked:.0f} µs of CPU per session "
+            f"({locked_wall:.0f} µs wall) of {cpu:.0f} µs in all: at most "
+            f"{1e6 / locked:,.0f} sessions/s whatever the number of workers"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

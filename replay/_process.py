@@ -47,11 +47,18 @@ def _boot_id() -> str | None:
 def start_time(pid: int) -> str | None:
     """The start time of process ``pid`` as this module records it, or ``None``:
     no such process, or no ``/proc`` to read it from."""
+    # (os.open and one read: a third of what a file object costs; a worker's claim
+    # may look at several holders inside its write transaction.)
     try:
-        with open(f"{_PROC}/{pid}/stat", "rb") as file:
-            stat = file.read()
+        fd = os.open(f"{_PROC}/{pid}/stat", os.O_RDONLY)
     except OSError:
         return None
+    try:
+        stat = os.read(fd, 4096)  # (about 300 bytes; the kernel gives it in one read)
+    except OSError:  # (the process ended between the open and the read)
+        return None
+    finally:
+        os.close(fd)
     # Field 2 (the command name, in parentheses) may hold spaces and parentheses:
     # the fields after it start after the last ')'. Field 22 is the 20th of those.
     fields = stat[stat.rfind(b")") + 2 :].split()

@@ -67,7 +67,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Final, Literal
@@ -799,8 +799,12 @@ class SQLiteStore:
         return info, events, lease
 
     def _claim_next(
-        self, candidates: collections.deque[str], owner: str, lease_seconds: float
-    ) -> tuple[str | None, _Claim | None, int]:
+        self,
+        candidates: collections.deque[str],
+        owner: str,
+        lease_seconds: float,
+        listed: Mapping[str, str | None] | None = None,
+    ) -> tuple[str | None, _Claim | None, int, bool]:
         """A worker's claim (DESIGN §29): the first of ``candidates`` (listed by
         :meth:`runnable`, taken from the left as they are looked at) that is still
         runnable, read and leased to ``owner`` in one write transaction, as
@@ -808,14 +812,25 @@ class SQLiteStore:
         since they were listed are passed over inside that transaction (a read
         each: no exception, no events read, nothing written).
 
+        ``listed``: the lease owner each candidate had when it was listed
+        (:meth:`_runnable`). A candidate whose live lease is another owner's now
+        -- another worker claimed it after the listing -- is passed over without
+        looking whether that owner's process is gone (a read of ``/proc`` per
+        candidate, inside the write transaction: several per claim when several
+        worker processes walk the same list); should it be, the next listing
+        lists it with that owner, and the claim then takes it over (so a worker
+        lists again before it ends when a claim passed one over unlooked).
+
         Returns:
-            ``(session_id, claim, passed over)``: ``claim`` is for :meth:`_claimed`
-            (not leased: a parked tree's root whose run leases it itself), or
-            ``None`` when the session's rows cannot be read (nothing was leased:
-            its run says what is wrong); ``session_id`` is ``None`` when none of
-            the candidates was left.
+            ``(session_id, claim, passed over, unlooked)``: ``claim`` is for
+            :meth:`_claimed` (not leased: a parked tree's root whose run leases it
+            itself), or ``None`` when the session's rows cannot be read (nothing was
+            leased: its run says what is wrong); ``session_id`` is ``None`` when
+            none of the candidates was left; ``unlooked``: one passed over was
+            leased since the listing (its holder not looked at).
         """
         skipped = 0
+        unlooked = False
         session_id: str | None = None
         try:
             with self._write() as db:
@@ -823,21 +838,32 @@ class SQLiteStore:
                 while candidates:
                     session_id = candidates.popleft()
                     row = db.execute(_LOAD_SESSION, (session_id,)).fetchone()
+                    if row is None or row[1] in _FINISHED:
+                        skipped += 1
+                        continue
+                    holder, expires = row[6:8]
                     if (
-                        row is None
-                        or row[1] in _FINISHED
-                        or _held(owner, now, *row[6:8], *row[13:])
+                        holder is not None
+                        and holder != owner
+                        and expires is not None
+                        and expires > now
+                        and listed is not None
+                        and listed.get(session_id, holder) not in (holder, "")
                     ):
+                        skipped += 1  # (leased since the listing)
+                        unlooked = True
+                        continue
+                    if _held(owner, now, holder, expires, *row[13:]):
                         skipped += 1
                         continue
                     claim = self._claim_in(db, session_id, owner, lease_seconds, False, row)
-                    return session_id, claim, skipped
+                    return session_id, claim, skipped, unlooked
         except (sqlite3.Error, StoreError):
             if session_id is None:  # (no candidate was looked at: e.g. BEGIN failed)
                 raise
             # Its row or rows cannot be read (its lease, if any, was rolled back).
-            return session_id, None, skipped
-        return None, None, skipped
+            return session_id, None, skipped, unlooked
+        return None, None, skipped, unlooked
 
     def _check_format(self, session_id: str, log_format: int) -> None:
         if log_format > LOG_FORMAT_VERSION:
@@ -895,28 +921,37 @@ class SQLiteStore:
         A child session of an agent tree (DESIGN §26) is never listed: its root
         is, in its place (when the root's lease is free as well), since the
         child's run belongs inside its parent's call."""
+        return list(self._runnable())
+
+    def _runnable(self) -> dict[str, str | None]:
+        """:meth:`runnable`, each with the lease owner the listing saw (``None``:
+        free; a root listed in a child's place: ``""``, unknown). A worker's claim
+        passes over a session leased to another owner since, without looking
+        whether that owner's process is gone (see :meth:`_claim_next`)."""
         now = self.now()
         host = this_process()[0]
         with self._lock:
             db = self._connection()
             found = db.execute(
                 "SELECT id, lease_owner IS NULL OR lease_expires <= ?, lease_host, lease_pid, "
-                "lease_start FROM sessions WHERE (lease_owner IS NULL OR lease_expires <= ? "
-                "OR lease_host = ?) AND (status = 'running' OR (status = 'paused' AND id IN "
-                "(SELECT session_id FROM answers))) ORDER BY updated, id",
+                "lease_start, lease_owner FROM sessions WHERE (lease_owner IS NULL OR "
+                "lease_expires <= ? OR lease_host = ?) AND (status = 'running' OR (status = "
+                "'paused' AND id IN (SELECT session_id FROM answers))) ORDER BY updated, id",
                 (now, now, host),
             ).fetchall()
-            listed: dict[str, None] = {}
-            for session_id, free, *holder in found:
-                if not (free or gone(*holder)):
+            listed: dict[str, str | None] = {}
+            for session_id, free, lease_host, pid, start, holder in found:
+                if not (free or gone(lease_host, pid, start)):
                     continue
                 if "/" in session_id:  # perhaps a child: "<parent>/<call id>"
                     root = self._root_of(db, session_id, now, host)
                     if root is None:
                         continue
-                    session_id = root
-                listed[session_id] = None
-        return list(listed)
+                    if root != session_id:
+                        listed[root] = ""
+                        continue
+                listed.setdefault(session_id, holder)
+        return listed
 
     def _root_of(
         self, db: sqlite3.Connection, session_id: str, now: float, host: str

@@ -364,6 +364,10 @@ class Worker:
         # The listed sessions not claimed yet, those in progress, and what the
         # threads claiming take turns with.
         self._pending: collections.deque[str] = collections.deque()
+        self._listed: dict[str, str | None] = {}  # (each one's lease owner when listed)
+        # A claim passed over one leased since the listing, its holder not looked at
+        # (see SQLiteStore._claim_next): list again before ending.
+        self._unlooked = False
         self._busy: set[str] = set()
         self._claiming = threading.Lock()
         self._broken = threading.Event()  # a thread failed: the others end too
@@ -392,6 +396,7 @@ class Worker:
         started = time.monotonic()
         self._pending.clear()
         self._busy.clear()
+        self._unlooked = False
         self._errors.clear()
         threads = [
             threading.Thread(
@@ -464,9 +469,11 @@ class Worker:
         The sessions :meth:`SQLiteStore.runnable` listed are claimed one by one,
         each in one write transaction that passes over those another worker
         claimed (or finished) since: several workers on one store never build a
-        session's run only to find it taken. The list is made again once it is
-        used up; when nothing is runnable, the thread waits ``poll`` seconds (10
-        ms while a session of this worker is in progress: it may leave work)."""
+        session's run only to find it taken (nor read ``/proc`` for the workers
+        that took them: see :meth:`SQLiteStore._claim_next`). The list is made
+        again once it is used up (and before ending, when a claim passed over one
+        so); when nothing is runnable, the thread waits ``poll`` seconds (10 ms
+        while a session of this worker is in progress: it may leave work)."""
         store, pending, busy = self.store, self._pending, self._busy
         while True:
             with self._claiming:
@@ -475,19 +482,19 @@ class Worker:
                     if self._stop.is_set() or self._broken.is_set():
                         return None
                     if not pending:
-                        if fresh:
+                        if fresh and not self._unlooked:
                             break
                         failed = self._failed
-                        pending.extend(
-                            s for s in store.runnable() if s not in busy and s not in failed
-                        )
-                        fresh = True
+                        listed = self._listed = store._runnable()
+                        pending.extend(s for s in listed if s not in busy and s not in failed)
+                        fresh, self._unlooked = True, False
                         continue
-                    session_id, claim, skipped = store._claim_next(
-                        pending, owner, self.lease_seconds
+                    session_id, claim, skipped, unlooked = store._claim_next(
+                        pending, owner, self.lease_seconds, self._listed
                     )
                     if skipped:
                         self._count("skipped", skipped)
+                        self._unlooked = self._unlooked or unlooked
                     if session_id is not None:
                         busy.add(session_id)
                         return session_id, claim

@@ -16,6 +16,8 @@ def test_quick_run_prints_and_writes_every_number(tmp_path):
     assert done.returncode == 0, done.stderr
     for needle in ("F1 40 scripted 4-step sessions", "16 threads", "4 processes", "F2 ", "F3 "):
         assert needle in done.stdout, done.stdout
+    for needle in ("CPU ms/session", "interpreters' start-up", "F4 inside the write lock"):
+        assert needle in done.stdout, done.stdout
     assert "goal >= 2,000/s with 4 workers: " in done.stdout
     data = json.loads(out.read_text())
     for key in (
@@ -26,8 +28,17 @@ def test_quick_run_prints_and_writes_every_number(tmp_path):
         "serial_run_durable",
         "sqlite_floor",
         "sqlite_floor_per_cpu_second",
+        "threads_1_cpu_ms",
+        "threads_4_cpu_ms",
+        "threads_16_cpu_ms",
+        "processes_4_cpu_ms",
+        "processes_4_start_up_cpu_s",
+        "write_lock_cpu_us",
+        "write_lock_wall_us",
+        "write_lock_session_cpu_us",
     ):
         assert data[key] > 0
+    assert "processes_4_run_cpu_ms" in data  # (start-up subtracted: noise may make it small)
     assert type(data["goal_met"]) is bool
 
 

@@ -164,3 +164,12 @@ def test_a_live_holder_or_one_elsewhere_keeps_its_lease(store):
     assert (caught.value.host, caught.value.pid) == (None, None)
     assert str(caught.value).startswith("session 's' is leased by 'a' for 600.0 more seconds")
     assert "(from a process that is not recorded, which" in str(caught.value)
+
+
+@needs_proc
+def test_a_process_that_ends_between_the_open_and_the_read_has_no_start_time(monkeypatch):
+    def ended(fd: int, size: int) -> bytes:
+        raise ProcessLookupError(3, "No such process")
+
+    monkeypatch.setattr(process.os, "read", ended)
+    assert process.start_time(os.getpid()) is None

@@ -4,6 +4,7 @@ processes SIGKILLed is tests/test_worker_crash.py."""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import signal
@@ -31,8 +32,10 @@ from agentloop import (
     tool,
 )
 from replay import RateLimit, SessionSetup, SQLiteStore, Worker, WorkerError, WorkerStats
+from replay import _store as store_module
 from replay import _worker as worker_module
 from replay.__main__ import main
+from replay._process import this_process
 
 from . import worker_factory as sessions
 from .helpers import ROOT, subprocess_env
@@ -121,8 +124,8 @@ def test_parked_sessions_wait_for_their_answer_then_a_worker_finishes_them(store
 
 def test_a_parked_session_whose_answer_went_before_its_claim_stays_parked(tmp_path):
     class Listing(SQLiteStore):
-        def runnable(self) -> list[str]:
-            listed = super().runnable()
+        def _runnable(self) -> dict[str, str | None]:
+            listed = super()._runnable()
             if listed:  # the answer is withdrawn right after the listing
                 assert self._db is not None
                 self._db.execute("DELETE FROM answers")
@@ -269,8 +272,8 @@ def test_sessions_finished_after_they_were_listed_are_skipped_without_a_factory_
     # Another worker (process) finished them between this worker's listing and
     # its turn: skipped at the cost of one read, no factory, no lease.
     class Listing(SQLiteStore):
-        def runnable(self) -> list[str]:
-            listed = super().runnable()
+        def _runnable(self) -> dict[str, str | None]:
+            listed = super()._runnable()
             for session_id in listed:  # the other worker, right after the listing
                 replay.run_durable(self, session_id, **sessions.options())
             return listed
@@ -743,7 +746,7 @@ def test_a_session_whose_rows_cannot_be_read_fails_and_the_others_run(store):
 
 def test_a_store_that_fails_stops_every_thread_and_run_raises_it(tmp_path):
     class Broken(SQLiteStore):
-        def runnable(self) -> list[str]:
+        def _runnable(self) -> dict[str, str | None]:
             raise replay.StoreError("the disk is gone")
 
     with Broken(tmp_path / "broken.db") as store:
@@ -827,3 +830,90 @@ def test_a_run_that_loses_its_lease_is_skipped(store):
     stats = Worker(store, factory, threads=1).run()
     assert (stats.skipped, stats.advanced) == (1, 0)
     assert store.session("s0").lease_owner == "other"
+
+
+def test_a_session_leased_after_the_listing_is_passed_over_without_a_look_at_its_holder(
+    tmp_path, monkeypatch
+):
+    # Two other worker processes claimed both sessions right after this worker's
+    # listing: its claims pass over them without reading /proc for their holders
+    # (alive: they just claimed them). One of them died since: the worker lists
+    # again before it ends, that listing lists the session with its dead holder,
+    # and the claim looks at that holder (gone) and takes the session over.
+    in_claim: list[bool] = []
+    looked: list[int | None] = []
+    real_gone = store_module.gone
+
+    def gone(host: str | None, pid: int | None, start: str | None) -> bool:
+        if in_claim:
+            looked.append(pid)
+        return real_gone(host, pid, start)
+
+    monkeypatch.setattr(store_module, "gone", gone)
+    host, pid, start = this_process()
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    dead = child.pid
+
+    class Listing(SQLiteStore):
+        listings = 0
+
+        def _runnable(self) -> dict[str, str | None]:
+            listed = super()._runnable()
+            Listing.listings += 1
+            if Listing.listings == 1:
+                assert self._db is not None
+                for session_id, holder_pid in (("s0", pid), ("s1", dead)):
+                    lease = (f"other-{session_id}", time.time() + 600, host, holder_pid, start)
+                    self._db.execute(
+                        "UPDATE sessions SET lease_owner = ?, lease_expires = ?, "
+                        "lease_host = ?, lease_pid = ?, lease_start = ? WHERE id = ?",
+                        (*lease, session_id),
+                    )
+            return listed
+
+        def _claim_next(self, *args: Any) -> Any:
+            in_claim.append(True)
+            try:
+                return super()._claim_next(*args)
+            finally:
+                in_claim.pop()
+
+    with Listing(tmp_path / "listed.db") as store:
+        sessions.submit_sessions(store, 2)
+        stats = Worker(store, sessions.factory, threads=1).run()
+        assert (stats.skipped, stats.finished) == (2, {"completed": 1})
+        assert Listing.listings == 3  # (the third one: nothing left)
+        assert store.session("s0").lease_owner == "other-s0"
+        info = store.session("s1")
+        assert (info.status, info.lease_owner) == ("completed", None)
+    assert looked == [dead, dead]  # (s1's second claim: the candidate, then its lease)
+
+
+@pytest.mark.parametrize(
+    ("listed", "unlooked"),
+    [
+        (None, False),  # (no listing given: every holder is looked at)
+        ({"s0": "other"}, False),  # listed with this holder (it was gone then)
+        ({"s0": ""}, False),  # a root listed in its child's place: holder unknown
+        ({}, False),  # not listed
+        ({"s0": None}, True),  # free when listed: leased since
+    ],
+)
+def test_a_claim_passes_over_a_session_a_live_holder_leased(store, listed, unlooked):
+    sessions.submit_sessions(store, 1)
+    store.acquire("s0", "other", 600.0)  # (this process: alive)
+    candidates = collections.deque(["s0"])
+    assert store._claim_next(candidates, "me", 30.0, listed) == (None, None, 1, unlooked)
+    assert store.session("s0").lease_owner == "other"
+
+
+def test_a_claim_takes_a_session_whose_lease_has_no_expiry(store):
+    # (A hand-edited row: an owner without an expiry holds nothing.)
+    sessions.submit_sessions(store, 1)
+    assert store._db is not None
+    store._db.execute("UPDATE sessions SET lease_owner = 'other' WHERE id = 's0'")
+    candidates = collections.deque(["s0"])
+    session_id, claim, skipped, unlooked = store._claim_next(candidates, "me", 30.0, {"s0": None})
+    assert (session_id, skipped, unlooked) == ("s0", 0, False) and claim is not None
+    assert store.session("s0").lease_owner == "me"
