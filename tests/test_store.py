@@ -180,9 +180,9 @@ def test_entering_wal_mode_does_not_retry_other_errors():
 def test_a_new_store_has_the_schema_in_wal_mode(tmp_path):
     path = tmp_path / "new.db"
     with SQLiteStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 5
+        assert store.schema_version == SCHEMA_VERSION == 6
         assert store.sessions() == []
-        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 5>"
+        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 6>"
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert db.execute("PRAGMA application_id").fetchone() == (store_module.APPLICATION_ID,)
@@ -192,6 +192,7 @@ def test_a_new_store_has_the_schema_in_wal_mode(tmp_path):
         (3, agentloop.__version__),
         (4, agentloop.__version__),
         (5, agentloop.__version__),
+        (6, agentloop.__version__),
     ]
     db.close()
 
@@ -417,7 +418,7 @@ def check_golden_store(path: Path, script: ModuleType) -> None:
 
 
 def test_a_store_of_schema_1_is_migrated_by_a_later_schema(fixture_script, tmp_path, monkeypatch):
-    # Schemas 2 to 5 and a real step 6 (a column and an index), as a later release
+    # Schemas 2 to 6 and a real step 7 (a column and an index), as a later release
     # would add it: a store written by schema 1 is migrated when opened, keeps every
     # row, and its sessions continue.
     path = tmp_path / "old.db"
@@ -428,9 +429,9 @@ def test_a_store_of_schema_1_is_migrated_by_a_later_schema(fixture_script, tmp_p
     )
     monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, step_5])
     with SQLiteStore(path, clock=FakeClock(2e9)) as store:
-        assert store.schema_version == 6
+        assert store.schema_version == 7
         rows = store._db.execute("SELECT version, applied FROM schema_version").fetchall()
-        assert rows == [(1, 1767225600.25), (2, 2e9), (3, 2e9), (4, 2e9), (5, 2e9), (6, 2e9)]
+        assert rows == [(1, 1767225600.25), *[(version, 2e9) for version in range(2, 8)]]
         assert store._db.execute("SELECT DISTINCT labels FROM sessions").fetchall() == [("[]",)]
         assert len(store.sessions()) == 4
     check_golden_store(path, fixture_script)  # (opened again: nothing more to migrate)
@@ -459,6 +460,78 @@ def test_a_migration_may_be_a_function_and_a_failed_one_changes_nothing(tmp_path
     monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, fine])
     with SQLiteStore(path) as store:
         assert store.schema_version == SCHEMA_VERSION + 1
+
+
+def _raw(path: Path, sql: str) -> list[Any]:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+_ALL_EVENTS = "SELECT session_id, sequence, event, link FROM events ORDER BY session_id, sequence"
+_EVENTS_TABLE = "SELECT type, name, sql FROM sqlite_master WHERE tbl_name LIKE 'events%'"
+
+
+def _exports(path: Path, folder: Path) -> dict[str, bytes]:
+    folder.mkdir()
+    with SQLiteStore(path) as store:
+        for info in store.sessions():
+            store.export(info.id, folder / f"{info.id}.jsonl")
+    return {file.stem: file.read_bytes() for file in folder.iterdir()}
+
+
+def test_schema_6_moves_the_events_to_a_rowid_table_byte_for_byte(
+    fixture_script, tmp_path, monkeypatch
+):
+    # Schema 6 copies every event of a schema-5 store into a rowid table with a
+    # unique index on (session, sequence): the same rows, byte for byte, so every
+    # session exports the same log file as before, and continues.
+    path = tmp_path / "old.db"
+    fixture_script.restore((ROOT / "fixtures" / "store" / "schema-5.sql").read_text(), path)
+    rows = _raw(path, _ALL_EVENTS)
+    assert len(rows) > 50
+    monkeypatch.setattr(store_module, "MIGRATIONS", store_module.MIGRATIONS[:5])
+    before = _exports(path, tmp_path / "before")  # (a schema-5 library)
+    monkeypatch.undo()
+    assert _raw(path, "SELECT max(version) FROM schema_version") == [(5,)]
+    after = _exports(path, tmp_path / "after")  # (migrated)
+    assert _raw(path, "SELECT max(version) FROM schema_version") == [(6,)]
+    assert after == before and len(after) == 5
+    assert _raw(path, _ALL_EVENTS) == rows
+    tables = {name: sql for _, name, sql in _raw(path, _EVENTS_TABLE)}
+    assert sorted(tables) == ["events", "events_by_session"]
+    assert "WITHOUT ROWID" not in tables["events"]
+    assert tables["events_by_session"].startswith("CREATE UNIQUE INDEX")
+    db = sqlite3.connect(path)
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):  # (the key, as before)
+        db.execute("INSERT INTO events SELECT * FROM events WHERE sequence = 0 LIMIT 1")
+    db.close()
+    check_golden_store(path, fixture_script)
+
+
+def test_a_failed_schema_6_migration_leaves_the_schema_5_store_as_it_was(
+    fixture_script, tmp_path, monkeypatch
+):
+    # The copy runs in the migration's transaction: a store whose migration stops
+    # half-way (here its last statement fails, after the copy and the rename) is
+    # still the schema-5 store, every event in its old table.
+    path = tmp_path / "old.db"
+    fixture_script.restore((ROOT / "fixtures" / "store" / "schema-5.sql").read_text(), path)
+    rows, tables = _raw(path, _ALL_EVENTS), _raw(path, _EVENTS_TABLE)
+    broken = [*store_module._SCHEMA_6[:-1], "CREATE UNIQUE INDEX broken ON missing (x)"]
+    monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS[:5], broken])
+    with pytest.raises(StoreError, match="cannot open the store: no such table"):
+        SQLiteStore(path)
+    assert _raw(path, "SELECT max(version) FROM schema_version") == [(5,)]
+    assert _raw(path, _EVENTS_TABLE) == tables
+    assert "WITHOUT ROWID" in tables[0][2]
+    assert _raw(path, _ALL_EVENTS) == rows
+    monkeypatch.undo()
+    with SQLiteStore(path) as store:
+        assert store.schema_version == 6
+    assert _raw(path, _ALL_EVENTS) == rows
 
 
 # --------------------------------------------------------------------------- writing and reading
