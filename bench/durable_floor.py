@@ -117,19 +117,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         db.execute("PRAGMA synchronous=NORMAL")
         execute = db.cursor().execute
 
-        def new_session() -> str:
+        def new_session() -> tuple[str, int]:
             session_id = f"floor{next(ids)}"
+            number = execute("SELECT max(number) + 1 FROM sessions").fetchone()[0]
             execute(
                 "INSERT INTO sessions (id, status, steps, next_sequence, created, updated, "
-                "lease_owner, lease_expires, config, log_format) "
-                "VALUES (?, 'running', 1, ?, 0, 0, 'w', 1e12, '{}', 3)",
-                (session_id, first),
+                "lease_owner, lease_expires, config, log_format, number) "
+                "VALUES (?, 'running', 1, ?, 0, 0, 'w', 1e12, '{}', 3, ?)",
+                (session_id, first, number),
             )
-            execute(
-                _store._INSERTS[first],
-                [value for row in stored[:first] for value in (session_id, *row)],
-            )
-            return session_id
+            execute(_store._INSERTS[first], rows_of(session_id, number, stored[:first]))
+            return session_id, number
+
+        def rows_of(session_id: str, number: int, rows: Sequence[Any]) -> list[Any]:
+            """The values of the events' INSERT (as the store's: see _stored_rows)."""
+            return [
+                value
+                for sequence, event, link in rows
+                for value in ((number << 32) + sequence, session_id, sequence, event, link)
+            ]
 
         def plain() -> None:
             agentloop.run(question, model=model, tools=[add], max_steps=STEPS)
@@ -140,14 +146,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
 
         def bare() -> None:
-            session_id = new_session()
+            session_id, _ = new_session()
             for _ in commits:
                 execute("BEGIN IMMEDIATE")
                 execute("UPDATE sessions SET steps = steps + 1 WHERE id = ?", (session_id,))
                 execute("COMMIT")
 
         def statements() -> None:
-            session_id = new_session()
+            session_id, number = new_session()
             for expected, rows in commits:
                 execute("BEGIN IMMEDIATE")
                 execute(
@@ -165,15 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         0,
                         session_id,
                         0,
-                        session_id,
-                        expected - 1,
+                        (number << 32) + expected - 1,
                         stored[expected - 1][2],
                     ),
                 )
-                execute(
-                    _store._INSERTS[len(rows)],
-                    [value for row in rows for value in (session_id, *row)],
-                )
+                execute(_store._INSERTS[len(rows)], rows_of(session_id, number, rows))
                 execute("COMMIT")
 
         best = best_cpu_us_per_step(

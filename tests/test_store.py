@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -471,7 +472,30 @@ def _raw(path: Path, sql: str) -> list[Any]:
 
 
 _ALL_EVENTS = "SELECT session_id, sequence, event, link FROM events ORDER BY session_id, sequence"
-_EVENTS_TABLE = "SELECT type, name, sql FROM sqlite_master WHERE tbl_name LIKE 'events%'"
+_EVENTS_TABLE = (
+    "SELECT type, name, sql FROM sqlite_master WHERE tbl_name LIKE 'events%' "
+    "OR name = 'sessions_by_number'"
+)
+
+
+def _files_of_rows(path: Path) -> dict[str, bytes]:
+    """The log file of each session of a store, built from its rows read by hand
+    (whatever the schema: what export writes, the stored lines and links as they are)."""
+    db = sqlite3.connect(path)
+    try:
+        files = {}
+        for session_id, header in db.execute("SELECT id, log_header FROM sessions").fetchall():
+            rows = db.execute(
+                "SELECT sequence, event, link FROM events WHERE session_id = ? ORDER BY sequence",
+                (session_id,),
+            ).fetchall()
+            blobs = db.execute(store_module._SELECT_BLOBS, (session_id,)).fetchall()
+            start = store_module._start(header).link.decode()
+            lines = [store_module._file_line(header, start), *store_module._lines_of(rows, blobs)]
+            files[session_id] = b"".join(lines)
+        return files
+    finally:
+        db.close()
 
 
 def _exports(path: Path, folder: Path) -> dict[str, bytes]:
@@ -482,32 +506,38 @@ def _exports(path: Path, folder: Path) -> dict[str, bytes]:
     return {file.stem: file.read_bytes() for file in folder.iterdir()}
 
 
-def test_schema_6_moves_the_events_to_a_rowid_table_byte_for_byte(
-    fixture_script, tmp_path, monkeypatch
-):
-    # Schema 6 copies every event of a schema-5 store into a rowid table with a
-    # unique index on (session, sequence): the same rows, byte for byte, so every
-    # session exports the same log file as before, and continues.
+def test_schema_6_keys_the_events_by_one_integer_byte_for_byte(fixture_script, tmp_path):
+    # Schema 6 numbers the sessions (in the order they were created) and copies
+    # every event of a schema-5 store into a table keyed by the session's number
+    # times 2**32 plus the sequence: the same rows, byte for byte, so every session
+    # exports the same log file as before, and continues.
     path = tmp_path / "old.db"
     fixture_script.restore((ROOT / "fixtures" / "store" / "schema-5.sql").read_text(), path)
     rows = _raw(path, _ALL_EVENTS)
     assert len(rows) > 50
-    monkeypatch.setattr(store_module, "MIGRATIONS", store_module.MIGRATIONS[:5])
-    before = _exports(path, tmp_path / "before")  # (a schema-5 library)
-    monkeypatch.undo()
+    before = _files_of_rows(path)
     assert _raw(path, "SELECT max(version) FROM schema_version") == [(5,)]
     after = _exports(path, tmp_path / "after")  # (migrated)
     assert _raw(path, "SELECT max(version) FROM schema_version") == [(6,)]
     assert after == before and len(after) == 5
     assert _raw(path, _ALL_EVENTS) == rows
     tables = {name: sql for _, name, sql in _raw(path, _EVENTS_TABLE)}
-    assert sorted(tables) == ["events", "events_by_session"]
-    assert "WITHOUT ROWID" not in tables["events"]
-    assert tables["events_by_session"].startswith("CREATE UNIQUE INDEX")
-    db = sqlite3.connect(path)
-    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):  # (the key, as before)
-        db.execute("INSERT INTO events SELECT * FROM events WHERE sequence = 0 LIMIT 1")
-    db.close()
+    assert sorted(tables) == ["events", "sessions_by_number"]
+    assert "event_key INTEGER PRIMARY KEY" in tables["events"]
+    assert tables["sessions_by_number"].startswith("CREATE UNIQUE INDEX")
+    numbers = _raw(path, "SELECT number, id FROM sessions ORDER BY number")
+    assert numbers == [
+        (1, "finished"),
+        (2, "parked"),
+        (3, "answered"),
+        (4, "steered"),
+        (5, "crashed"),
+    ]
+    keys = _raw(
+        path, "SELECT event_key, number, sequence FROM events JOIN sessions ON id = session_id"
+    )
+    assert all(key == (number << 32) + sequence for key, number, sequence in keys)
+    assert len(keys) == len(rows)
     check_golden_store(path, fixture_script)
 
 
@@ -515,18 +545,24 @@ def test_a_failed_schema_6_migration_leaves_the_schema_5_store_as_it_was(
     fixture_script, tmp_path, monkeypatch
 ):
     # The copy runs in the migration's transaction: a store whose migration stops
-    # half-way (here its last statement fails, after the copy and the rename) is
-    # still the schema-5 store, every event in its old table.
+    # half-way (here right after its last statement: the copy and the rename done)
+    # is still the schema-5 store, every event in its old table.
     path = tmp_path / "old.db"
     fixture_script.restore((ROOT / "fixtures" / "store" / "schema-5.sql").read_text(), path)
     rows, tables = _raw(path, _ALL_EVENTS), _raw(path, _EVENTS_TABLE)
-    broken = [*store_module._SCHEMA_6[:-1], "CREATE UNIQUE INDEX broken ON missing (x)"]
+    columns = _raw(path, "PRAGMA table_info(sessions)")
+
+    def broken(db: sqlite3.Connection) -> None:
+        store_module._schema_6(db)
+        db.execute("SELECT * FROM missing")
+
     monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS[:5], broken])
-    with pytest.raises(StoreError, match="cannot open the store: no such table"):
+    with pytest.raises(StoreError, match="cannot open the store: no such table: missing"):
         SQLiteStore(path)
     assert _raw(path, "SELECT max(version) FROM schema_version") == [(5,)]
     assert _raw(path, _EVENTS_TABLE) == tables
     assert "WITHOUT ROWID" in tables[0][2]
+    assert _raw(path, "PRAGMA table_info(sessions)") == columns
     assert _raw(path, _ALL_EVENTS) == rows
     monkeypatch.undo()
     with SQLiteStore(path) as store:
@@ -707,6 +743,10 @@ def test_bad_batches_are_refused(store):
         store.append("s", events[1:2], expected=1, status="finished", steps=0)
     with pytest.raises(ValueError, match="a new session needs its first events"):
         store.create("t", [], status="running", steps=0)
+    # (An event's key is its session's number times 2**32 plus its sequence.)
+    last = msgspec.structs.replace(events[1], sequence=2**32)
+    with pytest.raises(ValueError, match=r"at most 4294967296 events \(2\*\*32: .* to 4294967297"):
+        store.append("s", [last], expected=2**32, status="running", steps=0)
     assert store.events("s") == events[:1]
 
 
@@ -819,7 +859,11 @@ BROKEN = "the hash chain is broken here"
 @pytest.mark.parametrize(
     ("sql", "message"),
     [
-        ("UPDATE events SET sequence = 99 WHERE sequence = 2", "event #3: the stored events have"),
+        ("UPDATE events SET sequence = 99 WHERE sequence = 2", "event #99: the stored events have"),
+        (  # (moved: the rows are read in the order of their keys)
+            "UPDATE events SET event_key = event_key + 97 WHERE sequence = 2",
+            "event #3: the stored events have a gap",
+        ),
         ("DELETE FROM events WHERE sequence = 2", "event #3: the stored events have a gap"),
         ("UPDATE events SET event = replace(event, 'echo', 'ECHO')", f"event #6: {BROKEN}"),
         ("UPDATE events SET event = 'nope' WHERE sequence = 1", f"event #1: {BROKEN}"),
