@@ -1198,9 +1198,11 @@ class SQLiteStore:
                 else:
                     format2 = chain.copy()
                 blobs: list[tuple[Any, ...]] = []
-                _insert_rows(
-                    execute, _stored_rows(session_id, number << 32, events, format2, blobs)
-                )
+                rows = _stored_rows(session_id, number << 32, events, format2, blobs)
+                if 0 < len(rows) <= _ROWS_PER_INSERT:  # (the common case: one INSERT)
+                    execute(_INSERTS[len(rows)], list(itertools.chain.from_iterable(rows)))
+                else:
+                    _insert_rows(execute, rows)
                 if blobs:
                     db.executemany(_INSERT_BLOBS, blobs)
                 if consume_answer:
@@ -1215,7 +1217,12 @@ class SQLiteStore:
                 _rollback(db)
                 raise
             self.commits += 1
-            self._remember(session_id, expected + len(events), format2, status, number)
+            # (As _remember does, the lock held.)
+            chains = self._chains
+            chains.pop(session_id, None)
+            chains[session_id] = (expected + len(events), format2, status, number)
+            if len(chains) > _CHAINS_KEPT:
+                del chains[next(iter(chains))]
         return []
 
     # ------------------------------------------------------------------ the chain
