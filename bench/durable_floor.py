@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             session_id, number = new_session()
             for expected, rows in commits:
                 execute("BEGIN IMMEDIATE")
-                execute(
+                moved = execute(
                     _store._APPEND_SAME_STATUS,
                     (
                         expected + len(rows),
@@ -167,14 +167,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         expected,
                         "running",
                         "w",
-                        "w",
-                        0,
-                        session_id,
                         0,
                         (number << 32) + expected - 1,
                         stored[expected - 1][2],
                     ),
-                )
+                ).rowcount
+                if moved != 1:  # (the checks of the store's UPDATE passed: it did its work)
+                    raise SystemExit(f"F2: the session's row did not move at {expected}")
                 execute(_store._INSERTS[len(rows)], rows_of(session_id, number, rows))
                 execute("COMMIT")
 

@@ -1150,9 +1150,6 @@ class SQLiteStore:
                             expected,
                             status,
                             owner,
-                            owner,
-                            poll_queued,
-                            session_id,
                             poll_queued,
                             (number << 32) + expected - 1,
                             chain.link.decode(),
@@ -1767,11 +1764,11 @@ _APPEND: Final = (
 # lease kept, no message waiting (when asked), and the chain's end as remembered
 # (the stored link of the last event): then the remembered chain state continues.
 _APPEND_SAME_STATUS: Final = (
-    "UPDATE sessions SET next_sequence = ?, steps = ?, updated = ?, "
-    "lease_expires = coalesce(?, lease_expires) "
-    "WHERE id = ? AND next_sequence = ? AND status = ? AND (? IS NULL OR lease_owner = ?) "
-    "AND (? IS NULL OR NOT EXISTS (SELECT 1 FROM queued WHERE session_id = ? AND id > ?)) "
-    "AND (SELECT link FROM events WHERE event_key = ?) = ?"
+    "UPDATE sessions SET next_sequence = ?1, steps = ?2, updated = ?3, "
+    "lease_expires = coalesce(?4, lease_expires) "
+    "WHERE id = ?5 AND next_sequence = ?6 AND status = ?7 AND (?8 IS NULL OR lease_owner = ?8) "
+    "AND (?9 IS NULL OR NOT EXISTS (SELECT 1 FROM queued WHERE session_id = ?5 AND id > ?9)) "
+    "AND (SELECT link FROM events WHERE event_key = ?10) = ?11"
 )
 
 
