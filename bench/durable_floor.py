@@ -103,10 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         store.append = recording  # type: ignore[method-assign]
         replay.run_durable(store, "recorded", question, model=model, tools=[add], max_steps=STEPS)
         store.append = append  # type: ignore[method-assign]
-        stored = store._db.execute(  # type: ignore[union-attr]
-            "SELECT sequence, event, link FROM events WHERE session_id = 'recorded' "
-            "ORDER BY sequence"
-        ).fetchall()
+        stored = store._db.execute(_store._SELECT_ROWS, ("recorded",)).fetchall()  # type: ignore[union-attr]
         ends = [expected for expected, _ in batches[1:]] + [len(stored)]
         commits = [
             (expected, stored[expected:end])
@@ -134,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return [
                 value
                 for sequence, event, link in rows
-                for value in ((number << 32) + sequence, session_id, sequence, event, link)
+                for value in ((number << 32) + sequence, sequence, event, link)
             ]
 
         def plain() -> None:

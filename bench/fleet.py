@@ -134,7 +134,9 @@ def floor_rate(directory: Path) -> tuple[float, float]:
     try:
         for (session_id,) in source.execute("SELECT id FROM sessions ORDER BY id").fetchall():
             rows = source.execute(
-                "SELECT sequence, event, link FROM events WHERE session_id = ? ORDER BY sequence",
+                "SELECT sequence, event, link FROM events WHERE event_key >= "
+                "(SELECT number << 32 FROM sessions WHERE id = ?1) AND event_key < "
+                "(SELECT (number + 1) << 32 FROM sessions WHERE id = ?1) ORDER BY event_key",
                 (session_id,),
             ).fetchall()
             # One batch per commit: up to each step.start and tool.call (the
@@ -152,15 +154,12 @@ def floor_rate(directory: Path) -> tuple[float, float]:
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.execute("PRAGMA synchronous=NORMAL")
-        insert = (
-            "INSERT INTO events (event_key, session_id, sequence, event, link) "
-            "VALUES (?, ?, ?, ?, ?)"
-        )
+        insert = "INSERT INTO events (event_key, sequence, event, link) VALUES (?, ?, ?, ?)"
         numbers = {session_id: number for number, (session_id, _) in enumerate(sessions, 1)}
 
         def keyed(session_id: str, batch: list[tuple[int, str, str]]) -> list[tuple[Any, ...]]:
             base = numbers[session_id] << 32  # (the store's event keys: schema 6)
-            return [(base + row[0], session_id, *row) for row in batch]
+            return [(base + row[0], *row) for row in batch]
 
         for session_id, batches in sessions:  # what submit stores (not timed)
             db.execute(

@@ -14,7 +14,7 @@ serve from several processes:
   ``log_format``: the log format version its events are encoded in, and
   ``log_header``: the header of its log (format 2; schema 2), whose link starts
   the session's hash chain.
-- ``events``: ``(session_id, sequence)`` → ``event``, the event's line of the log
+- ``events``: the session and ``sequence`` → ``event``, the event's line of the log
   file without its link (format 2: defaults left out, ``"="`` for content stored
   on an earlier line; a JSON object, stored as TEXT, so ``sqlite3 FILE "SELECT
   event FROM events"`` reads it), and ``link``, the line's hash chain link. So a
@@ -24,9 +24,9 @@ serve from several processes:
   would have written (the same links; ``python -m replay verify`` checks it).
   From schema 6 the rows are keyed by one integer, ``event_key``: the session's
   ``number`` (a unique column of ``sessions``: 1, 2, ... in the order they were
-  created) times 2**32 plus the event's ``sequence`` (both columns are kept, for
-  reading the table by hand); schemas 1 to 5 had a ``WITHOUT ROWID`` table keyed
-  by ``(session_id, sequence)``, where an append wrote about one page more.
+  created) times 2**32 plus the event's ``sequence`` (a column too), and there is
+  no ``session_id`` column; schemas 1 to 5 had a ``WITHOUT ROWID`` table keyed by
+  ``(session_id, sequence)``, where an append wrote about two pages more.
   Sessions stored in log format 1 (schema 1) are read by format 1's canonical
   form (no links) and rewritten as format 2, in the same transaction, when they
   are next appended to.
@@ -220,11 +220,13 @@ _SCHEMA_5: Final = (
 # other index). An append writes the session's row and the end of its range of
 # keys (for the newest sessions, the end of the table), not a leaf in the middle of
 # a (session_id, sequence) key order and an index: fewer pages per commit. Every
-# stored event is copied as it is (``session_id`` and ``sequence`` stay, for
-# reading the table by hand).
+# stored event is copied as it is (``sequence`` stays, the session is the key's high
+# bits). The column ``session_id`` is gone: an older agentloop still running on the
+# file (opened before the migration) fails to write an event (its INSERT names the
+# column) instead of storing a row without a key, which SQLite would number after
+# the last row, in another session's range.
 _EVENTS_6: Final = """CREATE TABLE events_6 (
         event_key INTEGER PRIMARY KEY,
-        session_id TEXT NOT NULL REFERENCES sessions (id),
         sequence INTEGER NOT NULL,
         event TEXT NOT NULL,
         link TEXT
@@ -241,8 +243,8 @@ def _schema_6(db: sqlite3.Connection) -> None:
     db.execute("CREATE UNIQUE INDEX sessions_by_number ON sessions (number)")
     db.execute(_EVENTS_6)
     db.execute(
-        "INSERT INTO events_6 (event_key, session_id, sequence, event, link) "
-        "SELECT (number << 32) + sequence, session_id, sequence, event, link "
+        "INSERT INTO events_6 (event_key, sequence, event, link) "
+        "SELECT (number << 32) + sequence, sequence, event, link "
         "FROM events JOIN sessions ON sessions.id = events.session_id ORDER BY 1"
     )
     db.execute("DROP TABLE events")
@@ -1274,7 +1276,7 @@ class SQLiteStore:
                 "UPDATE events SET event = ?, link = ? WHERE event_key = ?",
                 [
                     (event, link, key)
-                    for key, _, _, event, link in _stored_rows(
+                    for key, _, event, link in _stored_rows(
                         session_id,
                         number << 32,
                         events,
@@ -1804,14 +1806,14 @@ def _file_line(text: str, link: str) -> bytes:
 # the statement instead of n: cheaper than executemany).
 _ROWS_PER_INSERT: Final = 64
 _INSERTS: Final = {
-    count: "INSERT INTO events (event_key, session_id, sequence, event, link) VALUES "
-    + ", ".join(["(?, ?, ?, ?, ?)"] * count)
+    count: "INSERT INTO events (event_key, sequence, event, link) VALUES "
+    + ", ".join(["(?, ?, ?, ?)"] * count)
     for count in range(1, _ROWS_PER_INSERT + 1)
 }
 
 
 def _insert_rows(
-    execute: Callable[[str, Sequence[Any]], Any], rows: Sequence[tuple[int, str, int, str, str]]
+    execute: Callable[[str, Sequence[Any]], Any], rows: Sequence[tuple[int, int, str, str]]
 ) -> None:
     """Insert event rows with ``execute`` (a connection's or a cursor's)."""
     for first in range(0, len(rows), _ROWS_PER_INSERT):
@@ -1859,10 +1861,10 @@ def _stored_rows(
     events: Sequence[Event],
     format2: _Format2,
     blobs: list[tuple[Any, ...]],
-) -> list[tuple[int, str, int, str, str]]:
+) -> list[tuple[int, int, str, str]]:
     """The rows of ``events`` (numbered as the session continues: see
     :func:`_check_batch`): the event's key (``base``, the session's number times
-    2**32, plus its sequence), the session, the sequence, the event's log line
+    2**32, plus its sequence), the sequence, the event's log line
     without its link, and the link; advances ``format2``. The blob lines before
     each event (format 3) are added to ``blobs``, as their rows."""
     rows = []
@@ -1871,16 +1873,13 @@ def _stored_rows(
         sequence = event.sequence
         line = text(event)
         if line is not None:  # (the common case: no blob line before it)
-            rows.append(
-                (base + sequence, session_id, sequence, line.decode() + "}", format2.link.decode())
-            )
+            rows.append((base + sequence, sequence, line.decode() + "}", format2.link.decode()))
             continue
         for position, (body, link, blob) in enumerate(format2.parts(event)):
             if blob is None:
                 rows.append(
                     (
                         base + sequence,
-                        session_id,
                         sequence,
                         bytes(body).decode() + "}",
                         link.decode(),

@@ -472,6 +472,11 @@ def _raw(path: Path, sql: str) -> list[Any]:
 
 
 _ALL_EVENTS = "SELECT session_id, sequence, event, link FROM events ORDER BY session_id, sequence"
+# (From schema 6 an event's session is its key's high bits, the session's number.)
+_ALL_EVENTS_6 = (
+    "SELECT id, sequence, event, link FROM events JOIN sessions ON event_key >> 32 = number "
+    "ORDER BY id, sequence"
+)
 _EVENTS_TABLE = (
     "SELECT type, name, sql FROM sqlite_master WHERE tbl_name LIKE 'events%' "
     "OR name = 'sessions_by_number'"
@@ -520,7 +525,7 @@ def test_schema_6_keys_the_events_by_one_integer_byte_for_byte(fixture_script, t
     after = _exports(path, tmp_path / "after")  # (migrated)
     assert _raw(path, "SELECT max(version) FROM schema_version") == [(6,)]
     assert after == before and len(after) == 5
-    assert _raw(path, _ALL_EVENTS) == rows
+    assert _raw(path, _ALL_EVENTS_6) == rows
     tables = {name: sql for _, name, sql in _raw(path, _EVENTS_TABLE)}
     assert sorted(tables) == ["events", "sessions_by_number"]
     assert "event_key INTEGER PRIMARY KEY" in tables["events"]
@@ -533,11 +538,19 @@ def test_schema_6_keys_the_events_by_one_integer_byte_for_byte(fixture_script, t
         (4, "steered"),
         (5, "crashed"),
     ]
-    keys = _raw(
-        path, "SELECT event_key, number, sequence FROM events JOIN sessions ON id = session_id"
-    )
-    assert all(key == (number << 32) + sequence for key, number, sequence in keys)
+    keys = _raw(path, "SELECT event_key, sequence FROM events")
+    assert all(key & 0xFFFFFFFF == sequence for key, sequence in keys)
     assert len(keys) == len(rows)
+    # An older agentloop still running on the file cannot write an event into it
+    # (its INSERT names the session_id column, which is gone): it fails, rather
+    # than store a row that SQLite would key after the last one.
+    db = sqlite3.connect(path)
+    with pytest.raises(sqlite3.OperationalError, match="has no column named session_id"):
+        db.execute(
+            "INSERT INTO events (session_id, sequence, event, link) VALUES (?, ?, ?, ?)",
+            ("crashed", 99, "{}", "0000000000000000"),
+        )
+    db.close()
     check_golden_store(path, fixture_script)
 
 
@@ -567,7 +580,7 @@ def test_a_failed_schema_6_migration_leaves_the_schema_5_store_as_it_was(
     monkeypatch.undo()
     with SQLiteStore(path) as store:
         assert store.schema_version == 6
-    assert _raw(path, _ALL_EVENTS) == rows
+    assert _raw(path, _ALL_EVENTS_6) == rows
 
 
 # --------------------------------------------------------------------------- writing and reading
@@ -808,12 +821,15 @@ def relink(store: SQLiteStore, session_id: str, *, header: str | None = None) ->
     header = db.execute("SELECT log_header FROM sessions WHERE id = ?", (session_id,)).fetchone()[0]
     previous = link(b"", header.encode()[:-1])
     rows = db.execute(
-        "SELECT sequence, event FROM events WHERE session_id = ? ORDER BY sequence", (session_id,)
+        "SELECT sequence, event FROM events "
+        "WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = ?) ORDER BY sequence",
+        (session_id,),
     ).fetchall()
     for sequence, event in rows:
         previous = link(previous, event.encode()[:-1])
         db.execute(
-            "UPDATE events SET link = ? WHERE session_id = ? AND sequence = ?",
+            "UPDATE events SET link = ? "
+            "WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = ?) AND sequence = ?",
             (previous.decode(), session_id, sequence),
         )
 
@@ -997,11 +1013,13 @@ def test_a_damaged_format_1_session_is_reported_like_a_file(fixture_script, tmp_
     with SQLiteStore(path) as store:
         store._db.execute(
             "UPDATE events SET event = replace(event, ',\"budget\":null', '') "
-            "WHERE session_id = 'crashed' AND sequence = 14"
+            "WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = 'crashed') "
+            "AND sequence = 14"
         )
         store._db.execute(
             "UPDATE events SET event = replace(event, '\"step\":1,', '\"step\": 1,') "
-            "WHERE session_id = 'crashed' AND sequence = 2"
+            "WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = 'crashed') "
+            "AND sequence = 2"
         )
         with pytest.raises(StoreError, match=r"'crashed', event #2: not in canonical form"):
             store.events("crashed")
@@ -1289,7 +1307,10 @@ def test_an_append_to_a_session_whose_last_rows_were_deleted_is_refused(store, t
 
 def test_verify_reports_a_session_whose_last_rows_were_deleted(store, capsys):
     count = _finished_session(store, "x")
-    store._db.execute(f"DELETE FROM events WHERE session_id = 'x' AND sequence >= {count - 2}")
+    store._db.execute(
+        "DELETE FROM events WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = 'x') "
+        f"AND sequence >= {count - 2}"
+    )
     assert replay_cli.main(["verify", store.path, "--session", "x"]) == 1
     out = capsys.readouterr().out
     assert "NOT verified" in out and f"only {count - 2} are stored" in out
