@@ -834,6 +834,46 @@ def relink(store: SQLiteStore, session_id: str, *, header: str | None = None) ->
         )
 
 
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_sessions_appended_in_any_interleaving_each_read_back_as_their_log(data):
+    # Schema 6 keys an event by its session's number and its sequence: sessions
+    # appended in turns (one's rows between another's in the file, by store objects
+    # that remember the chains or new ones) each read back and export as their own
+    # log file, whatever the order.
+    count = data.draw(st.integers(2, 4))
+    logs = {f"s{index}": events_of(f"text {index}", f"s{index}") for index in range(count)}
+    batches: dict[str, list[slice]] = {}
+    for session_id, events in logs.items():
+        ends = sorted(set(data.draw(st.lists(st.integers(1, len(events)), max_size=4))))
+        batches[session_id] = [
+            slice(a, b) for a, b in zip([0, *ends], [*ends, len(events)], strict=True) if b > a
+        ]
+    turns = [session_id for session_id, todo in batches.items() for _ in todo]
+    order = data.draw(st.permutations(turns))
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "s.db")
+        try:
+            for session_id in order:
+                batch, events = batches[session_id].pop(0), logs[session_id]
+                status = "completed" if batch.stop == len(events) else "running"
+                if data.draw(st.booleans()):  # another worker continues
+                    store.close()
+                    store = SQLiteStore(Path(tmp) / "s.db")
+                if batch.start == 0:
+                    store.create(session_id, events[batch], status=status, steps=1)
+                else:
+                    store.append(
+                        session_id, events[batch], expected=batch.start, status=status, steps=1
+                    )
+            for session_id, events in logs.items():
+                assert store.events(session_id) == events
+                store.export(session_id, Path(tmp) / "export.jsonl")
+                assert (Path(tmp) / "export.jsonl").read_bytes() == file_of(events, Path(tmp))
+        finally:
+            store.close()
+
+
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=hand_built_events(), data=st.data())
 def test_any_session_in_any_batches_is_stored_as_its_log_file(events, data):
