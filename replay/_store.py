@@ -445,6 +445,8 @@ _LOAD_SESSION: Final = (
     f"SELECT {_SESSION_COLUMNS}, log_format, log_header, lease_host, lease_pid, lease_start, "
     "number FROM sessions WHERE id = ?"
 )
+# Where the session's number (schema 6: its events' keys) is in that row.
+_NUMBER: Final = 16
 
 
 #: What :meth:`SQLiteStore._claim_in` read: the session's row, its event rows and blob
@@ -769,7 +771,7 @@ class SQLiteStore:
         events, format2 = _read_rows(session_id, log_format, header, rows, blobs)
         _check_log(session_id, row[1], row[3], events)
         if format2 is not None:
-            self._remember(session_id, len(events), format2, row[1], row[16])
+            self._remember(session_id, len(events), format2, row[1], row[_NUMBER])
         return events
 
     def _claim(
