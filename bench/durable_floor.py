@@ -103,10 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         store.append = recording  # type: ignore[method-assign]
         replay.run_durable(store, "recorded", question, model=model, tools=[add], max_steps=STEPS)
         store.append = append  # type: ignore[method-assign]
-        stored = store._db.execute(  # type: ignore[union-attr]
-            "SELECT sequence, event, link FROM events WHERE session_id = 'recorded' "
-            "ORDER BY sequence"
-        ).fetchall()
+        stored = store._db.execute(_store._SELECT_ROWS, ("recorded",)).fetchall()  # type: ignore[union-attr]
         ends = [expected for expected, _ in batches[1:]] + [len(stored)]
         commits = [
             (expected, stored[expected:end])
@@ -117,19 +114,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         db.execute("PRAGMA synchronous=NORMAL")
         execute = db.cursor().execute
 
-        def new_session() -> str:
+        def new_session() -> tuple[str, int]:
             session_id = f"floor{next(ids)}"
+            number = execute("SELECT max(number) + 1 FROM sessions").fetchone()[0]
             execute(
                 "INSERT INTO sessions (id, status, steps, next_sequence, created, updated, "
-                "lease_owner, lease_expires, config, log_format) "
-                "VALUES (?, 'running', 1, ?, 0, 0, 'w', 1e12, '{}', 3)",
-                (session_id, first),
+                "lease_owner, lease_expires, config, log_format, number) "
+                "VALUES (?, 'running', 1, ?, 0, 0, 'w', 1e12, '{}', 3, ?)",
+                (session_id, first, number),
             )
-            execute(
-                _store._INSERTS[first],
-                [value for row in stored[:first] for value in (session_id, *row)],
-            )
-            return session_id
+            execute(_store._INSERTS[first], rows_of(session_id, number, stored[:first]))
+            return session_id, number
+
+        def rows_of(session_id: str, number: int, rows: Sequence[Any]) -> list[Any]:
+            """The values of the events' INSERT (as the store's: see _stored_rows)."""
+            return [
+                value
+                for sequence, event, link in rows
+                for value in ((number << 32) + sequence, sequence, event, link)
+            ]
 
         def plain() -> None:
             agentloop.run(question, model=model, tools=[add], max_steps=STEPS)
@@ -140,17 +143,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
 
         def bare() -> None:
-            session_id = new_session()
+            session_id, _ = new_session()
             for _ in commits:
                 execute("BEGIN IMMEDIATE")
                 execute("UPDATE sessions SET steps = steps + 1 WHERE id = ?", (session_id,))
                 execute("COMMIT")
 
         def statements() -> None:
-            session_id = new_session()
+            session_id, number = new_session()
             for expected, rows in commits:
                 execute("BEGIN IMMEDIATE")
-                execute(
+                moved = execute(
                     _store._APPEND_SAME_STATUS,
                     (
                         expected + len(rows),
@@ -161,19 +164,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         expected,
                         "running",
                         "w",
-                        "w",
                         0,
-                        session_id,
-                        0,
-                        session_id,
-                        expected - 1,
+                        (number << 32) + expected - 1,
                         stored[expected - 1][2],
                     ),
-                )
-                execute(
-                    _store._INSERTS[len(rows)],
-                    [value for row in rows for value in (session_id, *row)],
-                )
+                ).rowcount
+                if moved != 1:  # (the checks of the store's UPDATE passed: it did its work)
+                    raise SystemExit(f"F2: the session's row did not move at {expected}")
+                execute(_store._INSERTS[len(rows)], rows_of(session_id, number, rows))
                 execute("COMMIT")
 
         best = best_cpu_us_per_step(

@@ -214,7 +214,9 @@ def floor_rate(directory: Path) -> tuple[float, float]:
     try:
         for (session_id,) in source.execute("SELECT id FROM sessions ORDER BY id").fetchall():
             rows = source.execute(
-                "SELECT sequence, event, link FROM events WHERE session_id = ? ORDER BY sequence",
+                "SELECT sequence, event, link FROM events WHERE event_key >= "
+                "(SELECT number << 32 FROM sessions WHERE id = ?1) AND event_key < "
+                "(SELECT (number + 1) << 32 FROM sessions WHERE id = ?1) ORDER BY event_key",
                 (session_id,),
             ).fetchall()
             # One batch per commit: up to each step.start and tool.call (the
@@ -232,14 +234,20 @@ def floor_rate(directory: Path) -> tuple[float, float]:
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.execute("PRAGMA synchronous=NORMAL")
-        insert = "INSERT INTO events (session_id, sequence, event, link) VALUES (?, ?, ?, ?)"
+        insert = "INSERT INTO events (event_key, sequence, event, link) VALUES (?, ?, ?, ?)"
+        numbers = {session_id: number for number, (session_id, _) in enumerate(sessions, 1)}
+
+        def keyed(session_id: str, batch: list[tuple[int, str, str]]) -> list[tuple[Any, ...]]:
+            base = numbers[session_id] << 32  # (the store's event keys: schema 6)
+            return [(base + row[0], *row) for row in batch]
+
         for session_id, batches in sessions:  # what submit stores (not timed)
             db.execute(
                 "INSERT INTO sessions (id, status, steps, next_sequence, created, updated, "
-                "config, log_format) VALUES (?, 'running', 1, ?, 0, 0, '{}', 3)",
-                (session_id, len(batches[0])),
+                "config, log_format, number) VALUES (?, 'running', 1, ?, 0, 0, '{}', 3, ?)",
+                (session_id, len(batches[0]), numbers[session_id]),
             )
-            db.executemany(insert, [(session_id, *row) for row in batches[0]])
+            db.executemany(insert, keyed(session_id, batches[0]))
         started, cpu = time.perf_counter(), time.process_time()
         for session_id, batches in sessions:
             db.execute("BEGIN IMMEDIATE")  # the claim: the row, the lease, the events
@@ -248,7 +256,10 @@ def floor_rate(directory: Path) -> tuple[float, float]:
                 "UPDATE sessions SET lease_owner = 'w', lease_expires = 1e12 WHERE id = ?",
                 (session_id,),
             )
-            db.execute("SELECT * FROM events WHERE session_id = ?", (session_id,)).fetchall()
+            db.execute(
+                "SELECT * FROM events WHERE event_key >= ? AND event_key < ?",
+                (numbers[session_id] << 32, (numbers[session_id] + 1) << 32),
+            ).fetchall()
             db.execute("COMMIT")
             sequence = len(batches[0])
             for batch in batches[1:]:
@@ -259,7 +270,7 @@ def floor_rate(directory: Path) -> tuple[float, float]:
                     "WHERE id = ?",
                     (sequence, time.time(), session_id),
                 )
-                db.executemany(insert, [(session_id, *row) for row in batch])
+                db.executemany(insert, keyed(session_id, batch))
                 db.execute("COMMIT")
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
         return len(sessions) / wall, len(sessions) / cpu

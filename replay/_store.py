@@ -14,7 +14,7 @@ serve from several processes:
   ``log_format``: the log format version its events are encoded in, and
   ``log_header``: the header of its log (format 2; schema 2), whose link starts
   the session's hash chain.
-- ``events``: ``(session_id, sequence)`` → ``event``, the event's line of the log
+- ``events``: the session and ``sequence`` → ``event``, the event's line of the log
   file without its link (format 2: defaults left out, ``"="`` for content stored
   on an earlier line; a JSON object, stored as TEXT, so ``sqlite3 FILE "SELECT
   event FROM events"`` reads it), and ``link``, the line's hash chain link. So a
@@ -22,6 +22,11 @@ serve from several processes:
   names the first row that was edited, removed or moved, and
   :meth:`SQLiteStore.export` writes exactly the file :class:`replay.LogWriter`
   would have written (the same links; ``python -m replay verify`` checks it).
+  From schema 6 the rows are keyed by one integer, ``event_key``: the session's
+  ``number`` (a unique column of ``sessions``: 1, 2, ... in the order they were
+  created) times 2**32 plus the event's ``sequence`` (a column too), and there is
+  no ``session_id`` column; schemas 1 to 5 had a ``WITHOUT ROWID`` table keyed by
+  ``(session_id, sequence)``, where an append wrote about two pages more.
   Sessions stored in log format 1 (schema 1) are read by format 1's canonical
   form (no links) and rewritten as format 2, in the same transaction, when they
   are next appended to.
@@ -209,6 +214,43 @@ _SCHEMA_5: Final = (
     "ALTER TABLE sessions ADD COLUMN lease_start TEXT",
 )
 
+# Schema 6: each session has a ``number`` (1, 2, ... in the order they were
+# created; unique), and the events are keyed by one integer, ``event_key``: the
+# session's number times 2**32 plus the event's sequence (the table's rowid, no
+# other index). An append writes the session's row and the end of its range of
+# keys (for the newest sessions, the end of the table), not a leaf in the middle of
+# a (session_id, sequence) key order and an index: fewer pages per commit. Every
+# stored event is copied as it is (``sequence`` stays, the session is the key's high
+# bits). The column ``session_id`` is gone: an older agentloop still running on the
+# file (opened before the migration) fails to write an event (its INSERT names the
+# column) instead of storing a row without a key, which SQLite would number after
+# the last row, in another session's range.
+_EVENTS_6: Final = """CREATE TABLE events_6 (
+        event_key INTEGER PRIMARY KEY,
+        sequence INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        link TEXT
+    )"""
+
+
+def _schema_6(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE sessions ADD COLUMN number INTEGER")
+    ids = db.execute("SELECT id FROM sessions ORDER BY created, id").fetchall()
+    db.executemany(
+        "UPDATE sessions SET number = ? WHERE id = ?",
+        [(number, session_id) for number, (session_id,) in enumerate(ids, 1)],
+    )
+    db.execute("CREATE UNIQUE INDEX sessions_by_number ON sessions (number)")
+    db.execute(_EVENTS_6)
+    db.execute(
+        "INSERT INTO events_6 (event_key, sequence, event, link) "
+        "SELECT (number << 32) + sequence, sequence, event, link "
+        "FROM events JOIN sessions ON sessions.id = events.session_id ORDER BY 1"
+    )
+    db.execute("DROP TABLE events")
+    db.execute("ALTER TABLE events_6 RENAME TO events")
+
+
 Migration = Sequence[str] | Callable[[sqlite3.Connection], None]
 
 #: The migrations, in order; ``len(MIGRATIONS)`` is :data:`SCHEMA_VERSION`.
@@ -218,6 +260,7 @@ MIGRATIONS: Final[list[Migration]] = [
     _SCHEMA_3,
     _SCHEMA_4,
     _SCHEMA_5,
+    _schema_6,
 ]
 #: The schema version this library writes (and the newest it opens).
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -399,9 +442,11 @@ _SESSION_COLUMNS: Final = (
 # The row a durable run reads: the listing's columns, the log's format and header,
 # and the lease holder's process.
 _LOAD_SESSION: Final = (
-    f"SELECT {_SESSION_COLUMNS}, log_format, log_header, lease_host, lease_pid, lease_start "
-    "FROM sessions WHERE id = ?"
+    f"SELECT {_SESSION_COLUMNS}, log_format, log_header, lease_host, lease_pid, lease_start, "
+    "number FROM sessions WHERE id = ?"
 )
+# Where the session's number (schema 6: its events' keys) is in that row.
+_NUMBER: Final = 16
 
 
 #: What :meth:`SQLiteStore._claim_in` read: the session's row, its event rows and blob
@@ -517,7 +562,7 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         # Where the chains of recently read or written sessions end (see _continue).
-        self._chains: dict[str, tuple[int, _Format2, str]] = {}
+        self._chains: dict[str, tuple[int, _Format2, str, int]] = {}
         try:
             db = sqlite3.connect(
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -726,7 +771,7 @@ class SQLiteStore:
         events, format2 = _read_rows(session_id, log_format, header, rows, blobs)
         _check_log(session_id, row[1], row[3], events)
         if format2 is not None:
-            self._remember(session_id, len(events), format2, row[1])
+            self._remember(session_id, len(events), format2, row[1], row[_NUMBER])
         return events
 
     def _claim(
@@ -771,7 +816,7 @@ class SQLiteStore:
             lease = status not in _FINISHED and (status != "paused" or row[9] or paused)
             if lease:
                 now = self.now()
-                self._lease(db, session_id, owner, lease_seconds, now, *row[6:8], *row[13:])
+                self._lease(db, session_id, owner, lease_seconds, now, *row[6:8], *row[13:16])
             rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
             blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
         except sqlite3.Error as exc:  # e.g. a row that is not valid UTF-8
@@ -853,7 +898,7 @@ class SQLiteStore:
                         skipped += 1  # (leased since the listing)
                         unlooked = True
                         continue
-                    if _held(owner, now, holder, expires, *row[13:]):
+                    if _held(owner, now, holder, expires, *row[13:16]):
                         skipped += 1
                         continue
                     claim = self._claim_in(db, session_id, owner, lease_seconds, False, row)
@@ -1017,7 +1062,7 @@ class SQLiteStore:
         header = (_header_body() + b"}").decode()
         format2 = _start(header)
         blobs: list[tuple[Any, ...]] = []
-        rows = _stored_rows(session_id, events, format2, blobs)
+        count = len(events)
         config = msgspec.json.encode(_session_config(events[0])).decode()
         now = self.now()
         if status in _UNLEASED:
@@ -1030,15 +1075,17 @@ class SQLiteStore:
             ).fetchone()
             if found is not None:
                 raise StoreConflict(session_id, 0, found[0], " (it was created by another writer)")
+            number = db.execute("SELECT coalesce(max(number), 0) + 1 FROM sessions").fetchone()[0]
             db.execute(
                 "INSERT INTO sessions (id, status, steps, next_sequence, created, updated, "
                 "lease_owner, lease_expires, config, log_format, log_header, lease_host, "
-                "lease_pid, lease_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "lease_pid, lease_start, number) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     session_id,
                     status,
                     steps,
-                    len(rows),
+                    count,
                     now,
                     now,
                     owner,
@@ -1049,13 +1096,14 @@ class SQLiteStore:
                     host,
                     pid,
                     start,
+                    number,
                 ),
             )
-            _insert_rows(db.execute, rows)
+            _insert_rows(db.execute, _stored_rows(session_id, number << 32, events, format2, blobs))
             if blobs:
                 db.executemany(_INSERT_BLOBS, blobs)
         self.commits += 1
-        self._remember(session_id, len(rows), format2, status)
+        self._remember(session_id, count, format2, status, number)
 
     def append(
         self,
@@ -1123,10 +1171,12 @@ class SQLiteStore:
                 # (the chain's end as remembered, no message waiting, the status
                 # unchanged: the status index is left alone); when it matches
                 # nothing, the next ones find out why.
-                chain, same_status = None, False
+                chain, same_status, number = None, False, -1
                 remembered = self._chains.get(session_id)
-                if remembered is not None and remembered[0] == expected:
-                    chain, same_status = remembered[1], remembered[2] == status
+                if remembered is not None:
+                    number = remembered[3]
+                    if remembered[0] == expected:
+                        chain, same_status = remembered[1], remembered[2] == status
                 if chain is not None and same_status and not unleased:
                     moved = execute(
                         _APPEND_SAME_STATUS,
@@ -1139,12 +1189,8 @@ class SQLiteStore:
                             expected,
                             status,
                             owner,
-                            owner,
                             poll_queued,
-                            session_id,
-                            poll_queued,
-                            session_id,
-                            expected - 1,
+                            (number << 32) + expected - 1,
                             chain.link.decode(),
                         ),
                     ).rowcount
@@ -1182,11 +1228,17 @@ class SQLiteStore:
                         if actual != expected:
                             raise StoreConflict(session_id, expected, actual)
                         raise _lease_lost(session_id, str(owner), holder, expires, now)
-                    format2 = self._continue(db, session_id, expected, chain)
+                    if number < 0:  # (not remembered)
+                        number = _row(db, session_id, "number")[0]
+                    format2 = self._continue(db, session_id, expected, chain, number)
                 else:
                     format2 = chain.copy()
                 blobs: list[tuple[Any, ...]] = []
-                _insert_rows(execute, _stored_rows(session_id, events, format2, blobs))
+                rows = _stored_rows(session_id, number << 32, events, format2, blobs)
+                if 0 < len(rows) <= _ROWS_PER_INSERT:  # (the common case: one INSERT)
+                    execute(_INSERTS[len(rows)], list(itertools.chain.from_iterable(rows)))
+                else:
+                    _insert_rows(execute, rows)
                 if blobs:
                     db.executemany(_INSERT_BLOBS, blobs)
                 if consume_answer:
@@ -1201,24 +1253,36 @@ class SQLiteStore:
                 _rollback(db)
                 raise
             self.commits += 1
-            self._remember(session_id, expected + len(events), format2, status)
+            # (As _remember does, the lock held.)
+            chains = self._chains
+            chains.pop(session_id, None)
+            chains[session_id] = (expected + len(events), format2, status, number)
+            if len(chains) > _CHAINS_KEPT:
+                del chains[next(iter(chains))]
         return []
 
     # ------------------------------------------------------------------ the chain
 
-    def _remember(self, session_id: str, count: int, format2: _Format2, status: str) -> None:
+    def _remember(
+        self, session_id: str, count: int, format2: _Format2, status: str, number: int
+    ) -> None:
         """Keep where the session's chain ends after ``count`` events, and its
         status (for the next append: the durable runner reads a session, then
         appends to it)."""
         with self._lock:
             chains = self._chains
             chains.pop(session_id, None)
-            chains[session_id] = (count, format2, status)
+            chains[session_id] = (count, format2, status, number)
             if len(chains) > _CHAINS_KEPT:
                 del chains[next(iter(chains))]  # the least recently used
 
     def _continue(
-        self, db: sqlite3.Connection, session_id: str, count: int, chain: _Format2 | None
+        self,
+        db: sqlite3.Connection,
+        session_id: str,
+        count: int,
+        chain: _Format2 | None,
+        number: int,
     ) -> _Format2:
         """The state that the session's next line continues, its ``count`` events
         stored (in the open write transaction).
@@ -1230,7 +1294,7 @@ class SQLiteStore:
         rewritten as format 2 (the same events) in this transaction.
         """
         if chain is not None:
-            found = db.execute(_LAST_LINK, (session_id, count - 1)).fetchone()
+            found = db.execute(_LAST_LINK, ((number << 32) + count - 1,)).fetchone()
             if found is not None and found[0] == chain.link.decode():
                 return chain.copy()
         log_format, header = _row(db, session_id, "log_format, log_header")
@@ -1246,11 +1310,12 @@ class SQLiteStore:
             header = (_header_body() + b"}").decode()
             format2 = _start(header)
             db.executemany(
-                "UPDATE events SET event = ?, link = ? WHERE session_id = ? AND sequence = ?",
+                "UPDATE events SET event = ?, link = ? WHERE event_key = ?",
                 [
-                    (event, link, session_id, sequence)
-                    for _, sequence, event, link in _stored_rows(
+                    (event, link, key)
+                    for key, _, event, link in _stored_rows(
                         session_id,
+                        number << 32,
                         events,
                         format2,
                         [],  # (format 1 holds no media)
@@ -1672,7 +1737,7 @@ def _damaged(db: sqlite3.Connection, path: str, session_id: str, exc: sqlite3.Er
                 return StoreError(f"{where}: the session row's {column} is damaged: {problem}")
         rows = db.execute(
             "SELECT sequence, CAST(event AS BLOB), CAST(link AS BLOB) FROM events "
-            "WHERE session_id = ? ORDER BY sequence",
+            f"WHERE {_OF_SESSION} ORDER BY event_key",
             (session_id,),
         )
         for sequence, event, link in rows:
@@ -1697,8 +1762,16 @@ def _not_utf8(data: bytes | None) -> str | None:
 
 # --------------------------------------------------------------------------- stored lines
 
+# A session's events are keyed by its number times 2**32 plus their sequence.
+_MAX_EVENTS: Final = 1 << 32
+# A session's range of event keys (its number times 2**32, and up), by its id (the
+# first parameter).
+_OF_SESSION: Final = (
+    "event_key >= (SELECT number << 32 FROM sessions WHERE id = ?1) "
+    "AND event_key < (SELECT (number + 1) << 32 FROM sessions WHERE id = ?1)"
+)
 _SELECT_ROWS: Final = (
-    "SELECT sequence, event, link FROM events WHERE session_id = ? ORDER BY sequence"
+    f"SELECT sequence, event, link FROM events WHERE {_OF_SESSION} ORDER BY event_key"
 )
 _SELECT_BLOBS: Final = (
     "SELECT sequence, hash, media_type, data, link FROM blobs WHERE session_id = ? "
@@ -1712,7 +1785,7 @@ _INSERT_BLOBS: Final = (
 _CHAINS_KEPT: Final = 256
 
 _SELECT_QUEUED: Final = "SELECT id, reply FROM queued WHERE session_id = ? AND id > ? ORDER BY id"
-_LAST_LINK: Final = "SELECT link FROM events WHERE session_id = ? AND sequence = ?"
+_LAST_LINK: Final = "SELECT link FROM events WHERE event_key = ?"
 
 # An append (see SQLiteStore.append): the session's row moves on if it continues at
 # the expected sequence and the lease is the appender's; the status columns and
@@ -1730,11 +1803,11 @@ _APPEND: Final = (
 # lease kept, no message waiting (when asked), and the chain's end as remembered
 # (the stored link of the last event): then the remembered chain state continues.
 _APPEND_SAME_STATUS: Final = (
-    "UPDATE sessions SET next_sequence = ?, steps = ?, updated = ?, "
-    "lease_expires = coalesce(?, lease_expires) "
-    "WHERE id = ? AND next_sequence = ? AND status = ? AND (? IS NULL OR lease_owner = ?) "
-    "AND (? IS NULL OR NOT EXISTS (SELECT 1 FROM queued WHERE session_id = ? AND id > ?)) "
-    "AND (SELECT link FROM events WHERE session_id = ? AND sequence = ?) = ?"
+    "UPDATE sessions SET next_sequence = ?1, steps = ?2, updated = ?3, "
+    "lease_expires = coalesce(?4, lease_expires) "
+    "WHERE id = ?5 AND next_sequence = ?6 AND status = ?7 AND (?8 IS NULL OR lease_owner = ?8) "
+    "AND (?9 IS NULL OR NOT EXISTS (SELECT 1 FROM queued WHERE session_id = ?5 AND id > ?9)) "
+    "AND (SELECT link FROM events WHERE event_key = ?10) = ?11"
 )
 
 
@@ -1770,14 +1843,14 @@ def _file_line(text: str, link: str) -> bytes:
 # the statement instead of n: cheaper than executemany).
 _ROWS_PER_INSERT: Final = 64
 _INSERTS: Final = {
-    count: "INSERT INTO events (session_id, sequence, event, link) VALUES "
+    count: "INSERT INTO events (event_key, sequence, event, link) VALUES "
     + ", ".join(["(?, ?, ?, ?)"] * count)
     for count in range(1, _ROWS_PER_INSERT + 1)
 }
 
 
 def _insert_rows(
-    execute: Callable[[str, Sequence[Any]], Any], rows: Sequence[tuple[str, int, str, str]]
+    execute: Callable[[str, Sequence[Any]], Any], rows: Sequence[tuple[int, int, str, str]]
 ) -> None:
     """Insert event rows with ``execute`` (a connection's or a cursor's)."""
     for first in range(0, len(rows), _ROWS_PER_INSERT):
@@ -1806,6 +1879,11 @@ def _held(
 
 
 def _check_batch(session_id: str, start: int, events: Sequence[Event]) -> None:
+    if start + len(events) > _MAX_EVENTS:
+        raise ValueError(
+            f"session {session_id!r}: a session holds at most {_MAX_EVENTS} events (2**32: "
+            f"its events' keys), this batch would take it to {start + len(events)}"
+        )
     for offset, event in enumerate(events):
         if event.sequence != start + offset:
             raise ValueError(
@@ -1816,25 +1894,34 @@ def _check_batch(session_id: str, start: int, events: Sequence[Event]) -> None:
 
 def _stored_rows(
     session_id: str,
+    base: int,
     events: Sequence[Event],
     format2: _Format2,
     blobs: list[tuple[Any, ...]],
-) -> list[tuple[str, int, str, str]]:
+) -> list[tuple[int, int, str, str]]:
     """The rows of ``events`` (numbered as the session continues: see
-    :func:`_check_batch`), each the event's log line without its link, and the
-    link; advances ``format2``. The blob lines before each event (format 3) are
-    added to ``blobs``, as their rows."""
+    :func:`_check_batch`): the event's key (``base``, the session's number times
+    2**32, plus its sequence), the sequence, the event's log line
+    without its link, and the link; advances ``format2``. The blob lines before
+    each event (format 3) are added to ``blobs``, as their rows."""
     rows = []
     text = format2.text
     for event in events:
         sequence = event.sequence
         line = text(event)
         if line is not None:  # (the common case: no blob line before it)
-            rows.append((session_id, sequence, line.decode() + "}", format2.link.decode()))
+            rows.append((base + sequence, sequence, line.decode() + "}", format2.link.decode()))
             continue
         for position, (body, link, blob) in enumerate(format2.parts(event)):
             if blob is None:
-                rows.append((session_id, sequence, bytes(body).decode() + "}", link.decode()))
+                rows.append(
+                    (
+                        base + sequence,
+                        sequence,
+                        bytes(body).decode() + "}",
+                        link.decode(),
+                    )
+                )
             else:
                 blobs.append(
                     (

@@ -215,7 +215,10 @@ def test_a_damaged_child_in_a_store_is_an_error(
             model=FunctionModel(delegating(("c1", "searcher"))),
             tools=tools(),
         )
-        store._db.execute("DELETE FROM events WHERE session_id = 'research/c1' AND sequence = 3")
+        store._db.execute(
+            "DELETE FROM events WHERE sequence = 3 "
+            "AND event_key >> 32 = (SELECT number FROM sessions WHERE id = 'research/c1')"
+        )
     code = main(["show", str(db), "--session", "research", "--no-color"])
     assert code == 2
     assert "research/c1" in capsys.readouterr().err

@@ -179,7 +179,7 @@ def damage(db: Path, session: str, sequence: int) -> None:
     with sqlite3.connect(db) as connection:
         connection.execute(
             "UPDATE events SET event = replace(event, '\"step\":1', '\"step\":7') "
-            "WHERE session_id = ? AND sequence = ?",
+            "WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = ?) AND sequence = ?",
             (session, sequence),
         )
     connection.close()

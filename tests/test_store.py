@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -180,9 +181,9 @@ def test_entering_wal_mode_does_not_retry_other_errors():
 def test_a_new_store_has_the_schema_in_wal_mode(tmp_path):
     path = tmp_path / "new.db"
     with SQLiteStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 5
+        assert store.schema_version == SCHEMA_VERSION == 6
         assert store.sessions() == []
-        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 5>"
+        assert repr(store) == f"<SQLiteStore {str(path)!r} schema 6>"
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert db.execute("PRAGMA application_id").fetchone() == (store_module.APPLICATION_ID,)
@@ -192,6 +193,7 @@ def test_a_new_store_has_the_schema_in_wal_mode(tmp_path):
         (3, agentloop.__version__),
         (4, agentloop.__version__),
         (5, agentloop.__version__),
+        (6, agentloop.__version__),
     ]
     db.close()
 
@@ -417,7 +419,7 @@ def check_golden_store(path: Path, script: ModuleType) -> None:
 
 
 def test_a_store_of_schema_1_is_migrated_by_a_later_schema(fixture_script, tmp_path, monkeypatch):
-    # Schemas 2 to 5 and a real step 6 (a column and an index), as a later release
+    # Schemas 2 to 6 and a real step 7 (a column and an index), as a later release
     # would add it: a store written by schema 1 is migrated when opened, keeps every
     # row, and its sessions continue.
     path = tmp_path / "old.db"
@@ -428,9 +430,9 @@ def test_a_store_of_schema_1_is_migrated_by_a_later_schema(fixture_script, tmp_p
     )
     monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, step_5])
     with SQLiteStore(path, clock=FakeClock(2e9)) as store:
-        assert store.schema_version == 6
+        assert store.schema_version == 7
         rows = store._db.execute("SELECT version, applied FROM schema_version").fetchall()
-        assert rows == [(1, 1767225600.25), (2, 2e9), (3, 2e9), (4, 2e9), (5, 2e9), (6, 2e9)]
+        assert rows == [(1, 1767225600.25), *[(version, 2e9) for version in range(2, 8)]]
         assert store._db.execute("SELECT DISTINCT labels FROM sessions").fetchall() == [("[]",)]
         assert len(store.sessions()) == 4
     check_golden_store(path, fixture_script)  # (opened again: nothing more to migrate)
@@ -459,6 +461,126 @@ def test_a_migration_may_be_a_function_and_a_failed_one_changes_nothing(tmp_path
     monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, fine])
     with SQLiteStore(path) as store:
         assert store.schema_version == SCHEMA_VERSION + 1
+
+
+def _raw(path: Path, sql: str) -> list[Any]:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+_ALL_EVENTS = "SELECT session_id, sequence, event, link FROM events ORDER BY session_id, sequence"
+# (From schema 6 an event's session is its key's high bits, the session's number.)
+_ALL_EVENTS_6 = (
+    "SELECT id, sequence, event, link FROM events JOIN sessions ON event_key >> 32 = number "
+    "ORDER BY id, sequence"
+)
+_EVENTS_TABLE = (
+    "SELECT type, name, sql FROM sqlite_master WHERE tbl_name LIKE 'events%' "
+    "OR name = 'sessions_by_number'"
+)
+
+
+def _files_of_rows(path: Path) -> dict[str, bytes]:
+    """The log file of each session of a store, built from its rows read by hand
+    (whatever the schema: what export writes, the stored lines and links as they are)."""
+    db = sqlite3.connect(path)
+    try:
+        files = {}
+        for session_id, header in db.execute("SELECT id, log_header FROM sessions").fetchall():
+            rows = db.execute(
+                "SELECT sequence, event, link FROM events WHERE session_id = ? ORDER BY sequence",
+                (session_id,),
+            ).fetchall()
+            blobs = db.execute(store_module._SELECT_BLOBS, (session_id,)).fetchall()
+            start = store_module._start(header).link.decode()
+            lines = [store_module._file_line(header, start), *store_module._lines_of(rows, blobs)]
+            files[session_id] = b"".join(lines)
+        return files
+    finally:
+        db.close()
+
+
+def _exports(path: Path, folder: Path) -> dict[str, bytes]:
+    folder.mkdir()
+    with SQLiteStore(path) as store:
+        for info in store.sessions():
+            store.export(info.id, folder / f"{info.id}.jsonl")
+    return {file.stem: file.read_bytes() for file in folder.iterdir()}
+
+
+def test_schema_6_keys_the_events_by_one_integer_byte_for_byte(fixture_script, tmp_path):
+    # Schema 6 numbers the sessions (in the order they were created) and copies
+    # every event of a schema-5 store into a table keyed by the session's number
+    # times 2**32 plus the sequence: the same rows, byte for byte, so every session
+    # exports the same log file as before, and continues.
+    path = tmp_path / "old.db"
+    fixture_script.restore((ROOT / "fixtures" / "store" / "schema-5.sql").read_text(), path)
+    rows = _raw(path, _ALL_EVENTS)
+    assert len(rows) > 50
+    before = _files_of_rows(path)
+    assert _raw(path, "SELECT max(version) FROM schema_version") == [(5,)]
+    after = _exports(path, tmp_path / "after")  # (migrated)
+    assert _raw(path, "SELECT max(version) FROM schema_version") == [(6,)]
+    assert after == before and len(after) == 5
+    assert _raw(path, _ALL_EVENTS_6) == rows
+    tables = {name: sql for _, name, sql in _raw(path, _EVENTS_TABLE)}
+    assert sorted(tables) == ["events", "sessions_by_number"]
+    assert "event_key INTEGER PRIMARY KEY" in tables["events"]
+    assert tables["sessions_by_number"].startswith("CREATE UNIQUE INDEX")
+    numbers = _raw(path, "SELECT number, id FROM sessions ORDER BY number")
+    assert numbers == [
+        (1, "finished"),
+        (2, "parked"),
+        (3, "answered"),
+        (4, "steered"),
+        (5, "crashed"),
+    ]
+    keys = _raw(path, "SELECT event_key, sequence FROM events")
+    assert all(key & 0xFFFFFFFF == sequence for key, sequence in keys)
+    assert len(keys) == len(rows)
+    # An older agentloop still running on the file cannot write an event into it
+    # (its INSERT names the session_id column, which is gone): it fails, rather
+    # than store a row that SQLite would key after the last one.
+    db = sqlite3.connect(path)
+    with pytest.raises(sqlite3.OperationalError, match="has no column named session_id"):
+        db.execute(
+            "INSERT INTO events (session_id, sequence, event, link) VALUES (?, ?, ?, ?)",
+            ("crashed", 99, "{}", "0000000000000000"),
+        )
+    db.close()
+    check_golden_store(path, fixture_script)
+
+
+def test_a_failed_schema_6_migration_leaves_the_schema_5_store_as_it_was(
+    fixture_script, tmp_path, monkeypatch
+):
+    # The copy runs in the migration's transaction: a store whose migration stops
+    # half-way (here right after its last statement: the copy and the rename done)
+    # is still the schema-5 store, every event in its old table.
+    path = tmp_path / "old.db"
+    fixture_script.restore((ROOT / "fixtures" / "store" / "schema-5.sql").read_text(), path)
+    rows, tables = _raw(path, _ALL_EVENTS), _raw(path, _EVENTS_TABLE)
+    columns = _raw(path, "PRAGMA table_info(sessions)")
+
+    def broken(db: sqlite3.Connection) -> None:
+        store_module._schema_6(db)
+        db.execute("SELECT * FROM missing")
+
+    monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS[:5], broken])
+    with pytest.raises(StoreError, match="cannot open the store: no such table: missing"):
+        SQLiteStore(path)
+    assert _raw(path, "SELECT max(version) FROM schema_version") == [(5,)]
+    assert _raw(path, _EVENTS_TABLE) == tables
+    assert "WITHOUT ROWID" in tables[0][2]
+    assert _raw(path, "PRAGMA table_info(sessions)") == columns
+    assert _raw(path, _ALL_EVENTS) == rows
+    monkeypatch.undo()
+    with SQLiteStore(path) as store:
+        assert store.schema_version == 6
+    assert _raw(path, _ALL_EVENTS_6) == rows
 
 
 # --------------------------------------------------------------------------- writing and reading
@@ -634,6 +756,10 @@ def test_bad_batches_are_refused(store):
         store.append("s", events[1:2], expected=1, status="finished", steps=0)
     with pytest.raises(ValueError, match="a new session needs its first events"):
         store.create("t", [], status="running", steps=0)
+    # (An event's key is its session's number times 2**32 plus its sequence.)
+    last = msgspec.structs.replace(events[1], sequence=2**32)
+    with pytest.raises(ValueError, match=r"at most 4294967296 events \(2\*\*32: .* to 4294967297"):
+        store.append("s", [last], expected=2**32, status="running", steps=0)
     assert store.events("s") == events[:1]
 
 
@@ -695,14 +821,57 @@ def relink(store: SQLiteStore, session_id: str, *, header: str | None = None) ->
     header = db.execute("SELECT log_header FROM sessions WHERE id = ?", (session_id,)).fetchone()[0]
     previous = link(b"", header.encode()[:-1])
     rows = db.execute(
-        "SELECT sequence, event FROM events WHERE session_id = ? ORDER BY sequence", (session_id,)
+        "SELECT sequence, event FROM events "
+        "WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = ?) ORDER BY sequence",
+        (session_id,),
     ).fetchall()
     for sequence, event in rows:
         previous = link(previous, event.encode()[:-1])
         db.execute(
-            "UPDATE events SET link = ? WHERE session_id = ? AND sequence = ?",
+            "UPDATE events SET link = ? "
+            "WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = ?) AND sequence = ?",
             (previous.decode(), session_id, sequence),
         )
+
+
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_sessions_appended_in_any_interleaving_each_read_back_as_their_log(data):
+    # Schema 6 keys an event by its session's number and its sequence: sessions
+    # appended in turns (one's rows between another's in the file, by store objects
+    # that remember the chains or new ones) each read back and export as their own
+    # log file, whatever the order.
+    count = data.draw(st.integers(2, 4))
+    logs = {f"s{index}": events_of(f"text {index}", f"s{index}") for index in range(count)}
+    batches: dict[str, list[slice]] = {}
+    for session_id, events in logs.items():
+        ends = sorted(set(data.draw(st.lists(st.integers(1, len(events)), max_size=4))))
+        batches[session_id] = [
+            slice(a, b) for a, b in zip([0, *ends], [*ends, len(events)], strict=True) if b > a
+        ]
+    turns = [session_id for session_id, todo in batches.items() for _ in todo]
+    order = data.draw(st.permutations(turns))
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "s.db")
+        try:
+            for session_id in order:
+                batch, events = batches[session_id].pop(0), logs[session_id]
+                status = "completed" if batch.stop == len(events) else "running"
+                if data.draw(st.booleans()):  # another worker continues
+                    store.close()
+                    store = SQLiteStore(Path(tmp) / "s.db")
+                if batch.start == 0:
+                    store.create(session_id, events[batch], status=status, steps=1)
+                else:
+                    store.append(
+                        session_id, events[batch], expected=batch.start, status=status, steps=1
+                    )
+            for session_id, events in logs.items():
+                assert store.events(session_id) == events
+                store.export(session_id, Path(tmp) / "export.jsonl")
+                assert (Path(tmp) / "export.jsonl").read_bytes() == file_of(events, Path(tmp))
+        finally:
+            store.close()
 
 
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -746,7 +915,11 @@ BROKEN = "the hash chain is broken here"
 @pytest.mark.parametrize(
     ("sql", "message"),
     [
-        ("UPDATE events SET sequence = 99 WHERE sequence = 2", "event #3: the stored events have"),
+        ("UPDATE events SET sequence = 99 WHERE sequence = 2", "event #99: the stored events have"),
+        (  # (moved: the rows are read in the order of their keys)
+            "UPDATE events SET event_key = event_key + 97 WHERE sequence = 2",
+            "event #3: the stored events have a gap",
+        ),
         ("DELETE FROM events WHERE sequence = 2", "event #3: the stored events have a gap"),
         ("UPDATE events SET event = replace(event, 'echo', 'ECHO')", f"event #6: {BROKEN}"),
         ("UPDATE events SET event = 'nope' WHERE sequence = 1", f"event #1: {BROKEN}"),
@@ -880,11 +1053,13 @@ def test_a_damaged_format_1_session_is_reported_like_a_file(fixture_script, tmp_
     with SQLiteStore(path) as store:
         store._db.execute(
             "UPDATE events SET event = replace(event, ',\"budget\":null', '') "
-            "WHERE session_id = 'crashed' AND sequence = 14"
+            "WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = 'crashed') "
+            "AND sequence = 14"
         )
         store._db.execute(
             "UPDATE events SET event = replace(event, '\"step\":1,', '\"step\": 1,') "
-            "WHERE session_id = 'crashed' AND sequence = 2"
+            "WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = 'crashed') "
+            "AND sequence = 2"
         )
         with pytest.raises(StoreError, match=r"'crashed', event #2: not in canonical form"):
             store.events("crashed")
@@ -1172,7 +1347,10 @@ def test_an_append_to_a_session_whose_last_rows_were_deleted_is_refused(store, t
 
 def test_verify_reports_a_session_whose_last_rows_were_deleted(store, capsys):
     count = _finished_session(store, "x")
-    store._db.execute(f"DELETE FROM events WHERE session_id = 'x' AND sequence >= {count - 2}")
+    store._db.execute(
+        "DELETE FROM events WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = 'x') "
+        f"AND sequence >= {count - 2}"
+    )
     assert replay_cli.main(["verify", store.path, "--session", "x"]) == 1
     out = capsys.readouterr().out
     assert "NOT verified" in out and f"only {count - 2} are stored" in out

@@ -736,7 +736,8 @@ def test_a_session_whose_rows_cannot_be_read_fails_and_the_others_run(store):
     sessions.submit_sessions(store, 3)
     assert store._db is not None
     store._db.execute(
-        "UPDATE events SET event = CAST(x'ff' AS TEXT) WHERE session_id = 's1' AND sequence = 1"
+        "UPDATE events SET event = CAST(x'ff' AS TEXT) "
+        "WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = 's1') AND sequence = 1"
     )
     stats = Worker(store, sessions.factory, threads=1).run()
     assert (stats.finished, stats.failed) == ({"completed": 2}, 1)
