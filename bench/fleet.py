@@ -215,9 +215,9 @@ def floor_rate(directory: Path) -> tuple[float, float]:
         for (session_id,) in source.execute("SELECT id FROM sessions ORDER BY id").fetchall():
             rows = source.execute(
                 "SELECT sequence, event, link FROM events WHERE event_key >= "
-                "(SELECT number << 32 FROM sessions WHERE id = ?1) AND event_key < "
-                "(SELECT (number + 1) << 32 FROM sessions WHERE id = ?1) ORDER BY event_key",
-                (session_id,),
+                "(SELECT number << 32 FROM sessions WHERE id = ?) AND event_key < "
+                "(SELECT (number + 1) << 32 FROM sessions WHERE id = ?) ORDER BY event_key",
+                (session_id, session_id),
             ).fetchall()
             # One batch per commit: up to each step.start and tool.call (the
             # effects' boundaries), the rest at the end; the first one is submit's.

@@ -752,7 +752,7 @@ class SQLiteStore:
         with self._read() as db:
             try:
                 row = db.execute(_LOAD_SESSION, (session_id,)).fetchone()
-                rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+                rows = db.execute(_SELECT_ROWS, (session_id, session_id)).fetchall()
                 blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
             except sqlite3.Error as exc:  # e.g. a row that is not valid UTF-8
                 raise _damaged(db, self.path, session_id, exc) from None
@@ -817,7 +817,7 @@ class SQLiteStore:
             if lease:
                 now = self.now()
                 self._lease(db, session_id, owner, lease_seconds, now, *row[6:8], *row[13:16])
-            rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+            rows = db.execute(_SELECT_ROWS, (session_id, session_id)).fetchall()
             blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
         except sqlite3.Error as exc:  # e.g. a row that is not valid UTF-8
             raise _damaged(db, self.path, session_id, exc) from None
@@ -1189,6 +1189,9 @@ class SQLiteStore:
                             expected,
                             status,
                             owner,
+                            owner,
+                            poll_queued,
+                            session_id,
                             poll_queued,
                             (number << 32) + expected - 1,
                             chain.link.decode(),
@@ -1300,7 +1303,7 @@ class SQLiteStore:
         log_format, header = _row(db, session_id, "log_format, log_header")
         self._check_format(session_id, log_format)
         try:
-            rows = db.execute(_SELECT_ROWS, (session_id,)).fetchall()
+            rows = db.execute(_SELECT_ROWS, (session_id, session_id)).fetchall()
             blobs = db.execute(_SELECT_BLOBS, (session_id,)).fetchall()
         except sqlite3.Error as exc:
             raise _damaged(db, self.path, session_id, exc) from None
@@ -1738,7 +1741,7 @@ def _damaged(db: sqlite3.Connection, path: str, session_id: str, exc: sqlite3.Er
         rows = db.execute(
             "SELECT sequence, CAST(event AS BLOB), CAST(link AS BLOB) FROM events "
             f"WHERE {_OF_SESSION} ORDER BY event_key",
-            (session_id,),
+            (session_id, session_id),
         )
         for sequence, event, link in rows:
             for column, data in (("event", event), ("link", link)):
@@ -1765,10 +1768,11 @@ def _not_utf8(data: bytes | None) -> str | None:
 # A session's events are keyed by its number times 2**32 plus their sequence.
 _MAX_EVENTS: Final = 1 << 32
 # A session's range of event keys (its number times 2**32, and up), by its id (the
-# first parameter).
+# first two parameters, both the id: numbered ones, ``?1``, bound from a sequence
+# are deprecated on Python 3.12).
 _OF_SESSION: Final = (
-    "event_key >= (SELECT number << 32 FROM sessions WHERE id = ?1) "
-    "AND event_key < (SELECT (number + 1) << 32 FROM sessions WHERE id = ?1)"
+    "event_key >= (SELECT number << 32 FROM sessions WHERE id = ?) "
+    "AND event_key < (SELECT (number + 1) << 32 FROM sessions WHERE id = ?)"
 )
 _SELECT_ROWS: Final = (
     f"SELECT sequence, event, link FROM events WHERE {_OF_SESSION} ORDER BY event_key"
@@ -1803,11 +1807,11 @@ _APPEND: Final = (
 # lease kept, no message waiting (when asked), and the chain's end as remembered
 # (the stored link of the last event): then the remembered chain state continues.
 _APPEND_SAME_STATUS: Final = (
-    "UPDATE sessions SET next_sequence = ?1, steps = ?2, updated = ?3, "
-    "lease_expires = coalesce(?4, lease_expires) "
-    "WHERE id = ?5 AND next_sequence = ?6 AND status = ?7 AND (?8 IS NULL OR lease_owner = ?8) "
-    "AND (?9 IS NULL OR NOT EXISTS (SELECT 1 FROM queued WHERE session_id = ?5 AND id > ?9)) "
-    "AND (SELECT link FROM events WHERE event_key = ?10) = ?11"
+    "UPDATE sessions SET next_sequence = ?, steps = ?, updated = ?, "
+    "lease_expires = coalesce(?, lease_expires) "
+    "WHERE id = ? AND next_sequence = ? AND status = ? AND (? IS NULL OR lease_owner = ?) "
+    "AND (? IS NULL OR NOT EXISTS (SELECT 1 FROM queued WHERE session_id = ? AND id > ?)) "
+    "AND (SELECT link FROM events WHERE event_key = ?) = ?"
 )
 
 
