@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         store.append = recording  # type: ignore[method-assign]
         replay.run_durable(store, "recorded", question, model=model, tools=[add], max_steps=STEPS)
         store.append = append  # type: ignore[method-assign]
-        stored = store._db.execute(_store._SELECT_ROWS, ("recorded",)).fetchall()  # type: ignore[union-attr]
+        stored = store._db.execute(_store._SELECT_ROWS, ("recorded",) * 2).fetchall()  # type: ignore[union-attr]
         ends = [expected for expected, _ in batches[1:]] + [len(stored)]
         commits = [
             (expected, stored[expected:end])
@@ -164,6 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         expected,
                         "running",
                         "w",
+                        "w",
+                        0,
+                        session_id,
                         0,
                         (number << 32) + expected - 1,
                         stored[expected - 1][2],
