@@ -1237,11 +1237,9 @@ class SQLiteStore:
                 else:
                     format2 = chain.copy()
                 blobs: list[tuple[Any, ...]] = []
-                rows = _stored_rows(session_id, number << 32, events, format2, blobs)
-                if 0 < len(rows) <= _ROWS_PER_INSERT:  # (the common case: one INSERT)
-                    execute(_INSERTS[len(rows)], list(itertools.chain.from_iterable(rows)))
-                else:
-                    _insert_rows(execute, rows)
+                _insert_rows(
+                    execute, _stored_rows(session_id, number << 32, events, format2, blobs)
+                )
                 if blobs:
                     db.executemany(_INSERT_BLOBS, blobs)
                 if consume_answer:
@@ -1256,12 +1254,7 @@ class SQLiteStore:
                 _rollback(db)
                 raise
             self.commits += 1
-            # (As _remember does, the lock held.)
-            chains = self._chains
-            chains.pop(session_id, None)
-            chains[session_id] = (expected + len(events), format2, status, number)
-            if len(chains) > _CHAINS_KEPT:
-                del chains[next(iter(chains))]
+            self._keep(session_id, expected + len(events), format2, status, number)
         return []
 
     # ------------------------------------------------------------------ the chain
@@ -1273,11 +1266,17 @@ class SQLiteStore:
         status (for the next append: the durable runner reads a session, then
         appends to it)."""
         with self._lock:
-            chains = self._chains
-            chains.pop(session_id, None)
-            chains[session_id] = (count, format2, status, number)
-            if len(chains) > _CHAINS_KEPT:
-                del chains[next(iter(chains))]  # the least recently used
+            self._keep(session_id, count, format2, status, number)
+
+    def _keep(
+        self, session_id: str, count: int, format2: _Format2, status: str, number: int
+    ) -> None:
+        """:meth:`_remember`, the lock held (an append's last step)."""
+        chains = self._chains
+        chains.pop(session_id, None)
+        chains[session_id] = (count, format2, status, number)
+        if len(chains) > _CHAINS_KEPT:
+            del chains[next(iter(chains))]  # the least recently used
 
     def _continue(
         self,
@@ -1857,6 +1856,9 @@ def _insert_rows(
     execute: Callable[[str, Sequence[Any]], Any], rows: Sequence[tuple[int, int, str, str]]
 ) -> None:
     """Insert event rows with ``execute`` (a connection's or a cursor's)."""
+    if 0 < len(rows) <= _ROWS_PER_INSERT:  # (the common case: one INSERT, no slice)
+        execute(_INSERTS[len(rows)], list(itertools.chain.from_iterable(rows)))
+        return
     for first in range(0, len(rows), _ROWS_PER_INSERT):
         chunk = rows[first : first + _ROWS_PER_INSERT]
         execute(_INSERTS[len(chunk)], list(itertools.chain.from_iterable(chunk)))
