@@ -887,20 +887,15 @@ class SQLiteStore:
                         skipped += 1
                         continue
                     holder, expires = row[6:8]
-                    if (
-                        holder is not None
-                        and holder != owner
-                        and expires is not None
-                        and expires > now
-                        and listed is not None
-                        and listed.get(session_id, holder) not in (holder, "")
-                    ):
-                        skipped += 1  # (leased since the listing)
-                        unlooked = True
-                        continue
-                    if _held(owner, now, holder, expires, *row[13:16]):
-                        skipped += 1
-                        continue
+                    if _leased(owner, now, holder, expires):
+                        seen = holder if listed is None else listed.get(session_id, holder)
+                        if seen not in (holder, ""):  # (leased since the listing)
+                            skipped += 1
+                            unlooked = True
+                            continue
+                        if not gone(*row[13:16]):
+                            skipped += 1
+                            continue
                     claim = self._claim_in(db, session_id, owner, lease_seconds, False, row)
                     return session_id, claim, skipped, unlooked
         except (sqlite3.Error, StoreError):
@@ -1875,13 +1870,13 @@ def _held(
 ) -> bool:
     """Whether another owner than ``owner`` holds a live lease: not expired at
     ``now``, its process not known to be gone (same-machine takeover, DESIGN §29)."""
-    return (
-        holder is not None
-        and holder != owner
-        and expires is not None
-        and expires > now
-        and not gone(host, pid, start)
-    )
+    return _leased(owner, now, holder, expires) and not gone(host, pid, start)
+
+
+def _leased(owner: str, now: float, holder: str | None, expires: float | None) -> bool:
+    """Whether another owner than ``owner`` has a lease not expired at ``now`` (its
+    process not looked at: see :func:`_held`)."""
+    return holder is not None and holder != owner and expires is not None and expires > now
 
 
 def _check_batch(session_id: str, start: int, events: Sequence[Event]) -> None:
