@@ -71,6 +71,7 @@ from agentloop import (  # noqa: E402
     UserMessage,
     tool,
 )
+from replay import _store  # noqa: E402
 
 GOAL = 2000.0
 
@@ -213,12 +214,8 @@ def floor_rate(directory: Path) -> tuple[float, float]:
     source = sqlite3.connect(directory / "serial.db")
     try:
         for (session_id,) in source.execute("SELECT id FROM sessions ORDER BY id").fetchall():
-            rows = source.execute(
-                "SELECT sequence, event, link FROM events WHERE event_key >= "
-                "(SELECT number << 32 FROM sessions WHERE id = ?) AND event_key < "
-                "(SELECT (number + 1) << 32 FROM sessions WHERE id = ?) ORDER BY event_key",
-                (session_id, session_id),
-            ).fetchall()
+            # (A session's rows, read as the store reads them.)
+            rows = source.execute(_store._SELECT_ROWS, (session_id, session_id)).fetchall()
             # One batch per commit: up to each step.start and tool.call (the
             # effects' boundaries), the rest at the end; the first one is submit's.
             batches: list[list[tuple[int, str, str]]] = [[]]
