@@ -1155,102 +1155,136 @@ class SQLiteStore:
         if events:
             _check_batch_status(session_id, status, events)
         now = self.now()
-        lease = None if owner is None else now + lease_seconds
-        unleased = status in _UNLEASED
         with self._lock:
             db = self._connection()
             execute = self._execute
             execute("BEGIN IMMEDIATE")
             try:
-                # One statement checks and moves the session on in the common case
-                # (the chain's end as remembered, no message waiting, the status
-                # unchanged: the status index is left alone); when it matches
-                # nothing, the next ones find out why.
-                chain, same_status, number = None, False, -1
-                remembered = self._chains.get(session_id)
-                if remembered is not None:
-                    number = remembered[3]
-                    if remembered[0] == expected:
-                        chain, same_status = remembered[1], remembered[2] == status
-                if chain is not None and same_status and not unleased:
-                    moved = execute(
-                        _APPEND_SAME_STATUS,
-                        (
-                            expected + len(events),
-                            steps,
-                            now,
-                            lease,
-                            session_id,
-                            expected,
-                            status,
-                            owner,
-                            owner,
-                            poll_queued,
-                            session_id,
-                            poll_queued,
-                            (number << 32) + expected - 1,
-                            chain.link.decode(),
-                        ),
-                    ).rowcount
-                else:
-                    moved = 0
-                if chain is None or moved != 1:
-                    if poll_queued is not None:
-                        waiting = self._queued(db, session_id, poll_queued)
-                        if waiting:
-                            execute("COMMIT")  # (nothing was written)
-                            return waiting
-                    moved = execute(
-                        _APPEND,
-                        (
-                            expected + len(events),
-                            status,
-                            steps,
-                            now,
-                            unleased,
-                            unleased,
-                            lease,
-                            unleased,
-                            unleased,
-                            unleased,
-                            session_id,
-                            expected,
-                            owner,
-                            owner,
-                        ),
-                    ).rowcount
-                    if moved != 1:
-                        actual, holder, expires = _row(
-                            db, session_id, "next_sequence, lease_owner, lease_expires"
-                        )
-                        if actual != expected:
-                            raise StoreConflict(session_id, expected, actual)
-                        raise _lease_lost(session_id, str(owner), holder, expires, now)
-                    if number < 0:  # (not remembered)
-                        number = _row(db, session_id, "number")[0]
-                    format2 = self._continue(db, session_id, expected, chain, number)
-                else:
-                    format2 = chain.copy()
-                blobs: list[tuple[Any, ...]] = []
-                _insert_rows(
-                    execute, _stored_rows(session_id, number << 32, events, format2, blobs)
+                done = self._append_in(
+                    db,
+                    session_id,
+                    events,
+                    expected,
+                    status,
+                    steps,
+                    owner,
+                    None if owner is None else now + lease_seconds,
+                    now,
+                    consume_answer,
+                    consume_queued,
+                    poll_queued,
                 )
-                if blobs:
-                    db.executemany(_INSERT_BLOBS, blobs)
-                if consume_answer:
-                    execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
-                if consume_queued:
-                    execute(
-                        "DELETE FROM queued WHERE session_id = ? AND id <= ?",
-                        (session_id, consume_queued),
-                    )
                 execute("COMMIT")
             except BaseException:
                 _rollback(db)
                 raise
+            if type(done) is list:
+                return done
             self.commits += 1
-            self._keep(session_id, expected + len(events), format2, status, number)
+            self._keep(session_id, *done)
         return []
+
+    def _append_in(
+        self,
+        db: sqlite3.Connection,
+        session_id: str,
+        events: Sequence[Event],
+        expected: int,
+        status: str,
+        steps: int,
+        owner: str | None,
+        lease: float | None,
+        now: float,
+        consume_answer: bool,
+        consume_queued: int,
+        poll_queued: int | None,
+    ) -> list[tuple[int, Steer | FollowUp]] | tuple[int, _Format2, str, int]:
+        """:meth:`append`'s work in the open write transaction (its arguments
+        checked): the queued messages ``poll_queued`` found (nothing was written),
+        or what to :meth:`_keep` of the session's chain once the transaction
+        commits."""
+        execute = self._execute
+        unleased = status in _UNLEASED
+        # One statement checks and moves the session on in the common case
+        # (the chain's end as remembered, no message waiting, the status
+        # unchanged: the status index is left alone); when it matches
+        # nothing, the next ones find out why.
+        chain, same_status, number = None, False, -1
+        remembered = self._chains.get(session_id)
+        if remembered is not None:
+            number = remembered[3]
+            if remembered[0] == expected:
+                chain, same_status = remembered[1], remembered[2] == status
+        if chain is not None and same_status and not unleased:
+            moved = execute(
+                _APPEND_SAME_STATUS,
+                (
+                    expected + len(events),
+                    steps,
+                    now,
+                    lease,
+                    session_id,
+                    expected,
+                    status,
+                    owner,
+                    owner,
+                    poll_queued,
+                    session_id,
+                    poll_queued,
+                    (number << 32) + expected - 1,
+                    chain.link.decode(),
+                ),
+            ).rowcount
+        else:
+            moved = 0
+        if chain is None or moved != 1:
+            if poll_queued is not None:
+                waiting = self._queued(db, session_id, poll_queued)
+                if waiting:
+                    return waiting  # (nothing was written)
+            moved = execute(
+                _APPEND,
+                (
+                    expected + len(events),
+                    status,
+                    steps,
+                    now,
+                    unleased,
+                    unleased,
+                    lease,
+                    unleased,
+                    unleased,
+                    unleased,
+                    session_id,
+                    expected,
+                    owner,
+                    owner,
+                ),
+            ).rowcount
+            if moved != 1:
+                actual, holder, expires = _row(
+                    db, session_id, "next_sequence, lease_owner, lease_expires"
+                )
+                if actual != expected:
+                    raise StoreConflict(session_id, expected, actual)
+                raise _lease_lost(session_id, str(owner), holder, expires, now)
+            if number < 0:  # (not remembered)
+                number = _row(db, session_id, "number")[0]
+            format2 = self._continue(db, session_id, expected, chain, number)
+        else:
+            format2 = chain.copy()
+        blobs: list[tuple[Any, ...]] = []
+        _insert_rows(execute, _stored_rows(session_id, number << 32, events, format2, blobs))
+        if blobs:
+            db.executemany(_INSERT_BLOBS, blobs)
+        if consume_answer:
+            execute("DELETE FROM answers WHERE session_id = ?", (session_id,))
+        if consume_queued:
+            execute(
+                "DELETE FROM queued WHERE session_id = ? AND id <= ?",
+                (session_id, consume_queued),
+            )
+        return expected + len(events), format2, status, number
 
     # ------------------------------------------------------------------ the chain
 
