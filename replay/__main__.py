@@ -1086,6 +1086,15 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--threads", type=int, default=4, help="sessions at once (default 4)")
     parser.add_argument(
+        "--tasks",
+        type=int,
+        metavar="N",
+        help=(
+            "run N sessions at once in each thread on an asyncio loop, their commits "
+            "grouped (models need astream)"
+        ),
+    )
+    parser.add_argument(
         "--processes", type=int, default=1, help="worker processes, each with --threads"
     )
     parser.add_argument(
@@ -1187,6 +1196,7 @@ def _worker(args: argparse.Namespace) -> int:
                 store,
                 factory,
                 threads=args.threads,
+                tasks=args.tasks,
                 limits=limits,
                 lease_seconds=args.lease,
                 forever=args.forever,
@@ -1228,6 +1238,7 @@ def _worker_processes(args: argparse.Namespace) -> int:
         args.factory,
         "--threads",
         str(args.threads),
+        *([] if args.tasks is None else ["--tasks", str(args.tasks)]),
         *(f"--limit={spec}" for spec in args.limit),
         "--lease",
         str(args.lease),

@@ -63,8 +63,8 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 from typing_extensions import TypedDict, Unpack
@@ -126,6 +126,9 @@ from ._store import (
     _check_lease,
 )
 
+if TYPE_CHECKING:
+    import asyncio
+
 __all__ = ["Parked", "answer", "arun_durable", "run_durable", "submit"]
 
 
@@ -177,6 +180,8 @@ class AsyncDurableOptions(
 
 
 _LEASE_KEYS: Final = frozenset(_LeaseOptions.__optional_keys__)
+
+_T = TypeVar("_T")
 
 
 def answer(store: SQLiteStore, session_id: str, reply: Resume | Cancel | Steer | FollowUp) -> None:
@@ -416,36 +421,124 @@ async def arun_durable(
     Arguments, result and exceptions: as for :func:`run_durable`.
     """
     checked = _Options(True, store, session_id, messages, model, tools, options, "arun_durable")
-    return await _arun(checked)
+    outcome = await _arun(checked)
+    assert outcome is not None  # (only a stop event stops a run half-way)
+    return outcome[0]
 
 
-async def _arun(checked: _Options) -> RunResult | Parked:
-    """:func:`arun_durable`'s work."""
+async def _arun(
+    checked: _Options, group: _Group | None = None, stop: threading.Event | None = None
+) -> tuple[RunResult | Parked, bool] | None:
+    """:func:`arun_durable`'s work, as :func:`_run` gives it. With ``group`` (a
+    worker's event loop, DESIGN §29): the store is used from the loop's own
+    thread, and the common commits (before a model or tool call, the end) wait for
+    the group's next one."""
     session_id = checked.session_id
-    runner = await offload(checked.prepare)
+    call: Callable[..., Awaitable[Any]] = offload if group is None else _now
+    runner: _Runner | RunResult | Parked = await call(checked.prepare)
     if not isinstance(runner, _Runner):
-        return runner
+        return runner, False
+    runner.stop_event = stop
     loop = runner.loop
 
     def before_effect(effect: Effect) -> Any:
-        return offload(runner.before_effect, effect)
+        if group is None:
+            return offload(runner.before_effect, effect)
+        return group.before_effect(runner, effect)
 
     try:
         with idempotency_session(session_id), hosting(checked.host()):
             await adrive(loop, **checked.driving(runner), before_effect=before_effect)
-        return await offload(runner.finish)
+        if group is None:
+            return await offload(runner.finish), True
+        await group.commit(runner)
+        result = loop.result
+        assert result is not None
+        return result, True
     except _Parking as parking:
         if parking.child:
-            await offload(runner.park_on_child)
-        return Parked(session_id=session_id, pause=parking.pause, steps=loop.step)
+            await call(runner.park_on_child)
+        return Parked(session_id=session_id, pause=parking.pause, steps=loop.step), True
+    except _Stopped:
+        return None
     except CallerProtocolError:
-        await offload(runner.commit)
+        await call(runner.commit)
         raise
     finally:
         runner.stop()
         # (In a thread too; should this task be cancelled again meanwhile, the
         # thread still gives the lease up.)
-        await offload(runner.release)
+        await call(runner.release)
+
+
+async def _now(fn: Callable[..., _T], /, *args: Any) -> _T:
+    """``fn(*args)``, in this thread (as :func:`offload` would in another)."""
+    return fn(*args)
+
+
+class _Group:
+    """Group commit for the sessions one event loop drives (a worker's, DESIGN
+    §29): the commits they ask for while the loop runs its ready tasks are made in
+    one write transaction, in the loop's next turn; each session's effect waits
+    for it, as the write-ahead rule asks. One ``BEGIN``/``COMMIT`` serves them all
+    (the dearest part of a small commit), and the loop's thread is the only one
+    to use the store for them. (The rarer boundaries, a pause or a queued message
+    to deliver, commit on their own, as :func:`run_durable` does.)"""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+        self.waiting: list[tuple[_Runner, Sequence[Event], str, bool, asyncio.Future[Any]]] = []
+
+    async def before_effect(
+        self, runner: _Runner, effect: Effect
+    ) -> Steer | FollowUp | Resume | Cancel | None:
+        """:meth:`_Runner.before_effect`, its common commit grouped."""
+        if runner.waiting or type(effect) is Pause:
+            return runner.before_effect(effect)
+        found = await self.commit(runner, poll=True)
+        if found:
+            return runner.deliver(found)
+        runner.proceed()
+        return None
+
+    async def commit(
+        self, runner: _Runner, *, poll: bool = False
+    ) -> list[tuple[int, Steer | FollowUp]]:
+        """:meth:`_Runner.commit` (of a stored session), in the next group."""
+        batch = runner.batch()
+        if batch is None or not runner.created:
+            return runner.commit(poll=poll)
+        events, status = batch
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        if not self.waiting:
+            loop.call_soon(self.flush)
+        future: asyncio.Future[Any] = loop.create_future()
+        self.waiting.append((runner, events, status, poll, future))
+        found: list[tuple[int, Steer | FollowUp]] = await future
+        if not found:
+            runner.written(len(events), status)
+        return found
+
+    def flush(self) -> None:
+        """Write the waiting commits, in one transaction."""
+        waiting = [entry for entry in self.waiting if not entry[-1].cancelled()]
+        self.waiting = []
+        try:
+            results = self.store._append_group(
+                [
+                    (runner.session_id, events, runner.appending(status, poll))
+                    for runner, events, status, poll, _ in waiting
+                ]
+            )
+        except Exception as exc:  # (the store failed: each commit raises it)
+            results = [exc] * len(waiting)
+        for (*_, future), result in zip(waiting, results, strict=True):
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
 
 
 # --------------------------------------------------------------------------- the tree
@@ -527,9 +620,10 @@ class _Host:
     ) -> tuple[RunResult, list[Event]]:
         checked = self._options(True, tool, link, messages, on_pause, signal, clock, on_event)
         outcome = await _arun(checked)
-        if type(outcome) is Parked:
-            return self._ended(checked.session_id, outcome)
-        return outcome, await offload(self.store.events, checked.session_id)  # type: ignore[return-value]
+        assert outcome is not None  # (no stop event)
+        if type(outcome[0]) is Parked:
+            return self._ended(checked.session_id, outcome[0])
+        return outcome[0], await offload(self.store.events, checked.session_id)  # type: ignore[return-value]
 
     def _ended(self, session_id: str, outcome: RunResult | Parked) -> tuple[RunResult, list[Event]]:
         """The child's result and log; a parked child parks its parent."""
@@ -927,15 +1021,25 @@ class _Runner:
             # sent first, and nothing is written (the next call commits it too).
             found = self.commit(poll=True)
             if found:
-                waiting.extend(found)
-                self.seen = found[-1][0]
-                self.delivered, reply = waiting.popleft()
-                return reply
+                return self.deliver(found)
+        self.proceed()
+        return None
+
+    def deliver(self, found: list[tuple[int, Steer | FollowUp]]) -> Steer | FollowUp:
+        """Send the first of the queued messages a commit's look found."""
+        waiting = self.waiting
+        waiting.extend(found)
+        self.seen = found[-1][0]
+        self.delivered, reply = waiting.popleft()
+        return reply
+
+    def proceed(self) -> None:
+        """The log so far is committed: the effect goes on (unless the worker
+        drains), the lease renewed meanwhile."""
         stop = self.stop_event
         if stop is not None and stop.is_set():
             raise _Stopped
         self.keep_lease()
-        return None
 
     def stored(self, effect: Effect) -> Steer | FollowUp | Resume | Cancel | None:
         """The next reply waiting in the store: a queued message, then (at a pause)
@@ -963,27 +1067,14 @@ class _Runner:
         """Store the events not stored yet, with the session's status, in one
         transaction. With ``poll``, look for queued messages first (in the same
         transaction): those found are returned, and nothing is written."""
-        loop = self.loop
-        events = loop.log.since(self.committed)
-        result = loop.result
-        status = result.status if result is not None else "paused" if parked else "running"
+        batch = self.batch(parked)
         store = self.store
-        if not events and status == self.status and not self.answer_applied:
+        if batch is None:
             # (A delivered message always brings its message.queued event.)
             return store.queued_for(self.session_id, after=self.seen) if poll else []
+        events, status = batch
         if self.created:
-            found = store.append(
-                self.session_id,
-                events,
-                expected=self.committed,
-                status=status,
-                steps=loop.step,
-                owner=self.owner,
-                lease_seconds=self.lease_seconds,
-                consume_answer=self.answer_applied,
-                consume_queued=self.delivered,
-                poll_queued=self.seen if poll else None,
-            )
+            found = store.append(self.session_id, events, **self.appending(status, poll))
             if found:
                 return found
         else:  # (a new session: no message can be queued for it yet)
@@ -991,17 +1082,46 @@ class _Runner:
                 self.session_id,
                 events,
                 status=status,
-                steps=loop.step,
+                steps=self.loop.step,
                 owner=self.owner,
                 lease_seconds=self.lease_seconds,
             )
             self.created = True
-        self.committed += len(events)
+        self.written(len(events), status)
+        return []
+
+    def batch(self, parked: bool = False) -> tuple[Sequence[Event], str] | None:
+        """What the next commit writes: the events not stored yet and the
+        session's status after them; ``None`` when nothing changed."""
+        loop = self.loop
+        events = loop.log.since(self.committed)
+        result = loop.result
+        status = result.status if result is not None else "paused" if parked else "running"
+        if not events and status == self.status and not self.answer_applied:
+            return None
+        return events, status
+
+    def appending(self, status: str, poll: bool) -> dict[str, Any]:
+        """:meth:`SQLiteStore.append`'s options for the next commit (but the
+        events)."""
+        return {
+            "expected": self.committed,
+            "status": status,
+            "steps": self.loop.step,
+            "owner": self.owner,
+            "lease_seconds": self.lease_seconds,
+            "consume_answer": self.answer_applied,
+            "consume_queued": self.delivered,
+            "poll_queued": self.seen if poll else None,
+        }
+
+    def written(self, count: int, status: str) -> None:
+        """A commit of ``count`` events with ``status`` went through."""
+        self.committed += count
         self.status = status
         self.leased = status not in _UNLEASED  # (the commit released it: see append)
         self.answer_applied = False
         self.delivered = 0
-        return []
 
     def park_on_child(self) -> None:
         """Park the session where its log was last committed: at the ``tool.call`` of

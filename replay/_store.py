@@ -1286,6 +1286,72 @@ class SQLiteStore:
             )
         return expected + len(events), format2, status, number
 
+    def _append_group(
+        self, batches: Sequence[tuple[str, Sequence[Event], Mapping[str, Any]]]
+    ) -> list[list[tuple[int, Steer | FollowUp]] | Exception]:
+        """Several sessions' appends (``(session_id, events, append's options)``
+        each) in one write transaction: one ``BEGIN``/``COMMIT`` for all (a worker's
+        group commit, DESIGN §29). Each gives what :meth:`append` would return, or
+        the exception it would raise (its session unchanged: a savepoint undoes
+        its statements); the others are written all the same. A failure of the
+        store itself (``sqlite3.Error``) writes none and is raised."""
+        results: list[list[tuple[int, Steer | FollowUp]] | Exception] = []
+        for session_id, events, options in batches:
+            try:
+                _check_status(options["status"])
+                _check_batch(session_id, options["expected"], events)
+                if events:
+                    _check_batch_status(session_id, options["status"], events)
+            except ValueError as exc:
+                results.append(exc)
+                continue
+            results.append([])
+        now = self.now()
+        kept: list[tuple[str, tuple[int, _Format2, str, int]]] = []
+        with self._lock:
+            db = self._connection()
+            execute = self._execute
+            execute("BEGIN IMMEDIATE")
+            try:
+                for index, (session_id, events, options) in enumerate(batches):
+                    if results[index]:  # (refused by the checks above)
+                        continue
+                    owner = options.get("owner")
+                    execute("SAVEPOINT one")
+                    try:
+                        done = self._append_in(
+                            db,
+                            session_id,
+                            events,
+                            options["expected"],
+                            options["status"],
+                            options["steps"],
+                            owner,
+                            None if owner is None else now + options.get("lease_seconds", 0.0),
+                            now,
+                            options.get("consume_answer", False),
+                            options.get("consume_queued", 0),
+                            options.get("poll_queued"),
+                        )
+                    except (StoreError, ValueError) as exc:
+                        execute("ROLLBACK TO one")
+                        execute("RELEASE one")
+                        results[index] = exc
+                        continue
+                    execute("RELEASE one")
+                    if isinstance(done, list):
+                        results[index] = done
+                    else:
+                        kept.append((session_id, done))
+                execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
+            self.commits += len(kept)
+            for session_id, done in kept:
+                self._keep(session_id, *done)
+        return results
+
     # ------------------------------------------------------------------ the chain
 
     def _remember(

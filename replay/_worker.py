@@ -31,20 +31,22 @@ processes, may serve one store, and no session is advanced by two at once.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Final
 
 import msgspec
 
-from agentloop import AgentLoopError, ModelError, ModelRequest, ModelResponse
+from agentloop import AgentLoopError, ModelError, ModelRequest, ModelResponse, RunResult
+from agentloop._spi import model_method
 
-from ._durable import Parked, _Options, _run
+from ._durable import Parked, _arun, _Group, _Options, _run
 from ._store import SessionInfo, SessionLeased, SQLiteStore, StoreConflict, _check_lease, _Claim
 
 __all__ = ["RateLimit", "SessionSetup", "Worker", "WorkerError", "WorkerStats", "work"]
@@ -213,6 +215,17 @@ class _Limiter:
         if self.stop.wait(seconds):
             raise _Draining
 
+    def _take(self) -> float:
+        """Take one request if the buckets allow it now (0); else the seconds to
+        wait before trying again."""
+        with self.lock:
+            delay = self._delay(self.clock())
+            if delay <= 0:
+                if self.requests is not None:
+                    self.requests.level -= 1.0
+                return 0.0
+        return min(delay, 1.0)
+
     def begin(self) -> None:
         """Wait for a slot and the buckets; take one request."""
         if self.slots is not None:
@@ -220,14 +233,29 @@ class _Limiter:
                 if self.stop.is_set():
                     raise _Draining
         try:
-            while True:
-                with self.lock:
-                    delay = self._delay(self.clock())
-                    if delay <= 0:
-                        if self.requests is not None:
-                            self.requests.level -= 1.0
-                        return
-                self._sleep(min(delay, 1.0))
+            while delay := self._take():
+                self._sleep(delay)
+        except BaseException:
+            self.end(None)
+            raise
+
+    async def abegin(self) -> None:
+        """:meth:`begin` for an event loop's sessions (a worker's ``tasks``): waits
+        with ``asyncio.sleep``, so the loop's other sessions go on meanwhile."""
+        import asyncio
+
+        if self.slots is not None:
+            while not self.slots.acquire(blocking=False):
+                if self.stop.is_set():
+                    raise _Draining
+                await asyncio.sleep(0.01)
+        try:
+            while delay := self._take():
+                if self.stop.is_set():
+                    raise _Draining
+                await asyncio.sleep(delay)
+            if self.stop.is_set():
+                raise _Draining
         except BaseException:
             self.end(None)
             raise
@@ -275,12 +303,38 @@ class _LimitedModel:
                     yield item
                 return
             except ModelError as exc:
-                if started or exc.retry_after is None or attempt >= limiter.limit.retries:
-                    raise
-                limiter.block(exc.retry_after)
+                self._retry(exc, started, attempt)
             finally:
                 limiter.end(response)
             attempt += 1
+
+    async def astream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        limiter = self.limiter
+        attempt = 0
+        while True:
+            await limiter.abegin()
+            response = None
+            started = False
+            try:
+                async for item in self.model.astream(request):
+                    started = True
+                    if type(item) is ModelResponse:
+                        response = item
+                    yield item
+                return
+            except ModelError as exc:
+                self._retry(exc, started, attempt)
+            finally:
+                limiter.end(response)
+            attempt += 1
+
+    def _retry(self, exc: ModelError, started: bool, attempt: int) -> None:
+        """Raise ``exc`` unless the call may be made again (nothing of it reached
+        the loop, the provider said when, retries are left): then every call to
+        the provider waits that long."""
+        if started or exc.retry_after is None or attempt >= self.limiter.limit.retries:
+            raise exc
+        self.limiter.block(exc.retry_after)
 
 
 # --------------------------------------------------------------------------- the worker
@@ -306,7 +360,15 @@ class Worker:
         factory: ``factory(info) -> SessionSetup`` for each session it runs
             (``info``: the session's :class:`SessionInfo`, whose ``config`` says
             how it was started). It is called from the worker's threads.
-        threads: sessions in progress at once (the concurrency cap).
+        threads: sessions in progress at once (the concurrency cap); with
+            ``tasks``, threads each running an event loop.
+        tasks: run up to this many sessions at once in each thread, on an
+            asyncio event loop (models need ``astream``, as for
+            :func:`replay.arun_durable`; ``async def`` tools run in the loop, sync
+            ones in a pool thread), their commits grouped: the commits the loop's
+            sessions ask for in one turn of the loop are made in one write
+            transaction (DESIGN §29). ``None`` (the default): one session per
+            thread, sync models, each commit its own.
         limits: a :class:`RateLimit` per provider name.
         lease_seconds: the leases' length (see :func:`replay.run_durable`).
         forever: keep polling for sessions when none is runnable (until
@@ -323,6 +385,7 @@ class Worker:
         factory: Factory,
         *,
         threads: int = 4,
+        tasks: int | None = None,
         limits: Mapping[str, RateLimit] | None = None,
         lease_seconds: float = 30.0,
         forever: bool = False,
@@ -336,6 +399,8 @@ class Worker:
             raise WorkerError(f"factory must be callable (info -> SessionSetup), got {factory!r}")
         if type(threads) is not int or threads < 1:
             raise WorkerError(f"threads must be a positive int, got {threads!r}")
+        if tasks is not None and (type(tasks) is not int or tasks < 1):
+            raise WorkerError(f"tasks must be a positive int or None, got {tasks!r}")
         for name, value in (("poll", poll), ("progress", progress)):
             if type(value) not in (int, float) or not 0 < value < 1e9:
                 raise WorkerError(f"{name} must be a positive number of seconds, got {value!r}")
@@ -346,6 +411,7 @@ class Worker:
         self.store = store
         self.factory = factory
         self.threads = threads
+        self.tasks = tasks
         self.lease_seconds = lease_seconds
         self.forever = forever
         self.poll = float(poll)
@@ -439,20 +505,72 @@ class Worker:
         """A thread: claim a session, run it, again, until none is left (or the
         worker stops)."""
         try:
+            if self.tasks is not None:
+                import asyncio
+
+                asyncio.run(self._serve_tasks(owner, self.tasks))
+                return
             while True:
                 job = self._next(owner)
-                if job is None:
+                if not isinstance(job, tuple):  # (None: waiting, it never gives False)
                     return
                 session_id, claim = job
+                outcome = None
                 try:
                     outcome = self._advance(session_id, owner, claim)
                 finally:
-                    with self._claiming:
-                        self._busy.discard(session_id)
-                self._count(outcome)
+                    self._done(session_id, outcome)
         except BaseException as exc:  # (the store failed: run() raises it)
             self._errors.append(exc)
             self._broken.set()
+
+    async def _serve_tasks(self, owner: str, tasks: int) -> None:
+        """A thread's event loop: up to ``tasks`` sessions at once, claimed as
+        :meth:`_serve` does, their commits grouped (:class:`_Group`)."""
+        import asyncio
+
+        group = _Group(self.store)
+        running: dict[asyncio.Task[None], str] = {}
+        try:
+            while True:
+                job: tuple[str, _Claim | None] | bool | None = False
+                if len(running) < tasks:
+                    job = self._next(owner, wait=not running)
+                    if isinstance(job, tuple):
+                        session_id, claim = job
+                        task = asyncio.ensure_future(
+                            self._aadvance(session_id, owner, claim, group)
+                        )
+                        running[task] = session_id
+                        continue
+                    if job is None and not running:
+                        return
+                # Full, none claimable now, or none left: wait for a session to end
+                # (or, none claimable, poll again soon).
+                ended, _ = await asyncio.wait(
+                    running,
+                    timeout=None if job is None or len(running) >= tasks else 0.01,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                for task in ended:
+                    del running[task]
+        finally:
+            # (Only when this thread fails.) A session's task ends at once, as at a
+            # crash; one that never started still holds its claim's lease.
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.wait(running)
+            for session_id in running.values():
+                with contextlib.suppress(Exception):
+                    self.store.release(session_id, owner)  # (a no-op if its run did)
+                self._done(session_id, None)
+
+    def _done(self, session_id: str, outcome: str | None) -> None:
+        with self._claiming:
+            self._busy.discard(session_id)
+        if outcome is not None:
+            self._count(outcome)
 
     def _count(self, outcome: str, number: int = 1) -> None:
         with self._lock:
@@ -462,9 +580,10 @@ class Worker:
             else:
                 stats.finished[outcome] = stats.finished.get(outcome, 0) + number
 
-    def _next(self, owner: str) -> tuple[str, _Claim | None] | None:
+    def _next(self, owner: str, wait: bool = True) -> tuple[str, _Claim | None] | bool | None:
         """The next session for this thread, claimed by ``owner``; ``None`` when it
-        should end (stopped, or none is left and not ``forever``).
+        should end (stopped, or none is left and not ``forever``); without
+        ``wait``, ``False`` when none is claimable now but some may be soon.
 
         The sessions :meth:`SQLiteStore.runnable` listed are claimed one by one,
         each in one write transaction that passes over those another worker
@@ -501,62 +620,102 @@ class Worker:
                 idle = not busy
             if idle and not self.forever:
                 return None
+            if not wait:
+                return False
             self._stop.wait(self.poll if idle else min(self.poll, 0.01))
 
     def _advance(self, session_id: str, owner: str, claim: _Claim | None) -> str:
         """Run one claimed session; how it went (a status, or
         parked/stopped/skipped/failed). ``claim``: what the claim read (``None``:
         its rows could not be read; its run says why)."""
-        store = self.store
         try:
-            if claim is None:
-                info = store.session(session_id)
-                claimed = None
-            else:
-                info, events, leased = store._claimed(session_id, owner, self.lease_seconds, claim)
-                # (Not leased: a parked tree's root, whose run leases it itself.)
-                claimed = (info, events) if leased else None
-            if self._stop.is_set():  # (stopped while it was claimed)
-                store.release(session_id, owner)  # (a no-op when not leased)
-                return "stopped"
-            try:
-                setup = self.factory(info)
-                if type(setup) is not SessionSetup:
-                    raise WorkerError(
-                        f"the factory returned {setup!r} for session {session_id!r}, not a "
-                        "replay.SessionSetup"
-                    )
-                model = setup.model
-                limiter = None if setup.provider is None else self._limiters.get(setup.provider)
-                if limiter is not None:
-                    model = _LimitedModel(model, limiter)
-                options = {
-                    **setup.options,
-                    "owner": owner,
-                    "lease_seconds": self.lease_seconds,
-                }
-                checked = _Options(
-                    False, store, session_id, None, model, setup.tools, options, "Worker"
-                )
-            except BaseException:
-                store.release(session_id, owner)  # (a no-op when not leased)
-                raise
-            checked.claimed = claimed
+            checked = self._setup(session_id, owner, claim, False)
+            if isinstance(checked, str):
+                return checked
             outcome = _run(checked, self._stop)
-        except (SessionLeased, StoreConflict):
+        except BaseException as exc:
+            return self._failed_as(session_id, exc)
+        return _ended(outcome)
+
+    async def _aadvance(
+        self, session_id: str, owner: str, claim: _Claim | None, group: _Group
+    ) -> None:
+        """:meth:`_advance` in a thread's event loop (``tasks``); counted."""
+        outcome = None
+        try:
+            checked = self._setup(session_id, owner, claim, True)
+            if isinstance(checked, str):
+                outcome = checked
+            else:
+                outcome = _ended(await _arun(checked, group, self._stop))
+        except BaseException as exc:
+            outcome = self._failed_as(session_id, exc)
+        finally:
+            self._done(session_id, outcome)
+
+    def _failed_as(self, session_id: str, exc: BaseException) -> str:
+        """How a session's run that raised ``exc`` counts (or ``exc`` goes on)."""
+        if isinstance(exc, (SessionLeased, StoreConflict)):
             return "skipped"
-        except _Draining:
+        if isinstance(exc, _Draining):
             return "stopped"
-        except Exception:
-            _logger.exception("worker: session %r failed", session_id)
-            self._failed.add(session_id)
-            return "failed"
-        if outcome is None:
+        if not isinstance(exc, Exception):
+            raise exc
+        _logger.error("worker: session %r failed", session_id, exc_info=exc)
+        self._failed.add(session_id)
+        return "failed"
+
+    def _setup(
+        self, session_id: str, owner: str, claim: _Claim | None, asynchronous: bool
+    ) -> _Options | str:
+        """The claimed session's run, as the factory sets it up; or how it counts
+        when there is none to run (``stopped``)."""
+        store = self.store
+        if claim is None:
+            info = store.session(session_id)
+            claimed = None
+        else:
+            info, events, leased = store._claimed(session_id, owner, self.lease_seconds, claim)
+            # (Not leased: a parked tree's root, whose run leases it itself.)
+            claimed = (info, events) if leased else None
+        if self._stop.is_set():  # (stopped while it was claimed)
+            store.release(session_id, owner)  # (a no-op when not leased)
             return "stopped"
-        result, advanced = outcome
-        if not advanced:
-            return "skipped"
-        return "parked" if type(result) is Parked else result.status  # type: ignore[union-attr]
+        try:
+            setup = self.factory(info)
+            if type(setup) is not SessionSetup:
+                raise WorkerError(
+                    f"the factory returned {setup!r} for session {session_id!r}, not a "
+                    "replay.SessionSetup"
+                )
+            model = setup.model
+            limiter = None if setup.provider is None else self._limiters.get(setup.provider)
+            if limiter is not None:
+                model_method(model, asynchronous)  # (before it is wrapped)
+                model = _LimitedModel(model, limiter)
+            options = {
+                **setup.options,
+                "owner": owner,
+                "lease_seconds": self.lease_seconds,
+            }
+            checked = _Options(
+                asynchronous, store, session_id, None, model, setup.tools, options, "Worker"
+            )
+        except BaseException:
+            store.release(session_id, owner)  # (a no-op when not leased)
+            raise
+        checked.claimed = claimed
+        return checked
+
+
+def _ended(outcome: tuple[RunResult | Parked, bool] | None) -> str:
+    """How a run's outcome counts: a status, parked, stopped or skipped."""
+    if outcome is None:
+        return "stopped"
+    result, advanced = outcome
+    if not advanced:
+        return "skipped"
+    return "parked" if type(result) is Parked else result.status  # type: ignore[union-attr]
 
 
 def work(store: SQLiteStore, factory: Factory, **options: Any) -> WorkerStats:

@@ -565,6 +565,11 @@ def test_the_cli_runs_the_store_and_prints_json(tmp_path, capsys):
     assert main(["worker", str(path), "--factory", "tests.worker_factory:factory", "--quiet"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("replay worker: 1 sessions (1 completed; 0 parked)") and err == ""
+    with SQLiteStore(path) as store:
+        sessions.submit_sessions(store, 3, prefix="a")
+    afactory = ["--factory", "tests.worker_factory:afactory"]
+    assert main(["worker", str(path), *afactory, "--tasks", "8", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("replay worker: 3 sessions (3 completed")
 
 
 def test_the_cli_exits_1_when_a_session_failed(tmp_path, capsys):
@@ -588,6 +593,7 @@ def test_the_cli_exits_1_when_a_session_failed(tmp_path, capsys):
         (["--limit", "scripted:rpm=0"], "requests_per_minute must be a positive number"),
         (["--limit", ":rpm=1"], "name the provider"),
         (["--threads", "0"], "threads must be a positive int"),
+        (["--tasks", "0"], "tasks must be a positive int or None"),
         (["--processes", "0"], "--processes must be 1 or more"),
     ],
 )
@@ -622,6 +628,13 @@ def test_processes_share_the_store_and_their_stats_are_summed(tmp_path):
     assert (stats["finished"], stats["processes"], stats["failed"]) == ({"completed": 8}, 2, 0)
     with SQLiteStore(path) as store:
         assert {info.status for info in store.sessions()} == {"completed"}
+        sessions.submit_sessions(store, 8, prefix="t")
+    # Each process's thread running 4 sessions at once (their commits grouped).
+    afactory = ["--factory", "tests.worker_factory:afactory", "--tasks", "4"]
+    done = run_cli(str(path), *afactory, "--processes", "2", "--threads", "1", "--json")
+    out, err = done.communicate(timeout=300)
+    assert done.returncode == 0, err
+    assert json.loads(out)["finished"] == {"completed": 8}
     # Children that cannot load the factory: each one counts as failed.
     done = run_cli(str(path), "--factory", "tests.nope:f", "--processes", "2", "--limit=x:rpm=1")
     out, err = done.communicate(timeout=300)

@@ -69,6 +69,11 @@ def effect(n: int) -> dict[str, int]:
 TOOLS = [effect]
 
 
+@tool(name="effect", description="A side effect, done at most once per idempotency key.")
+async def aeffect(n: int) -> dict[str, int]:
+    return effect.fn(n)  # type: ignore[no-any-return]
+
+
 def answer(request: ModelRequest) -> ScriptedResponse:
     step = request.step
     if step <= 3:
@@ -78,6 +83,12 @@ def answer(request: ModelRequest) -> ScriptedResponse:
 
 def factory(info: replay.SessionInfo) -> replay.SessionSetup:
     return replay.SessionSetup(model=FunctionModel(answer), tools=TOOLS, provider="scripted")
+
+
+def afactory(info: replay.SessionInfo) -> replay.SessionSetup:
+    """``factory`` for a worker's ``tasks`` (an event loop's sessions): the same
+    sessions, the tool ``async def``."""
+    return replay.SessionSetup(model=FunctionModel(answer), tools=[aeffect], provider="scripted")
 
 
 def submit_sessions(store: replay.SQLiteStore, count: int, prefix: str = "s") -> list[str]:
@@ -95,9 +106,12 @@ def options() -> dict[str, Any]:
     return {"model": FunctionModel(answer), "tools": TOOLS}
 
 
-def _start(db: Path, effects: Path, root: Path) -> subprocess.Popen[str]:
+def _start(db: Path, effects: Path, root: Path, tasks: bool) -> subprocess.Popen[str]:
+    """A worker process: two threads of one session each, or (``tasks``) one
+    thread running 8 sessions at once, their commits grouped."""
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "WORKER_EFFECTS": str(effects), "PYTHONPATH": path}
+    how = ["afactory", "--threads", "1", "--tasks", "8"] if tasks else ["factory", "--threads", "2"]
     return subprocess.Popen(
         [
             sys.executable,
@@ -106,9 +120,8 @@ def _start(db: Path, effects: Path, root: Path) -> subprocess.Popen[str]:
             "worker",
             str(db),
             "--factory",
-            "tests.worker_factory:factory",
-            "--threads",
-            "2",
+            f"tests.worker_factory:{how[0]}",
+            *how[1:],
             "--lease",
             "600",
             "--forever",
@@ -145,15 +158,16 @@ def under_fire(
     ``processes`` worker processes and SIGKILL one (that lived ``old_enough``
     seconds: a worker killed while Python starts proves nothing) every
     ``kill_every`` seconds, ``kills`` times; then the fleet finishes undisturbed
-    and is drained with SIGTERM. Returns the paths, ids, kills, each worker's
-    exit and stats, and the seconds it took."""
+    and is drained with SIGTERM. Every other worker runs its sessions on an event
+    loop with grouped commits (``--tasks``), the others on threads. Returns the
+    paths, ids, kills, each worker's exit and stats, and the seconds it took."""
     root = Path(__file__).resolve().parent.parent
     db, effects = directory / "fleet.db", directory / "effects.db"
     with replay.SQLiteStore(db) as store:
         ids = submit_sessions(store, sessions)
     chooser = random.Random(seed)
     started = time.monotonic()
-    workers = [_start(db, effects, root) for _ in range(processes)]
+    workers = [_start(db, effects, root, index % 2 == 1) for index in range(processes)]
     born = [time.monotonic()] * processes
     killed = 0
     deadline = time.monotonic() + give_up
@@ -169,7 +183,7 @@ def under_fire(
             workers[victim].kill()
             workers[victim].communicate()
             killed += 1
-            workers[victim] = _start(db, effects, root)
+            workers[victim] = _start(db, effects, root, victim % 2 == 1)
             born[victim] = time.monotonic()
     finally:
         for worker in workers:
