@@ -18,6 +18,8 @@ def test_quick_run_prints_and_writes_every_number(tmp_path):
         assert needle in done.stdout, done.stdout
     for needle in ("CPU ms/session", "interpreters' start-up", "F4 inside the write lock"):
         assert needle in done.stdout, done.stdout
+    for needle in ("16 tasks (grouped)", "16 tasks each", "with 16 tasks (grouped commits)"):
+        assert needle in done.stdout, done.stdout
     assert "goal >= 2,000/s with 4 workers: " in done.stdout
     data = json.loads(out.read_text())
     for key in (
@@ -36,6 +38,13 @@ def test_quick_run_prints_and_writes_every_number(tmp_path):
         "write_lock_cpu_us",
         "write_lock_wall_us",
         "write_lock_session_cpu_us",
+        "tasks_1",
+        "tasks_1_cpu_ms",
+        "processes_4_tasks",
+        "processes_4_tasks_cpu_ms",
+        "write_lock_tasks_cpu_us",
+        "write_lock_tasks_session_cpu_us",
+        "best_4_workers",
     ):
         assert data[key] > 0
     assert "processes_4_run_cpu_ms" in data  # (start-up subtracted: noise may make it small)

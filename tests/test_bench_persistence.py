@@ -55,7 +55,7 @@ def test_quick_run_without_the_peers_skips_them_and_reports_agentloop(tmp_path):
     for peer in peers:  # skipped cleanly when missing, measured when installed
         assert "error" not in peer, peer
         assert peer.get("skipped", "not installed: ").startswith("not installed: ") or peer["rows"]
-    for key in ("threads_1", "threads_4", "threads_16", "processes_4"):
+    for key in ("threads_1", "threads_4", "threads_16", "processes_4", "processes_4_tasks"):
         assert data["P2"][key] > 0
     assert data["P3"] is None  # no --temporal
     assert "P1 persistence overhead per step, 50-step sessions" in done.stdout
@@ -127,6 +127,7 @@ def test_the_report_lists_skipped_and_failed_peers_and_the_fleet(persistence):
     assert "replay worker >=" not in text
     rates = {"sessions": 10, "serial_run_durable": 5.0}
     rates |= {"threads_1": 1.0, "threads_4": 2500.0, "threads_16": 3.0, "processes_4": 4.0}
+    rates |= {"tasks_1": 6.0, "processes_4_tasks": 7.0, "best_4_workers": 2500.0}
     text = "\n".join(persistence.format_report(results, rates))
     assert "replay worker >= 2,000 sessions/s with 4 workers: 2,500/s  met" in text
 
