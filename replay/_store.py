@@ -1292,9 +1292,10 @@ class SQLiteStore:
         """Several sessions' appends (``(session_id, events, append's options)``
         each) in one write transaction: one ``BEGIN``/``COMMIT`` for all (a worker's
         group commit, DESIGN §29). Each gives what :meth:`append` would return, or
-        the exception it would raise (its session unchanged: a savepoint undoes
-        its statements); the others are written all the same. A failure of the
-        store itself (``sqlite3.Error``) writes none and is raised."""
+        the exception it would raise, its session unchanged: the transaction is
+        rolled back and made again without it (no savepoint per session: refusals
+        are rare, statements are not); the others are written all the same. A
+        failure of the store itself (``sqlite3.Error``) writes none and is raised."""
         results: list[list[tuple[int, Steer | FollowUp]] | Exception] = []
         for session_id, events, options in batches:
             try:
@@ -1307,46 +1308,49 @@ class SQLiteStore:
                 continue
             results.append([])
         now = self.now()
-        kept: list[tuple[str, tuple[int, _Format2, str, int]]] = []
         with self._lock:
             db = self._connection()
             execute = self._execute
-            execute("BEGIN IMMEDIATE")
-            try:
-                for index, (session_id, events, options) in enumerate(batches):
-                    if results[index]:  # (refused by the checks above)
+            while True:
+                kept: list[tuple[str, tuple[int, _Format2, str, int]]] = []
+                refused = False
+                execute("BEGIN IMMEDIATE")
+                try:
+                    for index, (session_id, events, options) in enumerate(batches):
+                        if isinstance(results[index], Exception):
+                            continue
+                        owner = options.get("owner")
+                        try:
+                            done = self._append_in(
+                                db,
+                                session_id,
+                                events,
+                                options["expected"],
+                                options["status"],
+                                options["steps"],
+                                owner,
+                                None if owner is None else now + options.get("lease_seconds", 0.0),
+                                now,
+                                options.get("consume_answer", False),
+                                options.get("consume_queued", 0),
+                                options.get("poll_queued"),
+                            )
+                        except (StoreError, ValueError) as exc:
+                            results[index] = exc
+                            refused = True
+                            break
+                        if isinstance(done, list):
+                            results[index] = done
+                        else:
+                            kept.append((session_id, done))
+                    if refused:  # (what it or the others wrote goes back: again without it)
+                        _rollback(db)
                         continue
-                    owner = options.get("owner")
-                    execute("SAVEPOINT one")
-                    try:
-                        done = self._append_in(
-                            db,
-                            session_id,
-                            events,
-                            options["expected"],
-                            options["status"],
-                            options["steps"],
-                            owner,
-                            None if owner is None else now + options.get("lease_seconds", 0.0),
-                            now,
-                            options.get("consume_answer", False),
-                            options.get("consume_queued", 0),
-                            options.get("poll_queued"),
-                        )
-                    except (StoreError, ValueError) as exc:
-                        execute("ROLLBACK TO one")
-                        execute("RELEASE one")
-                        results[index] = exc
-                        continue
-                    execute("RELEASE one")
-                    if isinstance(done, list):
-                        results[index] = done
-                    else:
-                        kept.append((session_id, done))
-                execute("COMMIT")
-            except BaseException:
-                _rollback(db)
-                raise
+                    execute("COMMIT")
+                except BaseException:
+                    _rollback(db)
+                    raise
+                break
             self.commits += len(kept)
             for session_id, done in kept:
                 self._keep(session_id, *done)

@@ -134,13 +134,23 @@ def test_a_message_queued_while_the_session_runs_is_delivered_at_a_grouped_bound
 
 
 def test_the_group_commit_writes_each_session_or_says_why_not(store):
-    sessions.submit_sessions(store, 5)
+    sessions.submit_sessions(store, 6)
     owner = "me"
-    claimed = {s: store._claim(s, owner, 60.0, paused=False) for s in ("s0", "s1", "s2", "s4")}
+    claimed = {
+        s: store._claim(s, owner, 60.0, paused=False) for s in ("s0", "s1", "s2", "s4", "s5")
+    }
     counts = {s: len(events) for s, (_, events, _) in claimed.items()}
     store.acquire("s3", "someone-else", 60.0)
     number = store.queue("s4", Steer(UserMessage("u-late", "Late.")))
     tail = store.events("s0")[-1]  # (not numbered where s0 continues)
+    # s5's last row goes missing, and its chain is not remembered: its append
+    # moves its row on, then finds the log damaged (undone with the transaction).
+    assert store._db is not None
+    store._db.execute(
+        "DELETE FROM events WHERE event_key = (SELECT max(event_key) FROM events "
+        "WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = 's5'))"
+    )
+    del store._chains["s5"]
 
     def batch(session_id: str, **changes: Any) -> tuple[str, list[Any], dict[str, Any]]:
         options = {
@@ -161,6 +171,7 @@ def test_the_group_commit_writes_each_session_or_says_why_not(store):
             batch("s3"),  # leased by someone else
             batch("s4", poll_queued=0),  # a message waits: nothing written
             ("s0", [tail], batch("s0")[2]),  # a batch that does not continue
+            batch("s5", steps=7),  # damaged
         ]
     )
     assert results[0] == []
@@ -169,6 +180,9 @@ def test_the_group_commit_writes_each_session_or_says_why_not(store):
     assert type(results[3]) is SessionLeased
     assert results[4] == [(number, Steer(UserMessage("u-late", "Late.")))]
     assert type(results[5]) is ValueError
+    assert type(results[6]) is replay.StoreError and "missing" in str(results[6])
+    info = store.session("s5")
+    assert (info.steps, info.events) == (1, counts["s5"])  # its row as it was
     assert store.session("s0").steps == 2 and store.session("s1").steps == 1
     assert store.session("s3").lease_owner == "someone-else"
 
