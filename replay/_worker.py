@@ -24,6 +24,14 @@ processes, may serve one store, and no session is advanced by two at once.
   ``ModelError`` with ``retry_after`` (the provider's ``retry-after``) pauses every
   call to that provider for that long, then the call is made again (nothing of the
   failed call was recorded: it never reached the loop), up to ``retries`` times.
+- **Tasks and group commit.** With ``tasks=N`` each thread runs an asyncio event
+  loop with up to N sessions at once (:func:`replay.arun_durable`'s driver; the
+  store used from the loop's thread), claimed as above. The commits the loop's
+  sessions ask for during one turn of the loop wait for its next turn, which makes
+  them all in one write transaction (``_Group``, ``SQLiteStore._append_group``):
+  one ``BEGIN``/``COMMIT`` for many sessions, each session's effect still after its
+  own commit (the write-ahead rule), a session whose write is refused told so
+  alone.
 - **Stats.** :class:`WorkerStats`: sessions finished by status, parked, stopped,
   skipped and failed, and sessions per second.
 """
