@@ -1198,11 +1198,13 @@ class SQLiteStore:
         consume_answer: bool,
         consume_queued: int,
         poll_queued: int | None,
+        rows: list[tuple[int, int, str, str]] | None = None,
     ) -> list[tuple[int, Steer | FollowUp]] | tuple[int, _Format2, str, int]:
         """:meth:`append`'s work in the open write transaction (its arguments
         checked): the queued messages ``poll_queued`` found (nothing was written),
         or what to :meth:`_keep` of the session's chain once the transaction
-        commits."""
+        commits. With ``rows``, the events' rows are added to it instead of
+        inserted (the caller inserts them, in the same transaction)."""
         execute = self._execute
         unleased = status in _UNLEASED
         # One statement checks and moves the session on in the common case
@@ -1274,7 +1276,11 @@ class SQLiteStore:
         else:
             format2 = chain.copy()
         blobs: list[tuple[Any, ...]] = []
-        _insert_rows(execute, _stored_rows(session_id, number << 32, events, format2, blobs))
+        stored = _stored_rows(session_id, number << 32, events, format2, blobs)
+        if rows is None:
+            _insert_rows(execute, stored)
+        else:
+            rows.extend(stored)
         if blobs:
             db.executemany(_INSERT_BLOBS, blobs)
         if consume_answer:
@@ -1295,10 +1301,16 @@ class SQLiteStore:
         the exception it would raise, its session unchanged: the transaction is
         rolled back and made again without it (no savepoint per session: refusals
         are rare, statements are not); the others are written all the same. A
-        failure of the store itself (``sqlite3.Error``) writes none and is raised."""
+        failure of the store itself (``sqlite3.Error``) writes none and is raised.
+        The events of all are inserted together (one ``INSERT`` per 64 rows); so a
+        session has at most one batch in a group (a second is refused)."""
         results: list[list[tuple[int, Steer | FollowUp]] | Exception] = []
+        grouped: set[str] = set()
         for session_id, events, options in batches:
             try:
+                if session_id in grouped:
+                    raise ValueError(f"session {session_id!r}: a second batch in one group")
+                grouped.add(session_id)
                 _check_status(options["status"])
                 _check_batch(session_id, options["expected"], events)
                 if events:
@@ -1313,6 +1325,7 @@ class SQLiteStore:
             execute = self._execute
             while True:
                 kept: list[tuple[str, tuple[int, _Format2, str, int]]] = []
+                rows: list[tuple[int, int, str, str]] = []
                 refused = False
                 execute("BEGIN IMMEDIATE")
                 try:
@@ -1334,6 +1347,7 @@ class SQLiteStore:
                                 options.get("consume_answer", False),
                                 options.get("consume_queued", 0),
                                 options.get("poll_queued"),
+                                rows,
                             )
                         except (StoreError, ValueError) as exc:
                             results[index] = exc
@@ -1346,6 +1360,7 @@ class SQLiteStore:
                     if refused:  # (what it or the others wrote goes back: again without it)
                         _rollback(db)
                         continue
+                    _insert_rows(execute, rows)
                     execute("COMMIT")
                 except BaseException:
                     _rollback(db)

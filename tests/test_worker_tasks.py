@@ -172,6 +172,7 @@ def test_the_group_commit_writes_each_session_or_says_why_not(store):
             batch("s4", poll_queued=0),  # a message waits: nothing written
             ("s0", [tail], batch("s0")[2]),  # a batch that does not continue
             batch("s5", steps=7),  # damaged
+            batch("s0", steps=9),  # a second batch of s0 in the group
         ]
     )
     assert results[0] == []
@@ -181,6 +182,7 @@ def test_the_group_commit_writes_each_session_or_says_why_not(store):
     assert results[4] == [(number, Steer(UserMessage("u-late", "Late.")))]
     assert type(results[5]) is ValueError
     assert type(results[6]) is replay.StoreError and "missing" in str(results[6])
+    assert type(results[7]) is ValueError and "a second batch in one group" in str(results[7])
     info = store.session("s5")
     assert (info.steps, info.events) == (1, counts["s5"])  # its row as it was
     assert store.session("s0").steps == 2 and store.session("s1").steps == 1
