@@ -1199,12 +1199,15 @@ class SQLiteStore:
         consume_queued: int,
         poll_queued: int | None,
         rows: list[tuple[int, int, str, str]] | None = None,
+        encoded: _Encoded | None = None,
     ) -> list[tuple[int, Steer | FollowUp]] | tuple[int, _Format2, str, int]:
         """:meth:`append`'s work in the open write transaction (its arguments
         checked): the queued messages ``poll_queued`` found (nothing was written),
         or what to :meth:`_keep` of the session's chain once the transaction
         commits. With ``rows``, the events' rows are added to it instead of
-        inserted (the caller inserts them, in the same transaction)."""
+        inserted (the caller inserts them, in the same transaction). ``encoded``:
+        the events encoded beforehand from the chain this object remembered (see
+        :func:`_encoded`), used if the session still continues that chain."""
         execute = self._execute
         unleased = status in _UNLEASED
         # One statement checks and moves the session on in the common case
@@ -1273,10 +1276,14 @@ class SQLiteStore:
             if number < 0:  # (not remembered)
                 number = _row(db, session_id, "number")[0]
             format2 = self._continue(db, session_id, expected, chain, number)
+            stored = None
+        elif encoded is not None and encoded[0] is chain:  # (encoded before the transaction)
+            _, format2, stored, blobs = encoded
         else:
-            format2 = chain.copy()
-        blobs: list[tuple[Any, ...]] = []
-        stored = _stored_rows(session_id, number << 32, events, format2, blobs)
+            format2, stored = chain.copy(), None
+        if stored is None:
+            blobs = []
+            stored = _stored_rows(session_id, number << 32, events, format2, blobs)
         if rows is None:
             _insert_rows(execute, stored)
         else:
@@ -1319,6 +1326,15 @@ class SQLiteStore:
                 results.append(exc)
                 continue
             results.append([])
+        # The events encoded (and hashed) before the write lock is taken, from the
+        # chains as remembered: the common case; the others are encoded inside.
+        chains = self._chains
+        encoded = [
+            None
+            if isinstance(result, Exception)
+            else _encoded(chains.get(session_id), session_id, events, options["expected"])
+            for (session_id, events, options), result in zip(batches, results, strict=True)
+        ]
         now = self.now()
         with self._lock:
             db = self._connection()
@@ -1348,8 +1364,11 @@ class SQLiteStore:
                                 options.get("consume_queued", 0),
                                 options.get("poll_queued"),
                                 rows,
+                                encoded[index],
                             )
-                        except (StoreError, ValueError) as exc:
+                        except sqlite3.Error:
+                            raise  # (the store's own failure: all of it goes back)
+                        except Exception as exc:  # (e.g. an event that cannot be encoded)
                             results[index] = exc
                             refused = True
                             break
@@ -2010,6 +2029,32 @@ def _check_batch(session_id: str, start: int, events: Sequence[Event]) -> None:
                 f"session {session_id!r}: event {event.type} has sequence {event.sequence}, "
                 f"expected {start + offset} (a batch continues the session, in order)"
             )
+
+
+#: Events encoded before their write transaction: the chain they continue (as
+#: remembered), the state after them, their rows and media rows.
+_Encoded = tuple["_Format2", "_Format2", list[tuple[int, int, str, str]], list[tuple[Any, ...]]]
+
+
+def _encoded(
+    remembered: tuple[int, _Format2, str, int] | None,
+    session_id: str,
+    events: Sequence[Event],
+    expected: int,
+) -> _Encoded | None:
+    """``events`` encoded to continue the remembered chain (``SQLiteStore._chains``'
+    entry), if it ends where they start; else ``None``. (A remembered state is
+    never changed once kept: this may run without the store's lock.)"""
+    if remembered is None or remembered[0] != expected or not events:
+        return None
+    chain = remembered[1]
+    format2 = chain.copy()
+    blobs: list[tuple[Any, ...]] = []
+    try:
+        rows = _stored_rows(session_id, remembered[3] << 32, events, format2, blobs)
+    except Exception:  # (inside the transaction, it fails again: for this session alone)
+        return None
+    return chain, format2, rows, blobs
 
 
 def _stored_rows(

@@ -10,6 +10,7 @@ import logging
 import sqlite3
 from typing import Any
 
+import msgspec
 import pytest
 
 import replay
@@ -326,6 +327,35 @@ def test_a_session_claimed_before_a_stop_is_released_unrun(store):
     stats = worker[0].run()
     assert (stats.stopped, stats.advanced, made) == (2, 0, ["s0"])
     assert all(info.lease_owner is None for info in store.sessions())
+
+
+def test_a_group_commit_encodes_before_its_transaction_what_it_can(store):
+    sessions.submit_sessions(store, 3)
+    counts = {s: len(store._claim(s, "me", 60.0, paused=False)[1]) for s in ("s0", "s1", "s2")}
+    step = store.events("s0")[-1]  # a step.start: one more with the next number
+    good = msgspec.structs.replace(step, sequence=counts["s0"], step=2)
+    bad = msgspec.structs.replace(step, sequence=counts["s1"], step=object())  # unencodable
+    moved = msgspec.structs.replace(step, sequence=counts["s2"], step=2)
+
+    class Moved(SQLiteStore):
+        def _connection(self) -> sqlite3.Connection:  # (the lock taken: after encoding)
+            count, chain, status, number = self._chains["s2"]
+            self._chains["s2"] = (count, chain.copy(), status, number)  # an equal chain
+            return super()._connection()
+
+    store.__class__ = Moved
+    options = {"status": "running", "owner": "me", "lease_seconds": 60.0}
+    results = store._append_group(
+        [
+            ("s0", [good], {**options, "expected": counts["s0"], "steps": 2}),
+            ("s1", [bad], {**options, "expected": counts["s1"], "steps": 2}),
+            ("s2", [moved], {**options, "expected": counts["s2"], "steps": 2}),
+        ]
+    )
+    assert results[0] == [] and results[2] == []
+    assert type(results[1]) is TypeError  # this session's error, the others written
+    assert store.events("s0")[-1] == good and store.events("s2")[-1] == moved
+    assert store.session("s1").events == counts["s1"]
 
 
 def test_a_group_commit_whose_transaction_fails_writes_none_of_it(store, monkeypatch):
