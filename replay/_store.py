@@ -874,13 +874,31 @@ class SQLiteStore:
             none of the candidates was left; ``unlooked``: one passed over was
             leased since the listing (its holder not looked at).
         """
+        claims, skipped, unlooked = self._claim_some(candidates, owner, lease_seconds, listed, 1)
+        session_id, claim = claims[0] if claims else (None, None)
+        return session_id, claim, skipped, unlooked
+
+    def _claim_some(
+        self,
+        candidates: collections.deque[str],
+        owner: str,
+        lease_seconds: float,
+        listed: Mapping[str, str | None] | None,
+        count: int,
+    ) -> tuple[list[tuple[str, _Claim | None]], int, bool]:
+        """:meth:`_claim_next` for up to ``count`` sessions, in one write
+        transaction (a worker's event loop claims for its free tasks at once):
+        ``(the claims, passed over, unlooked)``. A session after the first whose
+        rows cannot be read ends the batch, claimed as ``None`` (a savepoint undoes
+        its lease; those before it stay claimed)."""
         skipped = 0
         unlooked = False
+        claims: list[tuple[str, _Claim | None]] = []
         session_id: str | None = None
         try:
             with self._write() as db:
                 now = self.now()
-                while candidates:
+                while candidates and len(claims) < count:
                     session_id = candidates.popleft()
                     row = db.execute(_LOAD_SESSION, (session_id,)).fetchone()
                     if row is None or row[1] in _FINISHED:
@@ -896,14 +914,31 @@ class SQLiteStore:
                         if not gone(*row[13:16]):
                             skipped += 1
                             continue
-                    claim = self._claim_in(db, session_id, owner, lease_seconds, False, row)
-                    return session_id, claim, skipped, unlooked
+                    if not claims:
+                        claims.append(
+                            (
+                                session_id,
+                                self._claim_in(db, session_id, owner, lease_seconds, False, row),
+                            )
+                        )
+                        continue
+                    db.execute("SAVEPOINT claim")
+                    try:
+                        claim = self._claim_in(db, session_id, owner, lease_seconds, False, row)
+                    except (sqlite3.Error, StoreError):
+                        db.execute("ROLLBACK TO claim")
+                        claims.append((session_id, None))
+                        break
+                    finally:
+                        db.execute("RELEASE claim")
+                    claims.append((session_id, claim))
         except (sqlite3.Error, StoreError):
             if session_id is None:  # (no candidate was looked at: e.g. BEGIN failed)
                 raise
-            # Its row or rows cannot be read (its lease, if any, was rolled back).
-            return session_id, None, skipped, unlooked
-        return None, None, skipped, unlooked
+            # Its row or rows cannot be read (its lease, if any, was rolled back; so
+            # were those of the batch: they are listed again later).
+            return [(session_id, None)], skipped, unlooked
+        return claims, skipped, unlooked
 
     def _check_format(self, session_id: str, log_format: int) -> None:
         if log_format > LOG_FORMAT_VERSION:

@@ -519,10 +519,10 @@ class Worker:
                 asyncio.run(self._serve_tasks(owner, self.tasks))
                 return
             while True:
-                job = self._next(owner)
-                if not isinstance(job, tuple):  # (None: waiting, it never gives False)
+                jobs = self._next(owner)
+                if not isinstance(jobs, list):  # (None: waiting, it never gives False)
                     return
-                session_id, claim = job
+                [(session_id, claim)] = jobs
                 outcome = None
                 try:
                     outcome = self._advance(session_id, owner, claim)
@@ -541,15 +541,15 @@ class Worker:
         running: dict[asyncio.Task[None], str] = {}
         try:
             while True:
-                job: tuple[str, _Claim | None] | bool | None = False
+                job: list[tuple[str, _Claim | None]] | bool | None = False
                 if len(running) < tasks:
-                    job = self._next(owner, wait=not running)
-                    if isinstance(job, tuple):
-                        session_id, claim = job
-                        task = asyncio.ensure_future(
-                            self._aadvance(session_id, owner, claim, group)
-                        )
-                        running[task] = session_id
+                    job = self._next(owner, not running, tasks - len(running))
+                    if isinstance(job, list):
+                        for session_id, claim in job:
+                            task = asyncio.ensure_future(
+                                self._aadvance(session_id, owner, claim, group)
+                            )
+                            running[task] = session_id
                         continue
                     if job is None and not running:
                         return
@@ -588,10 +588,13 @@ class Worker:
             else:
                 stats.finished[outcome] = stats.finished.get(outcome, 0) + number
 
-    def _next(self, owner: str, wait: bool = True) -> tuple[str, _Claim | None] | bool | None:
-        """The next session for this thread, claimed by ``owner``; ``None`` when it
-        should end (stopped, or none is left and not ``forever``); without
-        ``wait``, ``False`` when none is claimable now but some may be soon.
+    def _next(
+        self, owner: str, wait: bool = True, count: int = 1
+    ) -> list[tuple[str, _Claim | None]] | bool | None:
+        """The next sessions for this thread (up to ``count``, in one claim),
+        claimed by ``owner``; ``None`` when it should end (stopped, or none is left
+        and not ``forever``); without ``wait``, ``False`` when none is claimable
+        now but some may be soon.
 
         The sessions :meth:`SQLiteStore.runnable` listed are claimed one by one,
         each in one write transaction that passes over those another worker
@@ -616,15 +619,21 @@ class Worker:
                         pending.extend(s for s in listed if s not in busy and s not in failed)
                         fresh, self._unlooked = True, False
                         continue
-                    session_id, claim, skipped, unlooked = store._claim_next(
-                        pending, owner, self.lease_seconds, self._listed
-                    )
+                    if count == 1:
+                        session_id, claim, skipped, unlooked = store._claim_next(
+                            pending, owner, self.lease_seconds, self._listed
+                        )
+                        claims = [] if session_id is None else [(session_id, claim)]
+                    else:
+                        claims, skipped, unlooked = store._claim_some(
+                            pending, owner, self.lease_seconds, self._listed, count
+                        )
                     if skipped:
                         self._count("skipped", skipped)
                         self._unlooked = self._unlooked or unlooked
-                    if session_id is not None:
-                        busy.add(session_id)
-                        return session_id, claim
+                    if claims:
+                        busy.update(session_id for session_id, _ in claims)
+                        return claims
                 idle = not busy
             if idle and not self.forever:
                 return None

@@ -6,6 +6,7 @@ crash test (tests/test_worker_crash.py) runs half its workers this way."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import sqlite3
 from typing import Any
@@ -29,6 +30,7 @@ from agentloop import (
     tool,
 )
 from replay import RateLimit, SessionSetup, SQLiteStore, Worker, WorkerStats
+from replay import _store as store_module
 from replay import _worker as worker_module
 from replay._store import SessionLeased, StoreConflict
 
@@ -281,18 +283,19 @@ def test_stop_drains_the_tasks_at_their_next_boundary(store):
         assert sum(e.type == "tool.result" for e in store.events(info.id)) == 3
 
 
-@pytest.mark.parametrize("tasks", [1, 2])
-def test_a_thread_whose_claim_fails_cancels_its_tasks_and_run_raises(tmp_path, tasks):
-    # tasks=1: the failing claim comes with the second session's task not started
-    # yet; tasks=2: while s1's task waits in its tool (cancelled as at a crash).
+@pytest.mark.parametrize("unstarted", [True, False])
+def test_a_thread_whose_claim_fails_cancels_its_tasks_and_run_raises(tmp_path, unstarted):
+    # unstarted: the failing claim comes right after one that claimed fewer than
+    # asked, its session's task not started yet; else: after s0 ended, while s1's
+    # task waits in its tool (cancelled as at a crash).
     class Failing(SQLiteStore):
         claims = 0
 
-        def _claim_next(self, *args: Any) -> Any:
+        def _claim_some(self, *args: Any) -> Any:
             Failing.claims += 1
-            if Failing.claims == 1 + tasks:
+            if Failing.claims == 2:
                 raise sqlite3.OperationalError("database disk image is malformed")
-            return super()._claim_next(*args)
+            return super()._claim_some(*args[:-1], 1 if unstarted else args[-1])
 
     @tool(name="effect")
     async def effect(n: int) -> dict[str, int]:
@@ -306,7 +309,7 @@ def test_a_thread_whose_claim_fails_cancels_its_tasks_and_run_raises(tmp_path, t
     with Failing(tmp_path / "failing.db") as store:
         sessions.submit_sessions(store, 3)
         with pytest.raises(sqlite3.OperationalError, match="malformed"):
-            Worker(store, factory, threads=1, tasks=tasks).run()
+            Worker(store, factory, threads=1, tasks=2).run()
         assert all(info.lease_owner is None for info in store.sessions())
         # Each stays resumable from its last commit.
         replay.work(store, sessions.afactory, tasks=4)
@@ -513,3 +516,66 @@ def test_a_retry_after_in_an_event_loop(fake_sleep, model, calls, raised):
 def test_bad_tasks(store, tasks):
     with pytest.raises(replay.WorkerError, match="tasks must be a positive int or None"):
         Worker(store, sessions.afactory, tasks=tasks)
+
+
+@pytest.mark.parametrize("bad", ["s0", "s1"])
+def test_a_session_whose_rows_cannot_be_read_in_a_batch_claim_fails_alone(store, bad):
+    # s0: the batch's first claim (the transaction goes back); s1: a later one (a
+    # savepoint takes its lease back, s0 stays claimed and runs).
+    sessions.submit_sessions(store, 3)
+    assert store._db is not None
+    store._db.execute(
+        "UPDATE events SET event = CAST(x'ff' AS TEXT) "
+        f"WHERE event_key >> 32 = (SELECT number FROM sessions WHERE id = '{bad}') "
+        "AND sequence = 1"
+    )
+    stats = Worker(store, sessions.afactory, threads=1, tasks=4).run()
+    assert (stats.finished, stats.failed) == ({"completed": 2}, 1)
+    info = store.session(bad)
+    assert (info.status, info.lease_owner) == ("running", None)  # nothing leased
+
+
+def test_a_later_claim_of_a_batch_that_fails_is_taken_back_alone(store):
+    sessions.submit_sessions(store, 3)
+    original = store._claim_in
+
+    def failing(db: Any, session_id: str, *args: Any) -> Any:
+        claim = original(db, session_id, *args)  # (its lease written)
+        if session_id == "s1":
+            raise sqlite3.OperationalError("disk I/O error")
+        return claim
+
+    store._claim_in = failing  # type: ignore[method-assign]
+    pending = collections.deque(["s0", "s1", "s2"])
+    claims, skipped, unlooked = store._claim_some(pending, "me", 60.0, None, 3)
+    assert [session_id for session_id, _ in claims] == ["s0", "s1"]
+    assert claims[0][1] is not None and claims[1][1] is None
+    assert (skipped, unlooked, list(pending)) == (0, False, ["s2"])
+    assert store.session("s0").lease_owner == "me" and store.session("s1").lease_owner is None
+
+
+def test_a_batch_claim_whose_transaction_fails_takes_back_every_claim(store):
+    sessions.submit_sessions(store, 3)
+    db = store._db
+    assert db is not None
+    looks: list[str] = []
+
+    class Failing:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(db, name)
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql == store_module._LOAD_SESSION:
+                looks.append(args[0][0])
+                if len(looks) == 2:  # the second session's look fails
+                    raise sqlite3.OperationalError("disk I/O error")
+            return db.execute(sql, *args)
+
+    store._db = Failing()  # type: ignore[assignment]
+    try:
+        pending = collections.deque(["s0", "s1", "s2"])
+        claims, _, _ = store._claim_some(pending, "me", 60.0, None, 3)
+    finally:
+        store._db = db
+    assert claims == [("s1", None)]  # its run will say what is wrong
+    assert all(info.lease_owner is None for info in store.sessions())  # s0's went back too
