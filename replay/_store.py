@@ -1367,7 +1367,7 @@ class SQLiteStore:
         encoded = [
             None
             if isinstance(result, Exception)
-            else _encoded(chains.get(session_id), session_id, events, options["expected"])
+            else _encoded(chains.get(session_id), session_id, events, options)
             for (session_id, events, options), result in zip(batches, results, strict=True)
         ]
         now = self.now()
@@ -2075,12 +2075,19 @@ def _encoded(
     remembered: tuple[int, _Format2, str, int] | None,
     session_id: str,
     events: Sequence[Event],
-    expected: int,
+    options: Mapping[str, Any],
 ) -> _Encoded | None:
     """``events`` encoded to continue the remembered chain (``SQLiteStore._chains``'
-    entry), if it ends where they start; else ``None``. (A remembered state is
+    entry), if it ends where they start and the append takes the common way (the
+    status unchanged: see ``_append_in``); else ``None``. (A remembered state is
     never changed once kept: this may run without the store's lock.)"""
-    if remembered is None or remembered[0] != expected or not events:
+    if (
+        remembered is None
+        or remembered[0] != options["expected"]
+        or remembered[2] != options["status"]
+        or options["status"] in _UNLEASED
+        or not events
+    ):
         return None
     chain = remembered[1]
     format2 = chain.copy()
