@@ -1310,12 +1310,15 @@ class SQLiteStore:
                 raise _lease_lost(session_id, str(owner), holder, expires, now)
             if number < 0:  # (not remembered)
                 number = _row(db, session_id, "number")[0]
-            format2 = self._continue(db, session_id, expected, chain, number)
-            stored = None
+            continued = self._continue(db, session_id, expected, chain, number)
+        else:
+            continued = chain
+        if continued is not chain:  # (the chain as read from the rows)
+            format2, stored = continued, None
         elif encoded is not None and encoded[0] is chain:  # (encoded before the transaction)
             _, format2, stored, blobs = encoded
         else:
-            format2, stored = chain.copy(), None
+            format2, stored = continued.copy(), None
         if stored is None:
             blobs = []
             stored = _stored_rows(session_id, number << 32, events, format2, blobs)
@@ -1367,7 +1370,7 @@ class SQLiteStore:
         encoded = [
             None
             if isinstance(result, Exception)
-            else _encoded(chains.get(session_id), session_id, events, options)
+            else _encoded(chains.get(session_id), session_id, events, options["expected"])
             for (session_id, events, options), result in zip(batches, results, strict=True)
         ]
         now = self.now()
@@ -1459,14 +1462,15 @@ class SQLiteStore:
 
         The remembered state (``chain``: where the chain ended when this object
         last read or wrote ``count`` events) serves when the stored link of event
-        ``count - 1`` is its link (the chain then vouches for every row before).
+        ``count - 1`` is its link (the chain then vouches for every row before):
+        it is returned itself (copy it before writing with it).
         Otherwise the rows are read and checked; a session stored in format 1 is
         rewritten as format 2 (the same events) in this transaction.
         """
         if chain is not None:
             found = db.execute(_LAST_LINK, ((number << 32) + count - 1,)).fetchone()
             if found is not None and found[0] == chain.link.decode():
-                return chain.copy()
+                return chain
         log_format, header = _row(db, session_id, "log_format, log_header")
         self._check_format(session_id, log_format)
         try:
@@ -2075,19 +2079,12 @@ def _encoded(
     remembered: tuple[int, _Format2, str, int] | None,
     session_id: str,
     events: Sequence[Event],
-    options: Mapping[str, Any],
+    expected: int,
 ) -> _Encoded | None:
     """``events`` encoded to continue the remembered chain (``SQLiteStore._chains``'
-    entry), if it ends where they start and the append takes the common way (the
-    status unchanged: see ``_append_in``); else ``None``. (A remembered state is
+    entry), if it ends where they start; else ``None``. (A remembered state is
     never changed once kept: this may run without the store's lock.)"""
-    if (
-        remembered is None
-        or remembered[0] != options["expected"]
-        or remembered[2] != options["status"]
-        or options["status"] in _UNLEASED
-        or not events
-    ):
+    if remembered is None or remembered[0] != expected or not events:
         return None
     chain = remembered[1]
     format2 = chain.copy()
