@@ -45,6 +45,7 @@ def test_quick_run_prints_and_writes_every_number(tmp_path):
         "write_lock_tasks_cpu_us",
         "write_lock_tasks_session_cpu_us",
         "best_4_workers",
+        "processes_2_tasks",
     ):
         assert data[key] > 0
     assert "processes_4_run_cpu_ms" in data  # (start-up subtracted: noise may make it small)
