@@ -604,6 +604,13 @@ _ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER: Final = b"0" * 19
 
 
+# The events whose line _Format2.body shortens or encode_event may tag: any other
+# event's line is msgspec's encoding of it (see _Format2.row).
+_SHAPED: Final = _WHOLE | {PlanDraftEvent, SessionCompleteEvent}
+# The events whose class _Format2.advance looks for.
+_ADVANCING: Final = frozenset((ToolCallEvent, PlanDraftEvent, PlanCommitEvent))
+
+
 # The events whose lines may leave their message out, by type: class and decoder
 # (see _Format2._read_stored).
 def _builder(cls: type[Any], stored: type[msgspec.Struct]) -> Callable[[Any, Any], Event]:
@@ -693,6 +700,33 @@ class _Format2:
                 plain = msgspec.structs.replace(event, final_text=None)
                 return encode_event(plain)[:-1] + _DERIVED["final_text"]
         return encode_event(event)[:-1]
+
+    def row(self, event: Event) -> tuple[str, str] | None:
+        """:meth:`text` as a store's row holds it: the line up to its link member,
+        closed (``}``), and the link, both as text; ``None`` as for :meth:`text`.
+        The same work in one call (a durable step stores about 7 lines)."""
+        cls = event.__class__
+        no_media = _NO_MEDIA[cls] if cls in _NO_MEDIA else _media_check(cls)
+        if no_media is not None and self.version >= 3 and not no_media(event):
+            return None
+        if cls in _SHAPED:
+            body = self.body(event)
+            line = body.decode() + "}"
+        else:  # (body's line for these: encode_event's, which is msgspec's)
+            try:
+                whole = _encode(event)
+            except RecursionError:
+                whole = encode_event(event)
+            body = whole[:-1]
+            line = whole.decode()
+        digest = _SHA256.copy()
+        digest.update(self.link)
+        digest.update(body)
+        link = digest.hexdigest()[:16]  # (_link's, as text)
+        self.link = link.encode()
+        if cls in _ADVANCING:
+            self.advance(event)
+        return line, link
 
     def parts(self, event: Event) -> list[tuple[bytes, bytes, _BlobLine | None]]:
         """The lines for ``event`` as ``(body, link, blob)``: ``body`` up to the link

@@ -1940,12 +1940,12 @@ def _stored_rows(
     without its link, and the link; advances ``format2``. The blob lines before
     each event (format 3) are added to ``blobs``, as their rows."""
     rows = []
-    text = format2.text
+    row = format2.row
     for event in events:
         sequence = event.sequence
-        line = text(event)
-        if line is not None:  # (the common case: no blob line before it)
-            rows.append((base + sequence, sequence, line.decode() + "}", format2.link.decode()))
+        found = row(event)
+        if found is not None:  # (the common case: no blob line before it)
+            rows.append((base + sequence, sequence, *found))
             continue
         for position, (body, link, blob) in enumerate(format2.parts(event)):
             if blob is None:
