@@ -66,7 +66,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
-import itertools
 import math
 import os
 import sqlite3
@@ -1094,7 +1093,9 @@ class SQLiteStore:
                     number,
                 ),
             )
-            _insert_rows(db.execute, _stored_rows(session_id, number << 32, events, format2, blobs))
+            _insert_rows(
+                db.execute, _stored_values(session_id, number << 32, events, format2, blobs)
+            )
             if blobs:
                 db.executemany(_INSERT_BLOBS, blobs)
         self.commits += 1
@@ -1274,7 +1275,7 @@ class SQLiteStore:
         else:
             format2 = chain.copy()
         blobs: list[tuple[Any, ...]] = []
-        _insert_rows(execute, _stored_rows(session_id, number << 32, events, format2, blobs))
+        _insert_rows(execute, _stored_values(session_id, number << 32, events, format2, blobs))
         if blobs:
             db.executemany(_INSERT_BLOBS, blobs)
         if consume_answer:
@@ -1881,16 +1882,16 @@ _INSERTS: Final = {
 }
 
 
-def _insert_rows(
-    execute: Callable[[str, Sequence[Any]], Any], rows: Sequence[tuple[int, int, str, str]]
-) -> None:
-    """Insert event rows with ``execute`` (a connection's or a cursor's)."""
-    if 0 < len(rows) <= _ROWS_PER_INSERT:  # (the common case: one INSERT, no slice)
-        execute(_INSERTS[len(rows)], list(itertools.chain.from_iterable(rows)))
+def _insert_rows(execute: Callable[[str, Sequence[Any]], Any], values: list[Any]) -> None:
+    """Insert event rows with ``execute`` (a connection's or a cursor's), given as
+    their values, four a row (see :func:`_stored_values`)."""
+    count = len(values) >> 2
+    if 0 < count <= _ROWS_PER_INSERT:  # (the common case: one INSERT, no slice)
+        execute(_INSERTS[count], values)
         return
-    for first in range(0, len(rows), _ROWS_PER_INSERT):
-        chunk = rows[first : first + _ROWS_PER_INSERT]
-        execute(_INSERTS[len(chunk)], list(itertools.chain.from_iterable(chunk)))
+    for first in range(0, len(values), 4 * _ROWS_PER_INSERT):
+        chunk = values[first : first + 4 * _ROWS_PER_INSERT]
+        execute(_INSERTS[len(chunk) >> 2], chunk)
 
 
 def _held(
@@ -1927,36 +1928,26 @@ def _check_batch(session_id: str, start: int, events: Sequence[Event]) -> None:
             )
 
 
-def _stored_rows(
+def _stored_values(
     session_id: str,
     base: int,
     events: Sequence[Event],
     format2: _Format2,
     blobs: list[tuple[Any, ...]],
-) -> list[tuple[int, int, str, str]]:
+) -> list[Any]:
     """The rows of ``events`` (numbered as the session continues: see
-    :func:`_check_batch`): the event's key (``base``, the session's number times
-    2**32, plus its sequence), the sequence, the event's log line
-    without its link, and the link; advances ``format2``. The blob lines before
-    each event (format 3) are added to ``blobs``, as their rows."""
-    rows = []
-    row = format2.row
-    for event in events:
-        sequence = event.sequence
-        found = row(event)
-        if found is not None:  # (the common case: no blob line before it)
-            rows.append((base + sequence, sequence, *found))
-            continue
-        for position, (body, link, blob) in enumerate(format2.parts(event)):
+    :func:`_check_batch`) as the values of their ``INSERT``, four a row: the
+    event's key (``base``, the session's number times 2**32, plus its sequence),
+    the sequence, the event's log line without its link, and the link; advances
+    ``format2``. The blob lines before each event (format 3) are added to
+    ``blobs``, as their rows."""
+    values: list[Any] = []
+    done = format2.rows(events, 0, base, values)  # (the common case: all of them)
+    while done < len(events):  # events[done] holds media bytes: blob lines first
+        sequence = events[done].sequence
+        for position, (body, link, blob) in enumerate(format2.parts(events[done])):
             if blob is None:
-                rows.append(
-                    (
-                        base + sequence,
-                        sequence,
-                        bytes(body).decode() + "}",
-                        link.decode(),
-                    )
-                )
+                values += (base + sequence, sequence, bytes(body).decode() + "}", link.decode())
             else:
                 blobs.append(
                     (
@@ -1969,7 +1960,20 @@ def _stored_rows(
                         link.decode(),
                     )
                 )
-    return rows
+        done = format2.rows(events, done + 1, base, values)
+    return values
+
+
+def _stored_rows(
+    session_id: str,
+    base: int,
+    events: Sequence[Event],
+    format2: _Format2,
+    blobs: list[tuple[Any, ...]],
+) -> list[tuple[int, int, str, str]]:
+    """:func:`_stored_values`, a tuple a row."""
+    values = _stored_values(session_id, base, events, format2, blobs)
+    return list(zip(values[0::4], values[1::4], values[2::4], values[3::4], strict=True))
 
 
 def _read_blob_row(session_id: str, format2: _Format2, row: Any, where: _Where) -> None:
