@@ -479,6 +479,10 @@ _NO_MEDIA: Final[dict[type[Any], Callable[[Any], bool] | None]] = {
     MessageAcceptedEvent: lambda event: _plain(event.message.content),
     ToolResultEvent: _result_plain,
     ToolErrorEvent: _result_plain,
+    # (Every run ends with these two; their reply, the only field that may hold
+    # media, is None but when a reply ended the run: then its fields are walked.)
+    SessionCompleteEvent: lambda event: event.reply is None,
+    RunFinishedEvent: lambda event: event.reply is None,
 }
 
 
