@@ -82,7 +82,7 @@ def _keyed(call_id: str) -> AbstractContextManager[None]:
     session = _SESSION.get()
     if session is None:
         return _UNKEYED  # the common case: nothing to set, and no generator to run
-    return _key_set(session + call_id)
+    return _KeySet(session + call_id)
 
 
 def _key(session_id: str, call_id: str) -> str:
@@ -97,10 +97,17 @@ def _key(session_id: str, call_id: str) -> str:
 _UNKEYED: Final = nullcontext()
 
 
-@contextmanager
-def _key_set(key: str) -> Iterator[None]:
-    token = _KEY.set(key)
-    try:
-        yield
-    finally:
-        _KEY.reset(token)
+class _KeySet:
+    """Sets ``key`` while the block runs: a tool call's key. (A class: once per tool
+    call of a session, cheaper than a generator's context manager.)"""
+
+    __slots__ = ("_key", "_token")
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+
+    def __enter__(self) -> None:
+        self._token = _KEY.set(self._key)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _KEY.reset(self._token)

@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return session_id, number
 
         def rows_of(session_id: str, number: int, rows: Sequence[Any]) -> list[Any]:
-            """The values of the events' INSERT (as the store's: see _stored_rows)."""
+            """The values of the events' INSERT (as the store's: see _stored_values)."""
             return [
                 value
                 for sequence, event, link in rows

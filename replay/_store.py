@@ -66,7 +66,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
-import itertools
 import math
 import os
 import sqlite3
@@ -1129,7 +1128,9 @@ class SQLiteStore:
                     number,
                 ),
             )
-            _insert_rows(db.execute, _stored_rows(session_id, number << 32, events, format2, blobs))
+            _insert_rows(
+                db.execute, _stored_values(session_id, number << 32, events, format2, blobs)
+            )
             if blobs:
                 db.executemany(_INSERT_BLOBS, blobs)
         self.commits += 1
@@ -1233,14 +1234,15 @@ class SQLiteStore:
         consume_answer: bool,
         consume_queued: int,
         poll_queued: int | None,
-        rows: list[tuple[int, int, str, str]] | None = None,
+        rows: list[Any] | None = None,
         encoded: _Encoded | None = None,
     ) -> list[tuple[int, Steer | FollowUp]] | tuple[int, _Format2, str, int]:
         """:meth:`append`'s work in the open write transaction (its arguments
         checked): the queued messages ``poll_queued`` found (nothing was written),
         or what to :meth:`_keep` of the session's chain once the transaction
-        commits. With ``rows``, the events' rows are added to it instead of
-        inserted (the caller inserts them, in the same transaction). ``encoded``:
+        commits. With ``rows``, the values of the events' rows (see
+        :func:`_stored_values`) are added to it instead of inserted (the caller
+        inserts them, in the same transaction). ``encoded``:
         the events encoded beforehand from the chain this object remembered (see
         :func:`_encoded`), used if the session still continues that chain."""
         execute = self._execute
@@ -1321,11 +1323,11 @@ class SQLiteStore:
             format2, stored = continued.copy(), None
         if stored is None:
             blobs = []
-            stored = _stored_rows(session_id, number << 32, events, format2, blobs)
+            stored = _stored_values(session_id, number << 32, events, format2, blobs)
         if rows is None:
             _insert_rows(execute, stored)
         else:
-            rows.extend(stored)
+            rows += stored
         if blobs:
             db.executemany(_INSERT_BLOBS, blobs)
         if consume_answer:
@@ -1379,7 +1381,7 @@ class SQLiteStore:
             execute = self._execute
             while True:
                 kept: list[tuple[str, tuple[int, _Format2, str, int]]] = []
-                rows: list[tuple[int, int, str, str]] = []
+                rows: list[Any] = []  # (the values of the INSERT of every session's events)
                 refused = False
                 execute("BEGIN IMMEDIATE")
                 try:
@@ -2024,16 +2026,16 @@ _INSERTS: Final = {
 }
 
 
-def _insert_rows(
-    execute: Callable[[str, Sequence[Any]], Any], rows: Sequence[tuple[int, int, str, str]]
-) -> None:
-    """Insert event rows with ``execute`` (a connection's or a cursor's)."""
-    if 0 < len(rows) <= _ROWS_PER_INSERT:  # (the common case: one INSERT, no slice)
-        execute(_INSERTS[len(rows)], list(itertools.chain.from_iterable(rows)))
+def _insert_rows(execute: Callable[[str, Sequence[Any]], Any], values: list[Any]) -> None:
+    """Insert event rows with ``execute`` (a connection's or a cursor's), given as
+    their values, four a row (see :func:`_stored_values`)."""
+    count = len(values) >> 2
+    if 0 < count <= _ROWS_PER_INSERT:  # (the common case: one INSERT, no slice)
+        execute(_INSERTS[count], values)
         return
-    for first in range(0, len(rows), _ROWS_PER_INSERT):
-        chunk = rows[first : first + _ROWS_PER_INSERT]
-        execute(_INSERTS[len(chunk)], list(itertools.chain.from_iterable(chunk)))
+    for first in range(0, len(values), 4 * _ROWS_PER_INSERT):
+        chunk = values[first : first + 4 * _ROWS_PER_INSERT]
+        execute(_INSERTS[len(chunk) >> 2], chunk)
 
 
 def _held(
@@ -2071,8 +2073,9 @@ def _check_batch(session_id: str, start: int, events: Sequence[Event]) -> None:
 
 
 #: Events encoded before their write transaction: the chain they continue (as
-#: remembered), the state after them, their rows and media rows.
-_Encoded = tuple["_Format2", "_Format2", list[tuple[int, int, str, str]], list[tuple[Any, ...]]]
+#: remembered), the state after them, their rows' values (see :func:`_stored_values`)
+#: and media rows.
+_Encoded = tuple["_Format2", "_Format2", list[Any], list[tuple[Any, ...]]]
 
 
 def _encoded(
@@ -2090,42 +2093,32 @@ def _encoded(
     format2 = chain.copy()
     blobs: list[tuple[Any, ...]] = []
     try:
-        rows = _stored_rows(session_id, remembered[3] << 32, events, format2, blobs)
+        values = _stored_values(session_id, remembered[3] << 32, events, format2, blobs)
     except Exception:  # (inside the transaction, it fails again: for this session alone)
         return None
-    return chain, format2, rows, blobs
+    return chain, format2, values, blobs
 
 
-def _stored_rows(
+def _stored_values(
     session_id: str,
     base: int,
     events: Sequence[Event],
     format2: _Format2,
     blobs: list[tuple[Any, ...]],
-) -> list[tuple[int, int, str, str]]:
+) -> list[Any]:
     """The rows of ``events`` (numbered as the session continues: see
-    :func:`_check_batch`): the event's key (``base``, the session's number times
-    2**32, plus its sequence), the sequence, the event's log line
-    without its link, and the link; advances ``format2``. The blob lines before
-    each event (format 3) are added to ``blobs``, as their rows."""
-    rows = []
-    text = format2.text
-    for event in events:
-        sequence = event.sequence
-        line = text(event)
-        if line is not None:  # (the common case: no blob line before it)
-            rows.append((base + sequence, sequence, line.decode() + "}", format2.link.decode()))
-            continue
-        for position, (body, link, blob) in enumerate(format2.parts(event)):
+    :func:`_check_batch`) as the values of their ``INSERT``, four a row: the
+    event's key (``base``, the session's number times 2**32, plus its sequence),
+    the sequence, the event's log line without its link, and the link; advances
+    ``format2``. The blob lines before each event (format 3) are added to
+    ``blobs``, as their rows."""
+    values: list[Any] = []
+    done = format2.rows(events, 0, base, values)  # (the common case: all of them)
+    while done < len(events):  # events[done] holds media bytes: blob lines first
+        sequence = events[done].sequence
+        for position, (body, link, blob) in enumerate(format2.parts(events[done])):
             if blob is None:
-                rows.append(
-                    (
-                        base + sequence,
-                        sequence,
-                        bytes(body).decode() + "}",
-                        link.decode(),
-                    )
-                )
+                values += (base + sequence, sequence, bytes(body).decode() + "}", link.decode())
             else:
                 blobs.append(
                     (
@@ -2138,7 +2131,20 @@ def _stored_rows(
                         link.decode(),
                     )
                 )
-    return rows
+        done = format2.rows(events, done + 1, base, values)
+    return values
+
+
+def _stored_rows(
+    session_id: str,
+    base: int,
+    events: Sequence[Event],
+    format2: _Format2,
+    blobs: list[tuple[Any, ...]],
+) -> list[tuple[int, int, str, str]]:
+    """:func:`_stored_values`, a tuple a row."""
+    values = _stored_values(session_id, base, events, format2, blobs)
+    return list(zip(values[0::4], values[1::4], values[2::4], values[3::4], strict=True))
 
 
 def _read_blob_row(session_id: str, format2: _Format2, row: Any, where: _Where) -> None:

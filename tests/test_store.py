@@ -253,6 +253,29 @@ def test_a_batch_of_more_events_than_one_insert_holds_is_stored_whole(tmp_path, 
     assert replay.read_log(tmp_path / "appended.jsonl") == events
 
 
+def test_an_event_too_deep_for_msgspecs_encoder_is_stored_as_write_log_writes_it(tmp_path):
+    # The store writes a line in one call (_Format2.row); an event nested deeper than
+    # msgspec's recursive encoder goes takes encode_event's iterative way, as a log
+    # file's line does: the same bytes, the same chain.
+    call = agentloop.ToolCall("c1", "add", {"deep": nested(3000)})
+    events = [
+        agentloop.SessionStartEvent(sequence=0, max_steps=1),
+        agentloop.ToolCallEvent(sequence=1, at=1.5, step=1, call=call),
+    ]
+    with SQLiteStore(tmp_path / "deep.db") as store:
+        store.create("s", events[:1], status="running", steps=1)
+        store.append("s", events[1:], expected=1, status="running", steps=1)
+        store.export("s", tmp_path / "stored.jsonl")
+    with SQLiteStore(tmp_path / "deep.db") as store:  # (read afresh: every link checked)
+        assert [event.type for event in store.events("s")] == ["session.start", "tool.call"]
+    replay.write_log(tmp_path / "written.jsonl", events)
+    stored, written = (
+        (tmp_path / "stored.jsonl").read_bytes(),
+        (tmp_path / "written.jsonl").read_bytes(),
+    )
+    assert stored.split(b"\n")[1:] == written.split(b"\n")[1:]  # (headers name no library version)
+
+
 def test_another_sqlite_database_is_refused(tmp_path):
     path = tmp_path / "other.db"
     db = sqlite3.connect(path)
