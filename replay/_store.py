@@ -1093,7 +1093,7 @@ class SQLiteStore:
                     number,
                 ),
             )
-            _insert_rows(
+            _insert_values(
                 db.execute, _stored_values(session_id, number << 32, events, format2, blobs)
             )
             if blobs:
@@ -1275,7 +1275,7 @@ class SQLiteStore:
         else:
             format2 = chain.copy()
         blobs: list[tuple[Any, ...]] = []
-        _insert_rows(execute, _stored_values(session_id, number << 32, events, format2, blobs))
+        _insert_values(execute, _stored_values(session_id, number << 32, events, format2, blobs))
         if blobs:
             db.executemany(_INSERT_BLOBS, blobs)
         if consume_answer:
@@ -1882,7 +1882,7 @@ _INSERTS: Final = {
 }
 
 
-def _insert_rows(execute: Callable[[str, Sequence[Any]], Any], values: list[Any]) -> None:
+def _insert_values(execute: Callable[[str, Sequence[Any]], Any], values: list[Any]) -> None:
     """Insert event rows with ``execute`` (a connection's or a cursor's), given as
     their values, four a row (see :func:`_stored_values`)."""
     count = len(values) >> 2
