@@ -1128,7 +1128,7 @@ class SQLiteStore:
                     number,
                 ),
             )
-            _insert_rows(
+            _insert_values(
                 db.execute, _stored_values(session_id, number << 32, events, format2, blobs)
             )
             if blobs:
@@ -1325,7 +1325,7 @@ class SQLiteStore:
             blobs = []
             stored = _stored_values(session_id, number << 32, events, format2, blobs)
         if rows is None:
-            _insert_rows(execute, stored)
+            _insert_values(execute, stored)
         else:
             rows += stored
         if blobs:
@@ -1419,7 +1419,7 @@ class SQLiteStore:
                     if refused:  # (what it or the others wrote goes back: again without it)
                         _rollback(db)
                         continue
-                    _insert_rows(execute, rows)
+                    _insert_values(execute, rows)
                     execute("COMMIT")
                 except BaseException:
                     _rollback(db)
@@ -2026,7 +2026,7 @@ _INSERTS: Final = {
 }
 
 
-def _insert_rows(execute: Callable[[str, Sequence[Any]], Any], values: list[Any]) -> None:
+def _insert_values(execute: Callable[[str, Sequence[Any]], Any], values: list[Any]) -> None:
     """Insert event rows with ``execute`` (a connection's or a cursor's), given as
     their values, four a row (see :func:`_stored_values`)."""
     count = len(values) >> 2
