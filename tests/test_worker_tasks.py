@@ -579,3 +579,27 @@ def test_a_batch_claim_whose_transaction_fails_takes_back_every_claim(store):
         store._db = db
     assert claims == [("s1", None)]  # its run will say what is wrong
     assert all(info.lease_owner is None for info in store.sessions())  # s0's went back too
+
+
+def test_a_write_waits_for_another_connection_s_transaction_in_short_naps(tmp_path, monkeypatch):
+    path = tmp_path / "naps.db"
+    with SQLiteStore(path) as setup:
+        sessions.submit_sessions(setup, 1)
+    other = sqlite3.connect(path, isolation_level=None)
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the other writer commits during the third nap
+        naps.append(seconds)
+        if len(naps) == 3:
+            other.execute("COMMIT")
+
+    monkeypatch.setattr(store_module.time, "sleep", sleep)
+    try:
+        with SQLiteStore(path, timeout=7.5) as store:
+            other.execute("BEGIN IMMEDIATE")
+            assert store.release("s0", "nobody") is False  # (a write transaction)
+            assert naps == [0.00005, 0.0001, 0.0002]
+            assert store._db is not None
+            assert store._db.execute("PRAGMA busy_timeout").fetchone()[0] == 7500
+    finally:
+        other.close()
