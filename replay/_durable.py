@@ -1074,7 +1074,18 @@ class _Runner:
             return store.queued_for(self.session_id, after=self.seen) if poll else []
         events, status = batch
         if self.created:
-            found = store.append(self.session_id, events, **self.appending(status, poll))
+            found = store.append(
+                self.session_id,
+                events,
+                expected=self.committed,
+                status=status,
+                steps=self.loop.step,
+                owner=self.owner,
+                lease_seconds=self.lease_seconds,
+                consume_answer=self.answer_applied,
+                consume_queued=self.delivered,
+                poll_queued=self.seen if poll else None,
+            )
             if found:
                 return found
         else:  # (a new session: no message can be queued for it yet)
@@ -1103,7 +1114,7 @@ class _Runner:
 
     def appending(self, status: str, poll: bool) -> dict[str, Any]:
         """:meth:`SQLiteStore.append`'s options for the next commit (but the
-        events)."""
+        events), as :meth:`commit` passes them (a group commit's)."""
         return {
             "expected": self.committed,
             "status": status,
