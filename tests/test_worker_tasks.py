@@ -291,11 +291,14 @@ def test_a_thread_whose_claim_fails_cancels_its_tasks_and_run_raises(tmp_path, u
     class Failing(SQLiteStore):
         claims = 0
 
-        def _claim_some(self, *args: Any) -> Any:
+        def _claim_some(
+            self, candidates: Any, owner: str, lease_seconds: float, listed: Any, count: int
+        ) -> Any:
             Failing.claims += 1
             if Failing.claims == 2:
                 raise sqlite3.OperationalError("database disk image is malformed")
-            return super()._claim_some(*args[:-1], 1 if unstarted else args[-1])
+            count = 1 if unstarted else count
+            return super()._claim_some(candidates, owner, lease_seconds, listed, count)
 
     @tool(name="effect")
     async def effect(n: int) -> dict[str, int]:
