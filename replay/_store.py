@@ -888,7 +888,10 @@ class SQLiteStore:
             itself), or ``None`` when the session's rows cannot be read (nothing was
             leased: its run says what is wrong); ``session_id`` is ``None`` when
             none of the candidates was left; ``unlooked``: one passed over was
-            leased since the listing (its holder not looked at).
+            leased since the listing (its holder not looked at). ``passed over``
+            counts those another worker took or finished first, not those whose
+            live lease the listing already showed (a look at each relisting, not a
+            race lost: they would count again at every listing).
         """
         claims, skipped, unlooked = self._claim_some(candidates, owner, lease_seconds, listed, 1)
         session_id, claim = claims[0] if claims else (None, None)
@@ -928,7 +931,9 @@ class SQLiteStore:
                             unlooked = True
                             continue
                         if not gone(*row[13:16]):
-                            skipped += 1
+                            # (Leased already when listed: a look, not a race lost.)
+                            if listed is None or listed.get(session_id) != holder:
+                                skipped += 1
                             continue
                     if not claims:
                         claims.append(

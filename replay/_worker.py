@@ -126,7 +126,10 @@ class WorkerStats(msgspec.Struct, kw_only=True):
         finished: sessions it ran to their end, by status (``completed``, ...).
         parked: sessions it left parked on a pause (waiting for an answer).
         stopped: sessions it left at a boundary when it was stopped (resumable).
-        skipped: sessions another worker had claimed (or finished) first.
+        skipped: sessions another worker had claimed (or finished) first (not
+            those already leased to a live worker when listed). Each worker
+            counts those the others took from its own list: the sum over several
+            processes counts a session once per other process that listed it.
         failed: sessions whose run raised (the error is logged to the ``replay``
             logger; the session is left resumable from its last commit).
         seconds: how long it ran.
