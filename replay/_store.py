@@ -859,19 +859,21 @@ class SQLiteStore:
             )
         return info, events, lease
 
-    def _claim_next(
+    def _claim_some(
         self,
         candidates: collections.deque[str],
         owner: str,
         lease_seconds: float,
-        listed: Mapping[str, str | None] | None = None,
-    ) -> tuple[str | None, _Claim | None, int, bool]:
-        """A worker's claim (DESIGN §29): the first of ``candidates`` (listed by
-        :meth:`runnable`, taken from the left as they are looked at) that is still
-        runnable, read and leased to ``owner`` in one write transaction, as
-        :meth:`_claim` does; those leased by another live owner, finished, or gone
-        since they were listed are passed over inside that transaction (a read
-        each: no exception, no events read, nothing written).
+        listed: Mapping[str, str | None] | None,
+        count: int,
+    ) -> tuple[list[tuple[str, _Claim | None]], int, bool]:
+        """A worker's claim (DESIGN §29): the first ``count`` of ``candidates``
+        (listed by :meth:`runnable`, taken from the left as they are looked at) that
+        are still runnable, read and leased to ``owner`` in one write transaction,
+        as :meth:`_claim` does (a thread claims one at a time, an event loop for
+        its free tasks at once); those leased by another live owner, finished, or
+        gone since they were listed are passed over inside that transaction (a
+        read each: no exception, no events read, nothing written).
 
         ``listed``: the lease owner each candidate had when it was listed
         (:meth:`_runnable`). A candidate whose live lease is another owner's now
@@ -883,33 +885,18 @@ class SQLiteStore:
         lists again before it ends when a claim passed one over unlooked).
 
         Returns:
-            ``(session_id, claim, passed over, unlooked)``: ``claim`` is for
-            :meth:`_claimed` (not leased: a parked tree's root whose run leases it
-            itself), or ``None`` when the session's rows cannot be read (nothing was
-            leased: its run says what is wrong); ``session_id`` is ``None`` when
-            none of the candidates was left; ``unlooked``: one passed over was
-            leased since the listing (its holder not looked at). ``passed over``
-            counts those another worker took or finished first, not those whose
-            live lease the listing already showed (a look at each relisting, not a
-            race lost: they would count again at every listing).
+            ``(claims, passed over, unlooked)``: ``claims`` are ``(session_id,
+            claim)``, ``claim`` for :meth:`_claimed` (not leased: a parked tree's
+            root whose run leases it itself), or ``None`` when the session's rows
+            cannot be read (nothing was leased: its run says what is wrong; a
+            session after the first ends the batch so, a savepoint undoing its
+            lease, those before it claimed); ``[]`` when none of the candidates
+            was left. ``passed over`` counts those another worker took or finished
+            first, not those whose live lease the listing already showed (a look
+            at each relisting, not a race lost: they would count again at every
+            listing); ``unlooked``: one passed over was leased since the listing
+            (its holder not looked at).
         """
-        claims, skipped, unlooked = self._claim_some(candidates, owner, lease_seconds, listed, 1)
-        session_id, claim = claims[0] if claims else (None, None)
-        return session_id, claim, skipped, unlooked
-
-    def _claim_some(
-        self,
-        candidates: collections.deque[str],
-        owner: str,
-        lease_seconds: float,
-        listed: Mapping[str, str | None] | None,
-        count: int,
-    ) -> tuple[list[tuple[str, _Claim | None]], int, bool]:
-        """:meth:`_claim_next` for up to ``count`` sessions, in one write
-        transaction (a worker's event loop claims for its free tasks at once):
-        ``(the claims, passed over, unlooked)``. A session after the first whose
-        rows cannot be read ends the batch, claimed as ``None`` (a savepoint undoes
-        its lease; those before it stay claimed)."""
         skipped = 0
         unlooked = False
         claims: list[tuple[str, _Claim | None]] = []
@@ -1023,7 +1010,7 @@ class SQLiteStore:
         """:meth:`runnable`, each with the lease owner the listing saw (``None``:
         free; a root listed in a child's place: ``""``, unknown). A worker's claim
         passes over a session leased to another owner since, without looking
-        whether that owner's process is gone (see :meth:`_claim_next`)."""
+        whether that owner's process is gone (see :meth:`_claim_some`)."""
         now = self.now()
         host = this_process()[0]
         with self._lock:

@@ -443,7 +443,7 @@ class Worker:
         self._pending: collections.deque[str] = collections.deque()
         self._listed: dict[str, str | None] = {}  # (each one's lease owner when listed)
         # A claim passed over one leased since the listing, its holder not looked at
-        # (see SQLiteStore._claim_next): list again before ending.
+        # (see SQLiteStore._claim_some): list again before ending.
         self._unlooked = False
         self._busy: set[str] = set()
         self._claiming = threading.Lock()
@@ -603,7 +603,7 @@ class Worker:
         each in one write transaction that passes over those another worker
         claimed (or finished) since: several workers on one store never build a
         session's run only to find it taken (nor read ``/proc`` for the workers
-        that took them: see :meth:`SQLiteStore._claim_next`). The list is made
+        that took them: see :meth:`SQLiteStore._claim_some`). The list is made
         again once it is used up (and before ending, when a claim passed over one
         so); when nothing is runnable, the thread waits ``poll`` seconds (10 ms
         while a session of this worker is in progress: it may leave work)."""
@@ -622,15 +622,9 @@ class Worker:
                         pending.extend(s for s in listed if s not in busy and s not in failed)
                         fresh, self._unlooked = True, False
                         continue
-                    if count == 1:
-                        session_id, claim, skipped, unlooked = store._claim_next(
-                            pending, owner, self.lease_seconds, self._listed
-                        )
-                        claims = [] if session_id is None else [(session_id, claim)]
-                    else:
-                        claims, skipped, unlooked = store._claim_some(
-                            pending, owner, self.lease_seconds, self._listed, count
-                        )
+                    claims, skipped, unlooked = store._claim_some(
+                        pending, owner, self.lease_seconds, self._listed, count
+                    )
                     if skipped:
                         self._count("skipped", skipped)
                         self._unlooked = self._unlooked or unlooked

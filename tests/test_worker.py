@@ -815,8 +815,8 @@ def test_a_stop_during_a_claim_releases_the_session(tmp_path):
     worker: list[Worker] = []
 
     class Stopping(SQLiteStore):
-        def _claim_next(self, *args: Any) -> Any:
-            claimed = super()._claim_next(*args)
+        def _claim_some(self, *args: Any) -> Any:
+            claimed = super()._claim_some(*args)
             worker[0].stop()  # (SIGTERM, right after the claim's commit)
             return claimed
 
@@ -886,10 +886,10 @@ def test_a_session_leased_after_the_listing_is_passed_over_without_a_look_at_its
                     )
             return listed
 
-        def _claim_next(self, *args: Any) -> Any:
+        def _claim_some(self, *args: Any) -> Any:
             in_claim.append(True)
             try:
-                return super()._claim_next(*args)
+                return super()._claim_some(*args)
             finally:
                 in_claim.pop()
 
@@ -920,7 +920,7 @@ def test_a_claim_passes_over_a_session_a_live_holder_leased(store, listed, unloo
     candidates = collections.deque(["s0"])
     # (Not counted when the listing showed this lease: a look, not a race lost.)
     counted = 0 if listed == {"s0": "other"} else 1
-    assert store._claim_next(candidates, "me", 30.0, listed) == (None, None, counted, unlooked)
+    assert store._claim_some(candidates, "me", 30.0, listed, 1) == ([], counted, unlooked)
     assert store.session("s0").lease_owner == "other"
 
 
@@ -930,6 +930,8 @@ def test_a_claim_takes_a_session_whose_lease_has_no_expiry(store):
     assert store._db is not None
     store._db.execute("UPDATE sessions SET lease_owner = 'other' WHERE id = 's0'")
     candidates = collections.deque(["s0"])
-    session_id, claim, skipped, unlooked = store._claim_next(candidates, "me", 30.0, {"s0": None})
+    [(session_id, claim)], skipped, unlooked = store._claim_some(
+        candidates, "me", 30.0, {"s0": None}, 1
+    )
     assert (session_id, skipped, unlooked) == ("s0", 0, False) and claim is not None
     assert store.session("s0").lease_owner == "me"
