@@ -504,9 +504,10 @@ class _Group:
     async def commit(
         self, runner: _Runner, *, poll: bool = False
     ) -> list[tuple[int, Steer | FollowUp]]:
-        """:meth:`_Runner.commit` (of a stored session), in the next group."""
+        """:meth:`_Runner.commit` of a stored session (a worker's: never a new one),
+        in the next group."""
         batch = runner.batch()
-        if batch is None or not runner.created:
+        if batch is None:
             return runner.commit(poll=poll)
         events, status = batch
         import asyncio
